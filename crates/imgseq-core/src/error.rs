@@ -1,0 +1,45 @@
+//! The one error type of the imgseq libraries.
+//!
+//! Every variant that concerns a file carries its path, so that the binary can print a
+//! single line such as `weights.safetensors: missing tensor vit.layernorm.weight`.
+
+use std::path::{Path, PathBuf};
+
+/// Errors raised by the imgseq library crates.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file could not be opened, read or written.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// The file was read but its content is not what it should be.
+    #[error("{}: {msg}", path.display())]
+    Format { path: PathBuf, msg: String },
+    /// A weight file does not match the model it should load into.
+    #[error("{}: {msg}", path.display())]
+    Weights { path: PathBuf, msg: String },
+    /// An argument or input value is outside what the operation accepts.
+    #[error("{0}")]
+    Invalid(String),
+    /// A tensor operation failed.
+    #[error("tensor error: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// Result alias used throughout the imgseq crates.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().to_path_buf(), source }
+    }
+    pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::Format { path: path.as_ref().to_path_buf(), msg: msg.into() }
+    }
+    pub fn weights(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::Weights { path: path.as_ref().to_path_buf(), msg: msg.into() }
+    }
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+}

@@ -1,0 +1,185 @@
+//! Audited weight loading.
+//!
+//! PyTorch's `load_state_dict(strict=False)` (used by taming-transformers) silently ignores
+//! missing and unexpected keys; candle's `VarBuilder` checks shapes but not leftovers. An
+//! [`AuditedWeights`] wraps a name → tensor map, hands out a `VarBuilder` that records every
+//! name the model asks for, and [`AuditedWeights::finish`] then fails if any tensor of the file
+//! was not used. Missing tensors and wrong shapes fail at the `get` that asks for them, with the
+//! file name in the message.
+
+use crate::{Error, Result};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::VarBuilder;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A set of named tensors read from one file, with a record of which names were used.
+#[derive(Clone)]
+pub struct AuditedWeights {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    tensors: HashMap<String, Tensor>,
+    used: Mutex<BTreeSet<String>>,
+}
+
+impl AuditedWeights {
+    /// Wraps tensors that were read from `path` (the path is only used in messages).
+    pub fn new(path: impl AsRef<Path>, tensors: HashMap<String, Tensor>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                path: path.as_ref().to_path_buf(),
+                tensors,
+                used: Mutex::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    /// Reads every tensor of a safetensors file onto `device`.
+    pub fn from_safetensors(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let tensors = candle_core::safetensors::load_buffer(&bytes, device)
+            .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))?;
+        Ok(Self::new(path, tensors))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// All tensors, sorted by name, with their shapes.
+    pub fn shapes(&self) -> BTreeMap<String, Vec<usize>> {
+        self.inner.tensors.iter().map(|(k, v)| (k.clone(), v.dims().to_vec())).collect()
+    }
+
+    /// Direct access to one tensor (marks it used).
+    pub fn get(&self, name: &str) -> Result<Tensor> {
+        match self.inner.tensors.get(name) {
+            Some(t) => {
+                self.inner.used.lock().expect("poisoned").insert(name.to_string());
+                Ok(t.clone())
+            }
+            None => Err(Error::weights(&self.inner.path, format!("missing tensor `{name}`"))),
+        }
+    }
+
+    /// A `VarBuilder` whose `get`s are recorded; shape mismatches are errors naming the file.
+    pub fn var_builder(&self, dtype: DType, device: &Device) -> VarBuilder<'static> {
+        VarBuilder::from_backend(Box::new(self.clone()), dtype, device.clone())
+    }
+
+    /// Fails unless every tensor whose name does not start with one of `ignore_prefixes` was
+    /// used by the model.
+    pub fn finish(&self, ignore_prefixes: &[&str]) -> Result<()> {
+        let used = self.inner.used.lock().expect("poisoned");
+        let mut unused: Vec<&String> = self
+            .inner
+            .tensors
+            .keys()
+            .filter(|k| !used.contains(*k) && !ignore_prefixes.iter().any(|p| k.starts_with(p)))
+            .collect();
+        if unused.is_empty() {
+            return Ok(());
+        }
+        unused.sort();
+        let n = unused.len();
+        let shown: Vec<&str> = unused.iter().take(5).map(|s| s.as_str()).collect();
+        let more = if n > 5 { format!(" (and {} more)", n - 5) } else { String::new() };
+        Err(Error::weights(
+            &self.inner.path,
+            format!("{n} unexpected tensor(s) not used by the model: {}{more}", shown.join(", ")),
+        ))
+    }
+}
+
+impl SimpleBackend for AuditedWeights {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _h: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let t = self.get(name).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        if t.shape() != &s {
+            return Err(candle_core::Error::Msg(format!(
+                "{}: tensor `{name}` has shape {:?}, the model expects {:?}",
+                self.inner.path.display(),
+                t.dims(),
+                s.dims()
+            )));
+        }
+        t.to_dtype(dtype)?.to_device(dev)
+    }
+
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        let t = self.get(name).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        t.to_dtype(dtype)?.to_device(dev)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.inner.tensors.contains_key(name)
+    }
+}
+
+/// Turns a candle error raised while building a model from `weights` into a one-line
+/// weights error (candle wraps messages in context chains; we keep the innermost text).
+pub fn model_error(path: &Path, e: candle_core::Error) -> Error {
+    let msg = e.to_string();
+    let line = msg.lines().next().unwrap_or("").to_string();
+    let prefix = format!("{}: ", path.display());
+    match line.strip_prefix(&prefix) {
+        Some(rest) => Error::weights(path, rest.to_string()),
+        None => Error::weights(path, line),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> AuditedWeights {
+        let dev = Device::Cpu;
+        let mut m = HashMap::new();
+        m.insert("a.weight".to_string(), Tensor::zeros((2, 3), DType::F32, &dev).unwrap());
+        m.insert("a.bias".to_string(), Tensor::zeros(2, DType::F32, &dev).unwrap());
+        m.insert("loss.x".to_string(), Tensor::zeros(1, DType::F32, &dev).unwrap());
+        AuditedWeights::new("w.safetensors", m)
+    }
+
+    #[test]
+    fn unused_tensor_is_reported_with_file_name() {
+        let w = store();
+        let vb = w.var_builder(DType::F32, &Device::Cpu);
+        vb.pp("a").get((2, 3), "weight").unwrap();
+        let err = w.finish(&["loss."]).unwrap_err().to_string();
+        assert!(err.starts_with("w.safetensors: 1 unexpected"), "{err}");
+        assert!(err.contains("a.bias"), "{err}");
+        vb.pp("a").get(2, "bias").unwrap();
+        w.finish(&["loss."]).unwrap();
+    }
+
+    #[test]
+    fn wrong_shape_names_file_tensor_and_both_shapes() {
+        let w = store();
+        let vb = w.var_builder(DType::F32, &Device::Cpu);
+        let err = vb.pp("a").get((3, 2), "weight").unwrap_err();
+        let e = model_error(w.path(), err).to_string();
+        assert!(e.contains("w.safetensors") && e.contains("a.weight") && e.contains("[2, 3]"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn missing_tensor_is_an_error() {
+        let w = store();
+        let vb = w.var_builder(DType::F32, &Device::Cpu);
+        let err = vb.pp("b").get(2, "bias").unwrap_err().to_string();
+        assert!(err.contains("missing tensor `b.bias`"), "{err}");
+    }
+}

@@ -1,0 +1,10 @@
+//! CPU kernels for imgseq, hidden behind a few small tensor ops.
+//!
+//! Model code calls only the functions in [`ops`] (`conv2d`, `group_norm`, `layer_norm`,
+//! `gelu`, `attention`, `nearest_codebook`, ...). On the CPU these dispatch to our own kernels
+//! (plugged into candle as `CustomOp`s with their backward passes); on other devices they use
+//! candle's built-in ops, so the same model code runs on CUDA.
+
+pub mod ops;
+
+pub use ops::Padding;

@@ -1,0 +1,1 @@
+//! Vision Transformer with HF `ViTModel` weight names.

@@ -1,0 +1,1 @@
+//! taming-transformers VQGAN.
