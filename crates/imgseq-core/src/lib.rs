@@ -1,7 +1,8 @@
-//! Shared foundations of imgseq: errors, audited weight loading, image I/O, token files
-//! (`.npy`), datasets and image-quality metrics.
+//! Shared foundations of imgseq: errors, audited weight loading, atomic file output, image I/O,
+//! token files (`.npy`), datasets and image-quality metrics.
 
 pub mod error;
+pub mod fsutil;
 pub mod weights;
 
 pub use error::{Error, Result};
