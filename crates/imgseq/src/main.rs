@@ -1,3 +1,62 @@
-fn main() -> anyhow::Result<()> {
+//! `imgseq`: turn images into transformer-ready sequences and back.
+//!
+//! `imgseq vit ...`     continuous tokens (ViT): embed, train, eval, classify, plot-positions
+//! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
+//! `imgseq weights ...` inspect and convert weight files
+
+mod vit_cmd;
+mod vq_cmd;
+mod weights_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "imgseq", version, about = "Turn images into transformer-ready sequences and back")]
+struct Cli {
+    /// Number of CPU threads (default: all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Continuous tokens: Vision Transformer (CLS + 64 patch tokens + positions).
+    #[command(subcommand)]
+    Vit(vit_cmd::VitCmd),
+    /// Discrete tokens: VQGAN (image -> 24x24 codebook indices -> image).
+    #[command(subcommand)]
+    Vq(vq_cmd::VqCmd),
+    /// Inspect and convert weight files (safetensors, taming .ckpt).
+    #[command(subcommand)]
+    Weights(weights_cmd::WeightsCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(n) = cli.threads {
+        // Both rayon (our kernels) and candle's gemm read the global pool.
+        let _ = rayon_pool(n);
+    }
+    let res = match cli.cmd {
+        Cmd::Vit(c) => vit_cmd::run(c),
+        Cmd::Vq(c) => vq_cmd::run(c),
+        Cmd::Weights(c) => weights_cmd::run(c),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes joined by ": ".
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn rayon_pool(n: usize) -> anyhow::Result<()> {
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     Ok(())
 }
