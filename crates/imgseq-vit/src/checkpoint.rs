@@ -1,0 +1,76 @@
+//! Loading and saving ViT checkpoints in HF's layout: a folder with `config.json`
+//! (HF `ViTConfig`) and `model.safetensors` (HF weight names). Such a folder loads in
+//! `ViTForImageClassification.from_pretrained(dir)` unchanged.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+use imgseq_core::weights::model_error;
+use imgseq_core::{AuditedWeights, Error, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::ViTConfig;
+use crate::model::ViTForImageClassification;
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// Where a model's config and weights are.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    pub config: PathBuf,
+    pub weights: PathBuf,
+}
+
+impl ModelFiles {
+    /// `path` is a checkpoint folder, or a `.safetensors` file with `config.json` beside it.
+    pub fn locate(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            return Ok(Self { config: path.join(CONFIG_FILE), weights: path.join(WEIGHTS_FILE) });
+        }
+        if !path.exists() {
+            return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Ok(Self { config: dir.join(CONFIG_FILE), weights: path.to_path_buf() })
+    }
+}
+
+/// Loads a classifier strictly: every tensor the model needs must be in the file with the
+/// right shape, and every tensor in the file must be used.
+pub fn load_classifier(path: &Path, device: &Device) -> Result<(ViTConfig, ViTForImageClassification)> {
+    let files = ModelFiles::locate(path)?;
+    let cfg = ViTConfig::load(&files.config)?;
+    let weights = AuditedWeights::from_safetensors(&files.weights, device)?;
+    let vb = weights.var_builder(DType::F32, device);
+    let model = ViTForImageClassification::new(&cfg, vb).map_err(|e| model_error(&files.weights, e))?;
+    weights.finish(&[])?;
+    Ok((cfg, model))
+}
+
+/// Saves the variables of a training `VarMap` (HF names) and the config into `dir`.
+pub fn save_classifier(dir: &Path, cfg: &ViTConfig, vars: &VarMap) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tensors: HashMap<String, Tensor> = {
+        let data = vars.data().lock().expect("poisoned");
+        data.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
+    };
+    save_tensors(&dir.join(WEIGHTS_FILE), &tensors)?;
+    cfg.save(dir.join(CONFIG_FILE))
+}
+
+/// Writes named tensors as safetensors, atomically.
+pub fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let mut sorted: Vec<(&String, &Tensor)> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let bytes = safetensors::serialize(sorted.iter().map(|(k, v)| (k.as_str(), *v)), None)
+        .map_err(|e| Error::format(path, format!("cannot serialise tensors ({e})")))?;
+    imgseq_core::fsutil::write_bytes_atomic(path, &bytes)
+}
+
+/// Reads every tensor of a safetensors file.
+pub fn load_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    candle_core::safetensors::load_buffer(&bytes, device)
+        .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))
+}

@@ -1,0 +1,215 @@
+//! ViT configuration with the field names of HF transformers' `ViTConfig`, so that a
+//! `config.json` written by imgseq loads in `ViTForImageClassification.from_pretrained` and
+//! vice versa (unknown HF fields are ignored on read).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use imgseq_core::{Error, Result};
+
+/// Hyper-parameters of a ViT (HF `ViTConfig` field names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViTConfig {
+    pub image_size: usize,
+    pub patch_size: usize,
+    pub num_channels: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_true")]
+    pub qkv_bias: bool,
+    /// Class index (as a string, as HF writes it) → class name.
+    #[serde(default)]
+    pub id2label: BTreeMap<String, String>,
+    #[serde(default)]
+    pub label2id: BTreeMap<String, usize>,
+    /// Kept for HF compatibility; imgseq never applies dropout at inference.
+    #[serde(default)]
+    pub hidden_dropout_prob: f64,
+    #[serde(default)]
+    pub attention_probs_dropout_prob: f64,
+    #[serde(default = "default_init")]
+    pub initializer_range: f64,
+    #[serde(default = "default_model_type")]
+    pub model_type: String,
+    #[serde(default)]
+    pub architectures: Vec<String>,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_true() -> bool {
+    true
+}
+fn default_init() -> f64 {
+    0.02
+}
+fn default_model_type() -> String {
+    "vit".into()
+}
+
+/// Fashion-MNIST class names in label order.
+pub const FASHION_MNIST_LABELS: [&str; 10] = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+];
+
+impl ViTConfig {
+    /// The seed model: 32×32 input, 4×4 patches → 64 patches + CLS = 65 tokens of width 48,
+    /// 4 layers, 4 heads, MLP 192 (~0.12 M parameters with a 10-class head).
+    pub fn seed(num_channels: usize, labels: &[&str]) -> Self {
+        let id2label = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.to_string())).collect();
+        let label2id = labels.iter().enumerate().map(|(i, l)| (l.to_string(), i)).collect();
+        Self {
+            image_size: 32,
+            patch_size: 4,
+            num_channels,
+            hidden_size: 48,
+            num_hidden_layers: 4,
+            num_attention_heads: 4,
+            intermediate_size: 192,
+            hidden_act: default_act(),
+            layer_norm_eps: default_eps(),
+            qkv_bias: true,
+            id2label,
+            label2id,
+            hidden_dropout_prob: 0.0,
+            attention_probs_dropout_prob: 0.0,
+            initializer_range: default_init(),
+            model_type: default_model_type(),
+            architectures: vec!["ViTForImageClassification".into()],
+        }
+    }
+
+    /// The shipped default's configuration: seed shapes, 1 channel, Fashion-MNIST classes.
+    pub fn fashion_mnist() -> Self {
+        Self::seed(1, &FASHION_MNIST_LABELS)
+    }
+
+    pub fn num_labels(&self) -> usize {
+        self.id2label.len()
+    }
+
+    /// Patches per side at the configured image size.
+    pub fn grid(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    /// Tokens per image at the configured size: patches + CLS.
+    pub fn num_tokens(&self) -> usize {
+        self.grid() * self.grid() + 1
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Class name of label `i` (or the index as text when the config has no names).
+    pub fn label(&self, i: usize) -> String {
+        self.id2label.get(&i.to_string()).cloned().unwrap_or_else(|| i.to_string())
+    }
+
+    /// Checks the relations between fields that the model relies on.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::invalid(format!("invalid ViT config: {m}")));
+        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
+            return bad(format!("image_size {} is not a multiple of patch_size {}", self.image_size, self.patch_size));
+        }
+        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            return bad(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if self.hidden_act != "gelu" {
+            return bad(format!("hidden_act `{}` is not supported (only \"gelu\", exact erf)", self.hidden_act));
+        }
+        if self.num_labels() == 0 {
+            return bad("id2label is empty (the classifier needs at least one label)".into());
+        }
+        for i in 0..self.num_labels() {
+            if !self.id2label.contains_key(&i.to_string()) {
+                return bad(format!("id2label has no entry for label {i}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and validates a `config.json`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let cfg: Self = serde_json::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not a valid ViT config.json ({e})")))?;
+        cfg.validate().map_err(|e| Error::format(path, e.to_string()))?;
+        Ok(cfg)
+    }
+
+    /// Writes the config as pretty JSON (atomically).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let mut v = serde_json::to_value(self).expect("config serialises");
+        // HF reads num_labels from id2label; writing it too keeps old readers happy.
+        v["num_labels"] = self.num_labels().into();
+        let text = serde_json::to_string_pretty(&v).expect("json");
+        imgseq_core::fsutil::write_bytes_atomic(path, text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_config_gives_65_tokens_of_48() {
+        let c = ViTConfig::fashion_mnist();
+        assert_eq!(c.num_tokens(), 65);
+        assert_eq!(c.hidden_size, 48);
+        assert_eq!(c.head_dim(), 12);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn hf_config_json_with_extra_fields_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        std::fs::write(
+            &p,
+            r#"{"image_size":32,"patch_size":4,"num_channels":3,"hidden_size":48,"num_hidden_layers":2,
+            "num_attention_heads":4,"intermediate_size":96,"hidden_act":"gelu","layer_norm_eps":1e-12,
+            "qkv_bias":true,"id2label":{"0":"a","1":"b"},"encoder_stride":16,"transformers_version":"5"}"#,
+        )
+        .unwrap();
+        let c = ViTConfig::load(&p).unwrap();
+        assert_eq!(c.num_labels(), 2);
+        assert_eq!(c.label(1), "b");
+    }
+
+    #[test]
+    fn config_with_bad_patch_size_is_rejected_with_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let mut c = ViTConfig::fashion_mnist();
+        c.patch_size = 5;
+        c.save(&p).unwrap();
+        let e = ViTConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("config.json") && e.contains("patch_size"), "{e}");
+    }
+}

@@ -1,0 +1,73 @@
+//! Bicubic resizing of the position-embedding grid, numerically as PyTorch's
+//! `F.interpolate(mode="bicubic", align_corners=False)` (used by HF `interpolate_pos_encoding`).
+//!
+//! The resize is separable and linear, so it is expressed as two small matrices applied with
+//! matmuls: it stays differentiable and runs on any device.
+
+use candle_core::{Result, Tensor};
+
+/// PyTorch's cubic convolution constant (Keys' kernel with a = −0.75).
+const A: f64 = -0.75;
+
+fn cubic1(x: f64) -> f64 {
+    ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0 // |x| <= 1
+}
+fn cubic2(x: f64) -> f64 {
+    ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A // 1 < |x| < 2
+}
+
+/// The (out, inp) matrix that bicubically resizes a 1-D signal of length `inp` to `out`,
+/// with align_corners=False: source = (dst + 0.5)·inp/out − 0.5, border taps clamped.
+pub fn bicubic_matrix(inp: usize, out: usize) -> Vec<f32> {
+    let mut m = vec![0f32; out * inp];
+    let scale = inp as f64 / out as f64;
+    for o in 0..out {
+        let src = (o as f64 + 0.5) * scale - 0.5;
+        let i0 = src.floor();
+        let t = src - i0;
+        let weights = [cubic2(t + 1.0), cubic1(t), cubic1(1.0 - t), cubic2(2.0 - t)];
+        for (k, wk) in weights.iter().enumerate() {
+            let idx = (i0 as i64 - 1 + k as i64).clamp(0, inp as i64 - 1) as usize;
+            m[o * inp + idx] += *wk as f32;
+        }
+    }
+    m
+}
+
+/// Resizes a (h, w, c) grid to (new_h, new_w, c) bicubically.
+pub fn bicubic_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<Tensor> {
+    let (h, w, c) = grid.dims3()?;
+    let dev = grid.device();
+    let mh = Tensor::from_vec(bicubic_matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
+    let mw = Tensor::from_vec(bicubic_matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
+    let rows = mh.matmul(&grid.reshape((h, w * c))?)?.reshape((new_h, w, c))?; // (new_h, w, c)
+    let cols = rows.transpose(0, 1)?.contiguous()?.reshape((w, new_h * c))?; // (w, new_h·c)
+    mw.matmul(&cols)?.reshape((new_w, new_h, c))?.transpose(0, 1)?.contiguous() // (new_h, new_w, c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_size_is_identity() {
+        let m = bicubic_matrix(8, 8);
+        for i in 0..8 {
+            for j in 0..8 {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((m[i * 8 + j] - want).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn rows_sum_to_one_so_constants_survive() {
+        for (i, o) in [(8, 12), (8, 5), (3, 7)] {
+            let m = bicubic_matrix(i, o);
+            for r in 0..o {
+                let s: f32 = m[r * i..(r + 1) * i].iter().sum();
+                assert!((s - 1.0).abs() < 1e-5, "{i}->{o} row {r}: {s}");
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The Vision Transformer, top to bottom, with HF transformers' weight names.
+//!
+//! pixels (b, c, 32, 32)
+//!   → Embeddings: patch conv (4×4, stride 4) → prepend CLS → add positions   (b, 65, 48)
+//!   → Encoder: 4 pre-LN blocks (multi-head self-attention, GELU MLP)        (b, 65, 48)
+//!   → final LayerNorm → classifier on the CLS token                          (b, num_labels)
+//!
+//! Every block is built by `fn new(cfg, vb)`: the `vb.pp(..)` chain *is* the weight map
+//! (`vit.embeddings.cls_token`, `vit.encoder.layer.0.attention.attention.query.weight`, …).
+
+use candle_core::{Module, Result, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+use imgseq_kernels::ops;
+
+use crate::config::ViTConfig;
+use crate::interpolate::bicubic_resize_grid;
+
+/// A linear layer in PyTorch layout (weight (out, in)), computed by `ops::linear`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn new(in_dim: usize, out_dim: usize, bias: bool, init_std: f64, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0., stdev: init_std })?;
+        let bias = if bias { Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.))?) } else { None };
+        Ok(Self { weight, bias })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        ops::linear(x, &self.weight, self.bias.as_ref())
+    }
+}
+
+/// LayerNorm over the last dimension, computed by `ops::layer_norm`.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
+        let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
+        Ok(Self { weight, bias, eps })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        ops::layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+/// Conv2d with kernel = stride = patch: cuts the image into non-overlapping patches and
+/// projects each to `hidden_size` values. HF name: `patch_embeddings.projection`.
+#[derive(Debug, Clone)]
+pub struct PatchEmbeddings {
+    weight: Tensor, // (hidden, c, p, p)
+    bias: Tensor,   // (hidden)
+    patch_size: usize,
+}
+
+impl PatchEmbeddings {
+    fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let vb = vb.pp("projection");
+        let (h, c, p) = (cfg.hidden_size, cfg.num_channels, cfg.patch_size);
+        let fan_in = (c * p * p) as f64;
+        let weight = vb.get_with_hints((h, c, p, p), "weight", Init::Randn { mean: 0., stdev: (1. / fan_in).sqrt() })?;
+        let bias = vb.get_with_hints(h, "bias", Init::Const(0.))?;
+        Ok(Self { weight, bias, patch_size: p })
+    }
+
+    /// # Shapes
+    /// (b, c, h, w) → (b, (h/p)·(w/p), hidden), patches in raster order.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = ops::conv2d(x, &self.weight, Some(&self.bias), self.patch_size, ops::Padding::same(0))?; // (b, hidden, h/p, w/p)
+        x.flatten_from(2)?.transpose(1, 2) // (b, n, hidden)
+    }
+}
+
+/// CLS token + patch embeddings + learned absolute positions.
+#[derive(Debug, Clone)]
+pub struct Embeddings {
+    pub cls_token: Tensor,           // (1, 1, hidden)
+    pub position_embeddings: Tensor, // (1, n + 1, hidden)
+    pub patch_embeddings: PatchEmbeddings,
+    patch_size: usize,
+}
+
+impl Embeddings {
+    pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let init = Init::Randn { mean: 0., stdev: cfg.initializer_range };
+        let cls_token = vb.get_with_hints((1, 1, cfg.hidden_size), "cls_token", init)?;
+        let position_embeddings =
+            vb.get_with_hints((1, cfg.num_tokens(), cfg.hidden_size), "position_embeddings", init)?;
+        let patch_embeddings = PatchEmbeddings::new(cfg, vb.pp("patch_embeddings"))?;
+        Ok(Self { cls_token, position_embeddings, patch_embeddings, patch_size: cfg.patch_size })
+    }
+
+    /// The seed's three steps: patch conv → prepend CLS → add positions.
+    ///
+    /// With `interpolate_pos_encoding`, an input of another size (e.g. 48×48 → 145 tokens) gets
+    /// position vectors resized bicubically on the patch grid (CLS slot kept), as HF does;
+    /// without it a size mismatch is an error.
+    ///
+    /// # Shapes
+    /// (b, c, h, w) → (b, 1 + (h/p)·(w/p), hidden)
+    pub fn forward(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<Tensor> {
+        let (b, _c, h, w) = pixel_values.dims4()?;
+        let patches = self.patch_embeddings.forward(pixel_values)?; // (b, 64, 48)
+        let cls = self.cls_token.broadcast_as((b, 1, self.cls_token.dim(2)?))?; // (b, 1, 48)
+        let tokens = Tensor::cat(&[&cls, &patches], 1)?; // (b, 65, 48)
+        tokens.broadcast_add(&self.positions(h, w, interpolate_pos_encoding)?) // (b, 65, 48)
+    }
+
+    /// The position vectors for an `h`×`w` input: (1, 1 + (h/p)·(w/p), hidden).
+    pub fn positions(&self, h: usize, w: usize, interpolate: bool) -> Result<Tensor> {
+        let p = self.patch_size;
+        if h % p != 0 || w % p != 0 {
+            candle_core::bail!("input {h}x{w} is not a multiple of the patch size {p}")
+        }
+        let (gh, gw) = (h / p, w / p);
+        let n_pos = self.position_embeddings.dim(1)? - 1;
+        if gh * gw == n_pos && gh == gw {
+            return Ok(self.position_embeddings.clone());
+        }
+        let side = (n_pos as f64).sqrt().round() as usize;
+        if !interpolate {
+            candle_core::bail!(
+                "input {h}x{w} gives {} patches but the model has positions for {side}x{side}; \
+                 enable position interpolation to run at another size",
+                gh * gw
+            )
+        }
+        let hidden = self.position_embeddings.dim(2)?;
+        let cls_pos = self.position_embeddings.narrow(1, 0, 1)?; // (1, 1, hidden)
+        let grid = self.position_embeddings.narrow(1, 1, n_pos)?.reshape((side, side, hidden))?;
+        let resized = bicubic_resize_grid(&grid, gh, gw)?; // (gh, gw, hidden)
+        Tensor::cat(&[cls_pos, resized.reshape((1, gh * gw, hidden))?], 1)
+    }
+}
+
+/// Multi-head self-attention (`attention.attention.{query,key,value}` + `attention.output.dense`).
+#[derive(Debug, Clone)]
+pub struct SelfAttention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    output: Linear,
+    num_heads: usize,
+}
+
+impl SelfAttention {
+    fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let std = cfg.initializer_range;
+        let vba = vb.pp("attention");
+        Ok(Self {
+            query: Linear::new(h, h, cfg.qkv_bias, std, vba.pp("query"))?,
+            key: Linear::new(h, h, cfg.qkv_bias, std, vba.pp("key"))?,
+            value: Linear::new(h, h, cfg.qkv_bias, std, vba.pp("value"))?,
+            output: Linear::new(h, h, true, std, vb.pp("output").pp("dense"))?,
+            num_heads: cfg.num_attention_heads,
+        })
+    }
+
+    /// # Shapes
+    /// (b, n, hidden) → (b, n, hidden)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, n, hidden) = x.dims3()?;
+        let (nh, d) = (self.num_heads, hidden / self.num_heads);
+        let heads = |t: Tensor| t.reshape((b, n, nh, d))?.transpose(1, 2)?.contiguous(); // (b, nh, n, d)
+        let q = heads(self.query.forward(x)?)?;
+        let k = heads(self.key.forward(x)?)?;
+        let v = heads(self.value.forward(x)?)?;
+        let ctx = ops::attention(&q, &k, &v, 1.0 / (d as f64).sqrt())?; // (b, nh, n, d)
+        let ctx = ctx.transpose(1, 2)?.reshape((b, n, hidden))?; // (b, n, hidden)
+        self.output.forward(&ctx)
+    }
+}
+
+/// One pre-LN transformer block (`vit.encoder.layer.N`).
+#[derive(Debug, Clone)]
+pub struct Layer {
+    layernorm_before: LayerNorm,
+    attention: SelfAttention,
+    layernorm_after: LayerNorm,
+    intermediate: Linear, // intermediate.dense
+    output: Linear,       // output.dense
+}
+
+impl Layer {
+    fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let (h, m, std) = (cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range);
+        Ok(Self {
+            layernorm_before: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
+            attention: SelfAttention::new(cfg, vb.pp("attention"))?,
+            layernorm_after: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("layernorm_after"))?,
+            intermediate: Linear::new(h, m, true, std, vb.pp("intermediate").pp("dense"))?,
+            output: Linear::new(m, h, true, std, vb.pp("output").pp("dense"))?,
+        })
+    }
+
+    /// # Shapes
+    /// (b, n, hidden) → (b, n, hidden)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = (x + self.attention.forward(&self.layernorm_before.forward(x)?)?)?; // (b, n, 48)
+        let mlp = ops::gelu(&self.intermediate.forward(&self.layernorm_after.forward(&x)?)?)?; // (b, n, 192)
+        x + self.output.forward(&mlp)? // (b, n, 48)
+    }
+}
+
+/// `ViTModel` without pooler (as inside HF `ViTForImageClassification`).
+#[derive(Debug, Clone)]
+pub struct ViTModel {
+    pub embeddings: Embeddings,
+    layers: Vec<Layer>,
+    layernorm: LayerNorm,
+}
+
+/// Everything a forward pass can report.
+pub struct ViTOutput {
+    /// Output of the embeddings and of every layer: `num_hidden_layers + 1` tensors (b, n, hidden).
+    pub hidden_states: Vec<Tensor>,
+    /// Final LayerNorm applied to the last hidden state: (b, n, hidden).
+    pub last_hidden_state: Tensor,
+}
+
+impl ViTModel {
+    pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let embeddings = Embeddings::new(cfg, vb.pp("embeddings"))?;
+        let vbl = vb.pp("encoder").pp("layer");
+        let layers = (0..cfg.num_hidden_layers).map(|i| Layer::new(cfg, vbl.pp(i))).collect::<Result<Vec<_>>>()?;
+        let layernorm = LayerNorm::new(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("layernorm"))?;
+        Ok(Self { embeddings, layers, layernorm })
+    }
+
+    /// # Shapes
+    /// (b, c, h, w) → last_hidden_state (b, n, hidden)
+    pub fn forward(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<Tensor> {
+        let mut x = self.embeddings.forward(pixel_values, interpolate_pos_encoding)?;
+        for layer in &self.layers {
+            x = layer.forward(&x)?;
+        }
+        self.layernorm.forward(&x)
+    }
+
+    /// Like [`forward`](Self::forward) but keeps every intermediate hidden state.
+    pub fn forward_all(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<ViTOutput> {
+        let mut hidden_states = vec![self.embeddings.forward(pixel_values, interpolate_pos_encoding)?];
+        for layer in &self.layers {
+            let next = layer.forward(hidden_states.last().expect("non-empty"))?;
+            hidden_states.push(next);
+        }
+        let last_hidden_state = self.layernorm.forward(hidden_states.last().expect("non-empty"))?;
+        Ok(ViTOutput { hidden_states, last_hidden_state })
+    }
+}
+
+/// `ViTForImageClassification`: `vit.*` + `classifier` reading the CLS token.
+#[derive(Debug, Clone)]
+pub struct ViTForImageClassification {
+    pub vit: ViTModel,
+    classifier: Linear,
+}
+
+impl ViTForImageClassification {
+    pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
+        let vit = ViTModel::new(cfg, vb.pp("vit"))?;
+        let classifier =
+            Linear::new(cfg.hidden_size, cfg.num_labels(), true, cfg.initializer_range, vb.pp("classifier"))?;
+        Ok(Self { vit, classifier })
+    }
+
+    /// # Shapes
+    /// (b, c, h, w) → logits (b, num_labels)
+    pub fn forward(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<Tensor> {
+        let h = self.vit.forward(pixel_values, interpolate_pos_encoding)?; // (b, n, hidden)
+        self.classify(&h)
+    }
+
+    /// Classifier on the CLS token of a final hidden state (b, n, hidden) → (b, num_labels).
+    pub fn classify(&self, last_hidden_state: &Tensor) -> Result<Tensor> {
+        let cls = last_hidden_state.narrow(1, 0, 1)?.squeeze(1)?; // (b, hidden)
+        self.classifier.forward(&cls)
+    }
+}
+
+/// Softmax probabilities of logits (b, k) (inference only).
+pub fn probabilities(logits: &Tensor) -> Result<Tensor> {
+    candle_nn::ops::softmax(logits, D::Minus1)
+}

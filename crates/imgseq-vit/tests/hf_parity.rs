@@ -1,0 +1,100 @@
+//! Parity with HF transformers' ViTForImageClassification (fixtures written by
+//! `scripts/make_vit_fixtures.py`): weights load by their HF names, and embeddings, every
+//! hidden state and the logits match within 1e-4 relative.
+
+use candle_core::{Device, Tensor};
+use imgseq_vit::checkpoint::{load_classifier, load_tensors};
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vit")
+}
+
+/// max |a − b| / max |b|
+fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    diff / scale.max(1e-12)
+}
+
+#[test]
+fn hf_vit_hidden_states_and_logits_match() {
+    let dev = Device::Cpu;
+    let (cfg, model) = load_classifier(&fixtures().join("tiny"), &dev).unwrap();
+    assert_eq!(cfg.num_labels(), 5);
+    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let x = &io["pixel_values"];
+    let out = model.vit.forward_all(x, false).unwrap();
+    assert_eq!(out.hidden_states.len(), cfg.num_hidden_layers + 1);
+    for (i, h) in out.hidden_states.iter().enumerate() {
+        let e = rel_err(h, &io[&format!("hidden_states.{i}")]);
+        assert!(e <= 1e-4, "hidden_states.{i}: rel err {e}");
+    }
+    let e = rel_err(&out.last_hidden_state, &io["last_hidden_state"]);
+    assert!(e <= 1e-4, "last_hidden_state: rel err {e}");
+    let logits = model.forward(x, false).unwrap();
+    let e = rel_err(&logits, &io["logits"]);
+    assert!(e <= 1e-4, "logits: rel err {e}");
+}
+
+#[test]
+fn hf_interpolate_pos_encoding_48px_gives_145_tokens_and_matches() {
+    let dev = Device::Cpu;
+    let (_cfg, model) = load_classifier(&fixtures().join("tiny"), &dev).unwrap();
+    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let x = &io["pixel_values_48"];
+    let emb = model.vit.embeddings.forward(x, true).unwrap();
+    assert_eq!(emb.dims(), &[1, 145, 32]);
+    let e = rel_err(&emb, &io["embeddings_48"]);
+    assert!(e <= 1e-4, "embeddings_48: rel err {e}");
+    let logits = model.forward(x, true).unwrap();
+    let e = rel_err(&logits, &io["logits_48"]);
+    assert!(e <= 1e-4, "logits_48: rel err {e}");
+}
+
+#[test]
+fn other_size_without_interpolation_is_an_error() {
+    let dev = Device::Cpu;
+    let (_cfg, model) = load_classifier(&fixtures().join("tiny"), &dev).unwrap();
+    let x = Tensor::zeros((1, 3, 48, 48), candle_core::DType::F32, &dev).unwrap();
+    let err = model.forward(&x, false).unwrap_err().to_string();
+    assert!(err.contains("interpolation"), "{err}");
+}
+
+#[test]
+fn weights_with_missing_key_name_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Device::Cpu;
+    let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    t.remove("vit.layernorm.bias");
+    imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
+    std::fs::copy(fixtures().join("tiny/config.json"), dir.path().join("config.json")).unwrap();
+    let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
+    assert!(err.contains("model.safetensors") && err.contains("vit.layernorm.bias"), "{err}");
+    assert_eq!(err.lines().count(), 1);
+}
+
+#[test]
+fn config_and_weights_that_disagree_are_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Device::Cpu;
+    std::fs::copy(fixtures().join("tiny/model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+    let mut cfg = imgseq_vit::ViTConfig::load(fixtures().join("tiny/config.json")).unwrap();
+    cfg.hidden_size = 48;
+    cfg.save(dir.path().join("config.json")).unwrap();
+    let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
+    assert!(err.contains("model.safetensors") && err.contains("shape"), "{err}");
+}
+
+#[test]
+fn unexpected_extra_tensor_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Device::Cpu;
+    let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    t.insert("vit.pooler.dense.weight".into(), Tensor::zeros((32, 32), candle_core::DType::F32, &dev).unwrap());
+    imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
+    std::fs::copy(fixtures().join("tiny/config.json"), dir.path().join("config.json")).unwrap();
+    let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
+    assert!(err.contains("vit.pooler.dense.weight"), "{err}");
+}
