@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod fsutil;
+pub mod npy;
 pub mod weights;
 
 pub use error::{Error, Result};
