@@ -4,7 +4,13 @@
 //! `gelu`, `attention`, `nearest_codebook`, ...). On the CPU these dispatch to our own kernels
 //! (plugged into candle as `CustomOp`s with their backward passes); on other devices they use
 //! candle's built-in ops, so the same model code runs on CUDA.
+//!
+//! [`reference`] keeps the plain candle composites: they are the non-CPU path and the
+//! numerical reference the kernels are tested against.
 
+pub mod cpu;
+pub mod custom;
 pub mod ops;
+pub mod reference;
 
 pub use ops::Padding;

@@ -1,8 +1,19 @@
 //! The small set of tensor ops the models are written against.
 //!
-//! Every function here is differentiable through candle's autograd.
+//! Every function here is differentiable through candle's autograd. On the CPU, for f32 and
+//! f64, they run our own kernels ([`crate::custom`]); elsewhere (CUDA/Metal, f16/bf16) they fall
+//! back to the plain candle composites in [`crate::reference`].
 
-use candle_core::{DType, Result, Tensor, D};
+use crate::custom;
+use crate::reference;
+use candle_core::{DType, Result, Tensor};
+
+/// Whether `ts` can go through the custom CPU kernels: all on the CPU, all f32 or all f64.
+fn fast(ts: &[&Tensor]) -> bool {
+    let dt = ts[0].dtype();
+    matches!(dt, DType::F32 | DType::F64)
+        && ts.iter().all(|t| t.device().is_cpu() && t.dtype() == dt)
+}
 
 /// Zero padding of a 2-D convolution input, per side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,12 +27,22 @@ pub struct Padding {
 impl Padding {
     /// The same padding on all four sides.
     pub const fn same(p: usize) -> Self {
-        Self { left: p, right: p, top: p, bottom: p }
+        Self {
+            left: p,
+            right: p,
+            top: p,
+            bottom: p,
+        }
     }
     /// taming-transformers' Downsample padding: `F.pad(x, (0, 1, 0, 1))`, i.e. one zero column on
     /// the right and one zero row at the bottom, none on the left/top.
-    pub const TAMING_DOWN: Self = Self { left: 0, right: 1, top: 0, bottom: 1 };
-    fn is_symmetric(&self) -> bool {
+    pub const TAMING_DOWN: Self = Self {
+        left: 0,
+        right: 1,
+        top: 0,
+        bottom: 1,
+    };
+    pub(crate) fn is_symmetric(&self) -> bool {
         self.left == self.right && self.top == self.bottom && self.left == self.top
     }
 }
@@ -37,17 +58,7 @@ pub fn conv2d(
     stride: usize,
     pad: Padding,
 ) -> Result<Tensor> {
-    let x = if pad.is_symmetric() {
-        x.clone()
-    } else {
-        x.pad_with_zeros(D::Minus1, pad.left, pad.right)?.pad_with_zeros(D::Minus2, pad.top, pad.bottom)?
-    };
-    let p = if pad.is_symmetric() { pad.left } else { 0 };
-    let y = x.conv2d(weight, p, stride, 1, 1)?;
-    match bias {
-        Some(b) => y.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
-        None => Ok(y),
-    }
+    reference::conv2d(x, weight, bias, stride, pad)
 }
 
 /// Group normalisation over (c/groups, h, w) per sample and group, with affine weight and bias,
@@ -63,25 +74,29 @@ pub fn group_norm(
     eps: f64,
     fuse_silu: bool,
 ) -> Result<Tensor> {
-    let (b, c, h, w) = x.dims4()?;
-    let xg = x.reshape((b, num_groups, (c / num_groups) * h * w))?;
-    let mean = xg.mean_keepdim(D::Minus1)?;
-    let xc = xg.broadcast_sub(&mean)?;
-    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    let xn = xc.broadcast_div(&(var + eps)?.sqrt()?)?.reshape((b, c, h, w))?;
-    let y = xn
-        .broadcast_mul(&weight.reshape((1, c, 1, 1))?)?
-        .broadcast_add(&bias.reshape((1, c, 1, 1))?)?;
-    if fuse_silu {
-        silu(&y)
-    } else {
-        Ok(y)
+    if fast(&[x, weight, bias]) && x.rank() == 4 && num_groups > 0 && x.dim(1)? % num_groups == 0 {
+        let (x, w, b) = (x.contiguous()?, weight.contiguous()?, bias.contiguous()?);
+        return x.apply_op3(
+            &w,
+            &b,
+            custom::GroupNorm {
+                groups: num_groups,
+                eps,
+                silu: fuse_silu,
+            },
+        );
     }
+    reference::group_norm(x, num_groups, weight, bias, eps, fuse_silu)
 }
 
 /// SiLU / swish: x·sigmoid(x).
 pub fn silu(x: &Tensor) -> Result<Tensor> {
-    x.silu()
+    if fast(&[x]) {
+        return x
+            .contiguous()?
+            .apply_op1(custom::Activation(custom::Act::Silu));
+    }
+    reference::silu(x)
 }
 
 /// Layer normalisation over the last dimension (differentiable).
@@ -89,22 +104,29 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// x: (..., d), weight/bias: (d) → (..., d)
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mean)?;
-    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    xc.broadcast_div(&(var + eps)?.sqrt()?)?.broadcast_mul(weight)?.broadcast_add(bias)
+    if fast(&[x, weight, bias]) && weight.rank() == 1 && bias.rank() == 1 {
+        let (x, w, b) = (x.contiguous()?, weight.contiguous()?, bias.contiguous()?);
+        return x.apply_op3(&w, &b, custom::LayerNorm { eps });
+    }
+    reference::layer_norm(x, weight, bias, eps)
 }
 
 /// GELU, exact (erf) form as PyTorch's default `nn.GELU()` / HF `"gelu"`.
 pub fn gelu(x: &Tensor) -> Result<Tensor> {
-    x.gelu_erf()
+    if fast(&[x]) {
+        return x
+            .contiguous()?
+            .apply_op1(custom::Activation(custom::Act::Gelu));
+    }
+    reference::gelu(x)
 }
 
 /// Differentiable softmax over the last dimension.
 pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let e = x.broadcast_sub(&max)?.exp()?;
-    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+    if fast(&[x]) && x.rank() > 0 {
+        return x.contiguous()?.apply_op1(custom::Softmax);
+    }
+    reference::softmax_last_dim(x)
 }
 
 /// Scaled dot-product attention, softmax(q·kᵀ·scale)·v, over every (batch, head).
@@ -112,9 +134,19 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// q, k, v: (b, heads, n, d) → (b, heads, n, d)
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
-    let att = (q.contiguous()?.matmul(&k.t()?.contiguous()?)? * scale)?;
-    let att = softmax_last_dim(&att)?;
-    att.matmul(&v.contiguous()?)
+    if fast(&[q, k, v]) && q.rank() == 4 && q.dims() == k.dims() && q.dims() == v.dims() {
+        // The kernel reads any (b, h, n) strides as long as the last dim is dense.
+        let dense = |t: &Tensor| -> Result<Tensor> {
+            if t.dim(3)? <= 1 || t.stride()[3] == 1 {
+                Ok(t.clone())
+            } else {
+                t.contiguous()
+            }
+        };
+        let (q, k, v) = (dense(q)?, dense(k)?, dense(v)?);
+        return q.apply_op3(&k, &v, custom::Attention { scale });
+    }
+    reference::attention(q, k, v, scale)
 }
 
 /// Linear layer with PyTorch's weight layout.
@@ -122,17 +154,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tenso
 /// # Shapes
 /// x: (..., in), weight: (out, in), bias: (out) → (..., out)
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let inp = *dims.last().expect("linear input has no dims");
-    let rows = x.elem_count() / inp;
-    let y = x.reshape((rows, inp))?.matmul(&weight.t()?)?;
-    let y = match bias {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out = dims;
-    *out.last_mut().unwrap() = weight.dim(0)?;
-    y.reshape(out)
+    reference::linear(x, weight, bias)
 }
 
 /// Index of the nearest codebook row for every row of `z`, by squared Euclidean distance
@@ -141,10 +163,5 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
 /// # Shapes
 /// z: (n, d), codebook: (k, d) → (n) u32
 pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
-    let z = z.to_dtype(DType::F32)?;
-    let e = codebook.to_dtype(DType::F32)?;
-    let z2 = z.sqr()?.sum_keepdim(1)?; // (n, 1)
-    let e2 = e.sqr()?.sum(1)?.unsqueeze(0)?; // (1, k)
-    let d = z2.broadcast_add(&e2)?.sub(&(z.matmul(&e.t()?)? * 2.0)?)?;
-    d.argmin(1)
+    reference::nearest_codebook(z, codebook)
 }

@@ -1,0 +1,1 @@
+//! Nearest codebook entry (todo).

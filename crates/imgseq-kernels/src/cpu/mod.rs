@@ -1,0 +1,294 @@
+//! Portable CPU kernels (f32 and f64), with AVX2+FMA code paths picked at run time.
+//!
+//! Every kernel body is a generic `#[inline(always)]` function over [`Real`]; the
+//! [`multiversion!`] macro compiles it twice (once inside a `#[target_feature(enable =
+//! "avx2,fma")]` wrapper, once plain) and picks the right one on each call. The bodies are
+//! written so that LLVM's auto-vectoriser handles them: lane-wise accumulators for
+//! reductions, no libm calls in hot loops (see [`fast_exp_f32`]).
+
+use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, WithDType};
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
+
+pub mod act;
+pub mod attn;
+pub mod codebook;
+pub mod conv;
+pub mod norm;
+
+/// Number of lanes used by the manual reductions (one AVX register of f32).
+pub const LANES: usize = 8;
+
+/// The float types our kernels run on: f32 (fast path) and f64 (used by the gradient checks).
+pub trait Real:
+    WithDType
+    + Default
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + SubAssign
+    + MulAssign
+    + Send
+    + Sync
+{
+    const ZERO: Self;
+    const ONE: Self;
+    fn c(v: f64) -> Self;
+    fn exp(self) -> Self;
+    fn sqrt(self) -> Self;
+    #[inline(always)]
+    fn maxv(self, o: Self) -> Self {
+        if self > o {
+            self
+        } else {
+            o
+        }
+    }
+    #[inline(always)]
+    fn absv(self) -> Self {
+        if self < Self::ZERO {
+            -self
+        } else {
+            self
+        }
+    }
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn c(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn exp(self) -> Self {
+        fast_exp_f32(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn c(v: f64) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+}
+
+/// `exp` for f32 without a libm call (Cephes `expf` polynomial, ~1 ulp over the clamped range),
+/// written branch-free so that it vectorises.
+#[inline(always)]
+pub fn fast_exp_f32(x: f32) -> f32 {
+    let x = if x > 88.37626 { 88.37626 } else { x };
+    let x = if x < -87.33654 { -87.33654 } else { x };
+    let fx = (x * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = x - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
+    let z = r * r;
+    let mut y = 1.987_569_1e-4_f32;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 5.000_000_1e-1;
+    let y = y * z + r + 1.0;
+    // 2^fx; fx is in [-126, 128] after the clamp above.
+    let e = (fx as i32 + 127).clamp(0, 254);
+    y * f32::from_bits((e as u32) << 23)
+}
+
+/// Whether the AVX2+FMA code paths may be used on this CPU (cached by std).
+#[inline(always)]
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines `fn name<T: Real>(args) -> ret` whose body is compiled both for AVX2+FMA and for the
+/// baseline target, dispatching at run time.
+#[macro_export]
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$T:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name<$T: $crate::cpu::Real>($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn inner<$T: $crate::cpu::Real>($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn avx2<$T: $crate::cpu::Real>($($arg: $ty),*) $(-> $ret)? { inner::<$T>($($arg),*) }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::has_avx2() {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                return unsafe { avx2::<$T>($($arg),*) };
+            }
+            inner::<$T>($($arg),*)
+        }
+    };
+}
+
+/// Σ a, with lane-wise partial sums so that it vectorises.
+#[inline(always)]
+pub fn sum<T: Real>(a: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut ch = a.chunks_exact(LANES);
+    for c in &mut ch {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    let mut s = T::ZERO;
+    for v in ch.remainder() {
+        s += *v;
+    }
+    hsum(acc) + s
+}
+
+/// Σ a·b, with lane-wise partial sums so that it vectorises.
+#[inline(always)]
+pub fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s = T::ZERO;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += *x * *y;
+    }
+    hsum(acc) + s
+}
+
+/// Σ a·b·c, lane-wise.
+#[inline(always)]
+pub fn dot3<T: Real>(a: &[T], b: &[T], c: &[T]) -> T {
+    let n = a.len().min(b.len()).min(c.len());
+    let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let m = n / LANES * LANES;
+    for i in (0..m).step_by(LANES) {
+        for l in 0..LANES {
+            acc[l] += a[i + l] * b[i + l] * c[i + l];
+        }
+    }
+    let mut s = T::ZERO;
+    for i in m..n {
+        s += a[i] * b[i] * c[i];
+    }
+    hsum(acc) + s
+}
+
+/// Σ (a − m)², lane-wise.
+#[inline(always)]
+pub fn sum_sq_dev<T: Real>(a: &[T], m: T) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut ch = a.chunks_exact(LANES);
+    for c in &mut ch {
+        for l in 0..LANES {
+            let d = c[l] - m;
+            acc[l] += d * d;
+        }
+    }
+    let mut s = T::ZERO;
+    for v in ch.remainder() {
+        let d = *v - m;
+        s += d * d;
+    }
+    hsum(acc) + s
+}
+
+/// max a (a must be non-empty).
+#[inline(always)]
+pub fn max<T: Real>(a: &[T]) -> T {
+    let mut acc = [a[0]; LANES];
+    let mut ch = a.chunks_exact(LANES);
+    for c in &mut ch {
+        for l in 0..LANES {
+            acc[l] = acc[l].maxv(c[l]);
+        }
+    }
+    let mut m = a[0];
+    for v in acc.iter().chain(ch.remainder()) {
+        m = m.maxv(*v);
+    }
+    m
+}
+
+#[inline(always)]
+fn hsum<T: Real>(acc: [T; LANES]) -> T {
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
+/// y += a·x
+#[inline(always)]
+pub fn axpy<T: Real>(y: &mut [T], a: T, x: &[T]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * *x;
+    }
+}
+
+/// The contiguous slice behind `layout` in a CPU storage.
+pub fn slice<'a, T: Real>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [T]> {
+    let data = T::cpu_storage_as_slice(s)?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("imgseq-kernels: expected a contiguous input, got {l:?}"),
+    }
+}
+
+/// Runs `f` on the contiguous CPU data of `t` (call `.contiguous()` first).
+pub fn with_data<T: Real, R>(t: &Tensor, f: impl FnOnce(&[T]) -> Result<R>) -> Result<R> {
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(c) => f(slice::<T>(c, l)?),
+        _ => candle_core::bail!("imgseq-kernels: expected a CPU tensor"),
+    }
+}
+
+/// Runs `f` on the raw CPU storage and layout of `t`.
+pub fn with_storage<R>(t: &Tensor, f: impl FnOnce(&CpuStorage, &Layout) -> Result<R>) -> Result<R> {
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(c) => f(c, l),
+        _ => candle_core::bail!("imgseq-kernels: expected a CPU tensor"),
+    }
+}
+
+/// Number of worker threads rayon will use.
+pub fn threads() -> usize {
+    rayon::current_num_threads().max(1)
+}
+
+/// A chunk length (in units) that gives each thread a few chunks, but not chunks below `min`.
+pub fn chunk_len(total: usize, min: usize) -> usize {
+    let per = total.div_ceil(threads() * 4);
+    per.max(min).max(1)
+}

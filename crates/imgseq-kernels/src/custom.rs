@@ -1,0 +1,399 @@
+//! candle `CustomOp`s wrapping the CPU kernels in [`crate::cpu`], with their backward passes.
+//!
+//! Forward ops get contiguous inputs (the callers in [`crate::ops`] make sure of it, except
+//! attention which accepts any strides with a unit last stride). Backward passes read the
+//! saved tensors directly and build the gradients from fresh vectors.
+
+use crate::cpu::{self, act, attn, norm, with_data, Real};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+fn from_vec<T: Real>(v: Vec<T>, shape: &Shape, like: &Tensor) -> Result<Tensor> {
+    Tensor::from_vec(v, shape.clone(), like.device())
+}
+
+macro_rules! dispatch {
+    ($dtype:expr, $f:ident($($args:expr),*)) => {
+        match $dtype {
+            DType::F32 => $f::<f32>($($args),*),
+            DType::F64 => $f::<f64>($($args),*),
+            dt => bail!("imgseq-kernels: unsupported dtype {dt:?}"),
+        }
+    };
+}
+
+fn storage_dtype(s: &CpuStorage) -> DType {
+    candle_core::backend::BackendStorage::dtype(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm
+
+pub struct LayerNorm {
+    pub eps: f64,
+}
+
+fn ln_fwd<T: Real>(
+    eps: f64,
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    s3: &CpuStorage,
+    l3: &Layout,
+) -> Result<(CpuStorage, Shape)> {
+    let x = cpu::slice::<T>(s1, l1)?;
+    let w = cpu::slice::<T>(s2, l2)?;
+    let b = cpu::slice::<T>(s3, l3)?;
+    let d = *l1.dims().last().unwrap_or(&0);
+    if w.len() != d || b.len() != d {
+        bail!(
+            "layer_norm: weight/bias of {} / {} for last dim {d}",
+            w.len(),
+            b.len()
+        );
+    }
+    Ok((
+        T::to_cpu_storage_owned(norm::layer_norm(x, w, b, eps)),
+        l1.shape().clone(),
+    ))
+}
+
+fn ln_bwd<T: Real>(
+    eps: f64,
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let g = g.contiguous()?;
+    let (dx, dw, db) = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(w, |ws| {
+            with_data::<T, _>(&g, |gs| Ok(norm::layer_norm_bwd(xs, ws, gs, eps)))
+        })
+    })?;
+    Ok((
+        from_vec(dx, x.shape(), x)?,
+        from_vec(dw, w.shape(), w)?,
+        from_vec(db, w.shape(), w)?,
+    ))
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "imgseq-layer-norm"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s1), ln_fwd(self.eps, s1, l1, s2, l2, s3, l3))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = dispatch!(x.dtype(), ln_bwd(self.eps, x, w, g))?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GroupNorm (+ SiLU)
+
+pub struct GroupNorm {
+    pub groups: usize,
+    pub eps: f64,
+    pub silu: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gn_fwd<T: Real>(
+    op: &GroupNorm,
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    s3: &CpuStorage,
+    l3: &Layout,
+) -> Result<(CpuStorage, Shape)> {
+    let x = cpu::slice::<T>(s1, l1)?;
+    let w = cpu::slice::<T>(s2, l2)?;
+    let b = cpu::slice::<T>(s3, l3)?;
+    let c = l1.dims()[1];
+    let y = norm::group_norm(x, c, op.groups, w, b, op.eps, op.silu);
+    Ok((T::to_cpu_storage_owned(y), l1.shape().clone()))
+}
+
+fn gn_bwd<T: Real>(
+    op: &GroupNorm,
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let g = g.contiguous()?;
+    let c = x.dim(1)?;
+    let (dx, dw, db) = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(w, |ws| {
+            with_data::<T, _>(b, |bs| {
+                with_data::<T, _>(&g, |gs| {
+                    Ok(norm::group_norm_bwd(
+                        xs, c, op.groups, ws, bs, gs, op.eps, op.silu,
+                    ))
+                })
+            })
+        })
+    })?;
+    Ok((
+        from_vec(dx, x.shape(), x)?,
+        from_vec(dw, w.shape(), w)?,
+        from_vec(db, b.shape(), b)?,
+    ))
+}
+
+impl CustomOp3 for GroupNorm {
+    fn name(&self) -> &'static str {
+        "imgseq-group-norm"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s1), gn_fwd(self, s1, l1, s2, l2, s3, l3))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = dispatch!(x.dtype(), gn_bwd(self, x, w, b, g))?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise activations and softmax
+
+#[derive(Clone, Copy)]
+pub enum Act {
+    Gelu,
+    Silu,
+}
+
+pub struct Activation(pub Act);
+
+fn act_fwd<T: Real>(a: Act, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+    let x = cpu::slice::<T>(s, l)?;
+    let y = match a {
+        Act::Gelu => act::gelu(x),
+        Act::Silu => act::silu(x),
+    };
+    Ok((T::to_cpu_storage_owned(y), l.shape().clone()))
+}
+
+fn act_bwd<T: Real>(a: Act, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let g = g.contiguous()?;
+    let dx = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(&g, |gs| {
+            Ok(match a {
+                Act::Gelu => act::gelu_bwd(xs, gs),
+                Act::Silu => act::silu_bwd(xs, gs),
+            })
+        })
+    })?;
+    from_vec(dx, x.shape(), x)
+}
+
+impl CustomOp1 for Activation {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            Act::Gelu => "imgseq-gelu",
+            Act::Silu => "imgseq-silu",
+        }
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s), act_fwd(self.0, s, l))
+    }
+    fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(dispatch!(x.dtype(), act_bwd(self.0, x, g))?))
+    }
+}
+
+pub struct Softmax;
+
+fn sm_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+    let x = cpu::slice::<T>(s, l)?;
+    let d = *l.dims().last().unwrap_or(&1);
+    Ok((
+        T::to_cpu_storage_owned(act::softmax(x, d)),
+        l.shape().clone(),
+    ))
+}
+
+fn sm_bwd<T: Real>(y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let y = y.contiguous()?;
+    let g = g.contiguous()?;
+    let d = *y.dims().last().unwrap_or(&1);
+    let dx = with_data::<T, _>(&y, |ys| {
+        with_data::<T, _>(&g, |gs| Ok(act::softmax_bwd(ys, gs, d)))
+    })?;
+    from_vec(dx, y.shape(), &y)
+}
+
+impl CustomOp1 for Softmax {
+    fn name(&self) -> &'static str {
+        "imgseq-softmax-last-dim"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s), sm_fwd(s, l))
+    }
+    fn bwd(&self, _x: &Tensor, res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(dispatch!(res.dtype(), sm_bwd(res, g))?))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+pub struct Attention {
+    pub scale: f64,
+}
+
+/// The (b, h, n, d) view of an attention operand; needs a unit stride on the last dim.
+pub fn attn_view(l: &Layout) -> Result<(attn::View, attn::Dims)> {
+    let dims = l.dims();
+    let st = l.stride();
+    if dims.len() != 4 {
+        bail!("attention: expected (b, heads, n, d), got {:?}", dims);
+    }
+    if st[3] != 1 && dims[3] > 1 {
+        bail!("attention: last dim must have unit stride, got {:?}", st);
+    }
+    Ok((
+        attn::View {
+            start: l.start_offset(),
+            sb: st[0],
+            sh: st[1],
+            sn: st[2],
+        },
+        attn::Dims {
+            b: dims[0],
+            h: dims[1],
+            n: dims[2],
+            d: dims[3],
+        },
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attn_fwd<T: Real>(
+    scale: f64,
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    s3: &CpuStorage,
+    l3: &Layout,
+) -> Result<(CpuStorage, Shape)> {
+    let (qv, dims) = attn_view(l1)?;
+    let (kv, kd) = attn_view(l2)?;
+    let (vv, vd) = attn_view(l3)?;
+    if l1.dims() != l2.dims() || l1.dims() != l3.dims() {
+        bail!(
+            "attention: q/k/v shapes differ: {:?} {:?} {:?}",
+            l1.dims(),
+            l2.dims(),
+            l3.dims()
+        );
+    }
+    let _ = (kd, vd);
+    let q = T::cpu_storage_as_slice(s1)?;
+    let k = T::cpu_storage_as_slice(s2)?;
+    let v = T::cpu_storage_as_slice(s3)?;
+    let out = attn::attention(q, qv, k, kv, v, vv, dims, scale);
+    Ok((T::to_cpu_storage_owned(out), Shape::from(l1.dims())))
+}
+
+fn attn_bwd<T: Real>(
+    scale: f64,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let g = g.contiguous()?;
+    let (dq, dk, dv) = cpu::with_storage(q, |sq, lq| {
+        cpu::with_storage(k, |sk, lk| {
+            cpu::with_storage(v, |sv, lv| {
+                with_data::<T, _>(&g, |gs| {
+                    let (qv, dims) = attn_view(lq)?;
+                    let (kv, _) = attn_view(lk)?;
+                    let (vv, _) = attn_view(lv)?;
+                    Ok(attn::attention_bwd(
+                        T::cpu_storage_as_slice(sq)?,
+                        qv,
+                        T::cpu_storage_as_slice(sk)?,
+                        kv,
+                        T::cpu_storage_as_slice(sv)?,
+                        vv,
+                        gs,
+                        dims,
+                        scale,
+                    ))
+                })
+            })
+        })
+    })?;
+    Ok((
+        from_vec(dq, q.shape(), q)?,
+        from_vec(dk, k.shape(), k)?,
+        from_vec(dv, v.shape(), v)?,
+    ))
+}
+
+impl CustomOp3 for Attention {
+    fn name(&self) -> &'static str {
+        "imgseq-attention"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(
+            storage_dtype(s1),
+            attn_fwd(self.scale, s1, l1, s2, l2, s3, l3)
+        )
+    }
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dq, dk, dv) = dispatch!(q.dtype(), attn_bwd(self.scale, q, k, v, g))?;
+        Ok((Some(dq), Some(dk), Some(dv)))
+    }
+}
