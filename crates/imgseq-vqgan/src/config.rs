@@ -1,0 +1,323 @@
+//! VQGAN hyper-parameters, with taming-transformers' key names.
+//!
+//! taming keeps them in a `model.yaml` such as `configs/imagenet_vqgan.yaml`:
+//!
+//! ```yaml
+//! model:
+//!   params:
+//!     embed_dim: 256
+//!     n_embed: 1024
+//!     ddconfig: { double_z: False, z_channels: 256, resolution: 256, in_channels: 3,
+//!                 out_ch: 3, ch: 128, ch_mult: [1,1,2,2,4], num_res_blocks: 2,
+//!                 attn_resolutions: [16], dropout: 0.0 }
+//!     lossconfig: ...   # training only, ignored here
+//! ```
+//!
+//! Our own `config.json` (written beside converted safetensors) is the JSON form of
+//! [`VqConfig`]: `{"embed_dim": .., "n_embed": .., "ddconfig": {..}}`.
+
+use imgseq_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Encoder/decoder shape (`ddconfig` in taming).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DdConfig {
+    /// Base channel count; level i has `ch * ch_mult[i]` channels.
+    pub ch: usize,
+    pub ch_mult: Vec<usize>,
+    pub num_res_blocks: usize,
+    /// Resolutions (counted from `resolution`, halving per level) that get attention blocks.
+    pub attn_resolutions: Vec<usize>,
+    pub z_channels: usize,
+    /// Encoder outputs `2 * z_channels` when true (KL autoencoders); false for VQGAN.
+    pub double_z: bool,
+    /// Nominal training resolution. Only used to place attention, not to check input sizes.
+    pub resolution: usize,
+    pub in_channels: usize,
+    pub out_ch: usize,
+    /// Training-time dropout in ResnetBlocks; inference ignores it.
+    pub dropout: f64,
+}
+
+/// Full VQGAN config: `ddconfig` plus the quantizer (`embed_dim`, `n_embed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VqConfig {
+    pub ddconfig: DdConfig,
+    /// Codebook vector size.
+    pub embed_dim: usize,
+    /// Number of codebook entries.
+    pub n_embed: usize,
+    /// Commitment weight of the quantizer loss (taming: 0.25).
+    #[serde(default = "default_beta")]
+    pub beta: f64,
+    /// taming's `legacy=True` loss (β on the codebook term); the released checkpoints use it.
+    #[serde(default = "default_legacy")]
+    pub legacy: bool,
+}
+
+fn default_beta() -> f64 {
+    0.25
+}
+fn default_legacy() -> bool {
+    true
+}
+
+impl VqConfig {
+    /// taming's `vqgan_imagenet_f16_1024` (`configs/imagenet_vqgan.yaml`): 16× downsampling,
+    /// 1024 codes of size 256, so a 384² image becomes 24×24 = 576 tokens.
+    pub fn vqgan_imagenet_f16_1024() -> Self {
+        Self {
+            ddconfig: DdConfig {
+                ch: 128,
+                ch_mult: vec![1, 1, 2, 2, 4],
+                num_res_blocks: 2,
+                attn_resolutions: vec![16],
+                z_channels: 256,
+                double_z: false,
+                resolution: 256,
+                in_channels: 3,
+                out_ch: 3,
+                dropout: 0.0,
+            },
+            embed_dim: 256,
+            n_embed: 1024,
+            beta: 0.25,
+            legacy: true,
+        }
+    }
+
+    /// Spatial downsampling factor: 2^(levels − 1).
+    pub fn downsample_factor(&self) -> usize {
+        1 << (self.ddconfig.ch_mult.len().saturating_sub(1))
+    }
+
+    /// Checks the numbers that the model construction relies on.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let d = &self.ddconfig;
+        let bad = |m: String| Err(Error::format(path, m));
+        if d.ch_mult.is_empty() {
+            return bad("`ddconfig.ch_mult` is empty".into());
+        }
+        for (i, m) in d.ch_mult.iter().enumerate() {
+            if d.ch * m == 0 || (d.ch * m) % 32 != 0 {
+                return bad(format!(
+                    "level {i} has {} channels; GroupNorm(32) needs a positive multiple of 32",
+                    d.ch * m
+                ));
+            }
+        }
+        if d.z_channels == 0 || self.embed_dim == 0 || self.n_embed == 0 || d.in_channels == 0 {
+            return bad(
+                "`z_channels`, `embed_dim`, `n_embed` and `in_channels` must be > 0".into(),
+            );
+        }
+        if d.double_z {
+            return bad("`ddconfig.double_z: true` is a KL autoencoder, not a VQGAN".into());
+        }
+        Ok(())
+    }
+
+    /// Reads our `config.json` (JSON form of [`VqConfig`]).
+    pub fn from_json_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))?;
+        let cfg = Self::from_json_value(&v, path)?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn from_json_value(v: &serde_json::Value, path: &Path) -> Result<Self> {
+        // Field-by-field so that a missing field gives a one-line error naming it.
+        let dd = field(v, "ddconfig", "", path)?;
+        let mut cfg = Self {
+            ddconfig: parse_dd(dd, "ddconfig.", path)?,
+            embed_dim: from_field(v, "embed_dim", "", path)?,
+            n_embed: from_field(v, "n_embed", "", path)?,
+            beta: 0.25,
+            legacy: true,
+        };
+        if let Some(b) = v.get("beta") {
+            cfg.beta = convert(b, "beta", path)?;
+        }
+        if let Some(l) = v.get("legacy") {
+            cfg.legacy = convert(l, "legacy", path)?;
+        }
+        Ok(cfg)
+    }
+
+    /// Parses taming's `model.yaml` (`model.params.{ddconfig, embed_dim, n_embed}`;
+    /// `lossconfig` and everything else is ignored).
+    pub fn from_taming_yaml_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::from_taming_yaml_str(&text, path)
+    }
+
+    /// [`Self::from_taming_yaml_file`] on text; `path` is only used in messages.
+    pub fn from_taming_yaml_str(text: &str, path: &Path) -> Result<Self> {
+        let y: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+            Error::format(
+                path,
+                format!("not valid YAML ({})", e.to_string().replace('\n', " ")),
+            )
+        })?;
+        // YAML → JSON value so one set of field readers serves both formats.
+        let v: serde_json::Value = serde_json::to_value(&y)
+            .map_err(|e| Error::format(path, format!("unsupported YAML content ({e})")))?;
+        let model = field(&v, "model", "", path)?;
+        let params = field(model, "params", "model.", path)?;
+        let cfg = Self {
+            ddconfig: parse_dd(
+                field(params, "ddconfig", "model.params.", path)?,
+                "model.params.ddconfig.",
+                path,
+            )?,
+            embed_dim: from_field(params, "embed_dim", "model.params.", path)?,
+            n_embed: from_field(params, "n_embed", "model.params.", path)?,
+            beta: 0.25,
+            legacy: true,
+        };
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    /// Reads either format, by extension (`.yaml`/`.yml` → taming, else our JSON).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("yaml") | Some("yml") => Self::from_taming_yaml_file(path),
+            _ => Self::from_json_file(path),
+        }
+    }
+
+    /// Pretty JSON, the content of `config.json`.
+    pub fn to_json_string(&self) -> String {
+        serde_json::to_string_pretty(self).expect("config serialises")
+    }
+}
+
+fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
+    Ok(DdConfig {
+        ch: from_field(v, "ch", prefix, path)?,
+        ch_mult: from_field(v, "ch_mult", prefix, path)?,
+        num_res_blocks: from_field(v, "num_res_blocks", prefix, path)?,
+        attn_resolutions: from_field(v, "attn_resolutions", prefix, path)?,
+        z_channels: from_field(v, "z_channels", prefix, path)?,
+        double_z: from_field(v, "double_z", prefix, path)?,
+        resolution: from_field(v, "resolution", prefix, path)?,
+        in_channels: from_field(v, "in_channels", prefix, path)?,
+        out_ch: from_field(v, "out_ch", prefix, path)?,
+        dropout: from_field(v, "dropout", prefix, path)?,
+    })
+}
+
+fn field<'a>(
+    v: &'a serde_json::Value,
+    name: &str,
+    prefix: &str,
+    path: &Path,
+) -> Result<&'a serde_json::Value> {
+    match v.get(name) {
+        Some(x) if !x.is_null() => Ok(x),
+        _ => Err(Error::format(
+            path,
+            format!("missing field `{prefix}{name}`"),
+        )),
+    }
+}
+
+fn from_field<T: serde::de::DeserializeOwned>(
+    v: &serde_json::Value,
+    name: &str,
+    prefix: &str,
+    path: &Path,
+) -> Result<T> {
+    convert(
+        field(v, name, prefix, path)?,
+        &format!("{prefix}{name}"),
+        path,
+    )
+}
+
+fn convert<T: serde::de::DeserializeOwned>(
+    v: &serde_json::Value,
+    name: &str,
+    path: &Path,
+) -> Result<T> {
+    // YAML writes `dropout: 0` as an integer; accept it for float fields.
+    T::deserialize(v.clone())
+        .map_err(|e| Error::format(path, format!("field `{name}` has a wrong value {v} ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TAMING_YAML: &str = r#"
+model:
+  base_learning_rate: 4.5e-06
+  target: taming.models.vqgan.VQModel
+  params:
+    embed_dim: 256
+    n_embed: 1024
+    ddconfig:
+      double_z: False
+      z_channels: 256
+      resolution: 256
+      in_channels: 3
+      out_ch: 3
+      ch: 128
+      ch_mult: [ 1,1,2,2,4]
+      num_res_blocks: 2
+      attn_resolutions: [16]
+      dropout: 0.0
+    lossconfig:
+      target: taming.modules.losses.vqperceptual.VQLPIPSWithDiscriminator
+      params:
+        disc_conditional: False
+        disc_in_channels: 3
+        disc_start: 0
+        disc_weight: 0.75
+        disc_num_layers: 2
+        codebook_weight: 1.0
+"#;
+
+    #[test]
+    fn taming_yaml_gives_the_preset() {
+        let c = VqConfig::from_taming_yaml_str(TAMING_YAML, Path::new("model.yaml")).unwrap();
+        assert_eq!(c, VqConfig::vqgan_imagenet_f16_1024());
+        assert_eq!(c.downsample_factor(), 16);
+    }
+
+    #[test]
+    fn missing_field_names_file_and_field() {
+        let y = TAMING_YAML.replace("      z_channels: 256\n", "");
+        let e = VqConfig::from_taming_yaml_str(&y, Path::new("m.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.yaml: missing field `model.params.ddconfig.z_channels`"
+        );
+        let y = TAMING_YAML.replace("    n_embed: 1024\n", "");
+        let e = VqConfig::from_taming_yaml_str(&y, Path::new("m.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "m.yaml: missing field `model.params.n_embed`");
+    }
+
+    #[test]
+    fn json_roundtrip() {
+        let c = VqConfig::vqgan_imagenet_f16_1024();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        std::fs::write(&p, c.to_json_string()).unwrap();
+        assert_eq!(VqConfig::from_json_file(&p).unwrap(), c);
+        std::fs::write(&p, r#"{"embed_dim": 4, "n_embed": 8}"#).unwrap();
+        let e = VqConfig::from_json_file(&p).unwrap_err().to_string();
+        assert!(e.ends_with("missing field `ddconfig`"), "{e}");
+    }
+}

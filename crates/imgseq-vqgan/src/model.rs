@@ -1,0 +1,498 @@
+//! The taming-transformers VQGAN, top to bottom: conv / norm helpers, ResnetBlock, AttnBlock,
+//! Downsample, Upsample, Encoder, Decoder, and the VQModel that ties them to the quantizer.
+//!
+//! Every block is built by `fn new(cfg, vb)` whose `vb.pp(..)` chain spells the taming
+//! state-dict names (`encoder.down.0.block.0.norm1.weight`, `encoder.mid.attn_1.q.weight`,
+//! `decoder.up.3.upsample.conv.bias`, `quantize.embedding.weight`, ...), so a taming checkpoint
+//! loads without any renaming. Heavy ops go through [`imgseq_kernels::ops`] only.
+//!
+//! Shapes in trailing comments use b = batch, c = channels, h × w = spatial size.
+
+use crate::config::{DdConfig, VqConfig};
+use crate::quantize::{Quantized, VectorQuantizer};
+use candle_core::{Result, Tensor};
+use candle_nn::VarBuilder;
+use imgseq_kernels::ops::{self, Padding};
+
+/// taming's `Normalize`: GroupNorm with 32 groups, eps 1e-6, affine.
+const NUM_GROUPS: usize = 32;
+const GN_EPS: f64 = 1e-6;
+
+/// A PyTorch `nn.Conv2d` (weight `[c_out, c_in, k, k]`, bias `[c_out]`).
+#[derive(Debug, Clone)]
+pub struct Conv2d {
+    weight: Tensor, // (c_out, c_in, k, k)
+    bias: Tensor,   // (c_out)
+    stride: usize,
+    pad: Padding,
+}
+
+impl Conv2d {
+    pub fn new(
+        c_in: usize,
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        pad: Padding,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let weight = vb.get((c_out, c_in, k, k), "weight")?;
+        let bias = vb.get(c_out, "bias")?;
+        Ok(Self {
+            weight,
+            bias,
+            stride,
+            pad,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, c_in, h, w) → (b, c_out, h', w')
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        ops::conv2d(x, &self.weight, Some(&self.bias), self.stride, self.pad)
+    }
+}
+
+/// taming's `Normalize(c)` = `GroupNorm(32, c, eps=1e-6, affine=True)`, optionally fused with
+/// the swish that follows it almost everywhere.
+#[derive(Debug, Clone)]
+pub struct GroupNorm {
+    weight: Tensor, // (c)
+    bias: Tensor,   // (c)
+}
+
+impl GroupNorm {
+    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get(c, "weight")?,
+            bias: vb.get(c, "bias")?,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, c, h, w) → (b, c, h, w)
+    pub fn forward(&self, x: &Tensor, then_swish: bool) -> Result<Tensor> {
+        ops::group_norm(x, NUM_GROUPS, &self.weight, &self.bias, GN_EPS, then_swish)
+    }
+}
+
+/// norm1 → swish → conv1 → norm2 → swish → (dropout) → conv2, plus the shortcut.
+/// taming's Encoder/Decoder build it with `temb_channels=0`, so there is no `temb_proj`;
+/// dropout is a no-op at inference.
+#[derive(Debug, Clone)]
+pub struct ResnetBlock {
+    norm1: GroupNorm,
+    conv1: Conv2d, // 3×3, c_in → c_out
+    norm2: GroupNorm,
+    conv2: Conv2d, // 3×3, c_out → c_out
+    /// `nin_shortcut`, a 1×1 conv, only when the channel count changes (taming's default
+    /// `conv_shortcut=False`; the 3×3 `conv_shortcut` variant is never used by VQGAN).
+    nin_shortcut: Option<Conv2d>,
+}
+
+impl ResnetBlock {
+    pub fn new(c_in: usize, c_out: usize, vb: VarBuilder) -> Result<Self> {
+        let p1 = Padding::same(1);
+        let nin_shortcut = if c_in != c_out {
+            Some(Conv2d::new(
+                c_in,
+                c_out,
+                1,
+                1,
+                Padding::same(0),
+                vb.pp("nin_shortcut"),
+            )?)
+        } else {
+            None
+        };
+        Ok(Self {
+            norm1: GroupNorm::new(c_in, vb.pp("norm1"))?,
+            conv1: Conv2d::new(c_in, c_out, 3, 1, p1, vb.pp("conv1"))?,
+            norm2: GroupNorm::new(c_out, vb.pp("norm2"))?,
+            conv2: Conv2d::new(c_out, c_out, 3, 1, p1, vb.pp("conv2"))?,
+            nin_shortcut,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, c_in, h, w) → (b, c_out, h, w)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.norm1.forward(x, true)?; // (b, c_in, h, w)
+        let h = self.conv1.forward(&h)?; // (b, c_out, h, w)
+        let h = self.norm2.forward(&h, true)?;
+        let h = self.conv2.forward(&h)?; // (b, c_out, h, w)
+        let x = match &self.nin_shortcut {
+            Some(s) => s.forward(x)?, // (b, c_out, h, w)
+            None => x.clone(),
+        };
+        x + h
+    }
+}
+
+/// Single-head self-attention over the h·w positions, with 1×1 convs for q, k, v and the
+/// output projection, and a residual connection.
+#[derive(Debug, Clone)]
+pub struct AttnBlock {
+    norm: GroupNorm,
+    q: Conv2d,        // 1×1, c → c
+    k: Conv2d,        // 1×1, c → c
+    v: Conv2d,        // 1×1, c → c
+    proj_out: Conv2d, // 1×1, c → c
+}
+
+impl AttnBlock {
+    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+        let p0 = Padding::same(0);
+        Ok(Self {
+            norm: GroupNorm::new(c, vb.pp("norm"))?,
+            q: Conv2d::new(c, c, 1, 1, p0, vb.pp("q"))?,
+            k: Conv2d::new(c, c, 1, 1, p0, vb.pp("k"))?,
+            v: Conv2d::new(c, c, 1, 1, p0, vb.pp("v"))?,
+            proj_out: Conv2d::new(c, c, 1, 1, p0, vb.pp("proj_out"))?,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, c, h, w) → (b, c, h, w)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, c, h, w) = x.dims4()?;
+        let hn = self.norm.forward(x, false)?; // no swish before attention
+                                               // (b, c, h, w) → (b, 1, h·w, c): one head, positions in raster order.
+        let seq = |t: Tensor| -> Result<Tensor> {
+            t.reshape((b, c, h * w))?.transpose(1, 2)?.unsqueeze(1)
+        };
+        let q = seq(self.q.forward(&hn)?)?; // (b, 1, hw, c)
+        let k = seq(self.k.forward(&hn)?)?; // (b, 1, hw, c)
+        let v = seq(self.v.forward(&hn)?)?; // (b, 1, hw, c)
+        let a = ops::attention(&q, &k, &v, (c as f64).powf(-0.5))?; // (b, 1, hw, c)
+        let a = a.squeeze(1)?.transpose(1, 2)?.reshape((b, c, h, w))?; // (b, c, h, w)
+        x + self.proj_out.forward(&a)?
+    }
+}
+
+/// Halves h and w with a stride-2 3×3 conv.
+#[derive(Debug, Clone)]
+pub struct Downsample {
+    conv: Conv2d, // 3×3 stride 2, c → c
+}
+
+impl Downsample {
+    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+        // Asymmetric padding: taming pads with `F.pad(x, (0, 1, 0, 1))` — one zero column on
+        // the right and one zero row at the bottom, nothing left/top — and then convolves with
+        // padding 0 ("no asymmetric padding in torch conv, must do it ourselves"). A symmetric
+        // padding of 1 would shift every output pixel by one input pixel.
+        let conv = Conv2d::new(c, c, 3, 2, Padding::TAMING_DOWN, vb.pp("conv"))?;
+        Ok(Self { conv })
+    }
+
+    /// # Shapes
+    /// x: (b, c, h, w) → (b, c, h/2, w/2) for even h, w
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.conv.forward(x)
+    }
+}
+
+/// Doubles h and w: nearest-neighbour ×2, then a 3×3 conv.
+#[derive(Debug, Clone)]
+pub struct Upsample {
+    conv: Conv2d, // 3×3, c → c
+}
+
+impl Upsample {
+    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            conv: Conv2d::new(c, c, 3, 1, Padding::same(1), vb.pp("conv"))?,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, c, h, w) → (b, c, 2h, 2w)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (_, _, h, w) = x.dims4()?;
+        let x = x.upsample_nearest2d(2 * h, 2 * w)?; // (b, c, 2h, 2w)
+        self.conv.forward(&x)
+    }
+}
+
+/// One resolution level of the encoder (`encoder.down.i`).
+#[derive(Debug, Clone)]
+struct DownLevel {
+    block: Vec<ResnetBlock>,
+    /// Empty, or one AttnBlock after each ResnetBlock.
+    attn: Vec<AttnBlock>,
+    downsample: Option<Downsample>,
+}
+
+/// Image → latent grid (16× smaller for the f16 configs).
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    conv_in: Conv2d, // 3×3, in_channels → ch
+    down: Vec<DownLevel>,
+    mid_block_1: ResnetBlock,
+    mid_attn_1: AttnBlock,
+    mid_block_2: ResnetBlock,
+    norm_out: GroupNorm,
+    conv_out: Conv2d, // 3×3, block_in → z_channels (2× if double_z)
+}
+
+impl Encoder {
+    pub fn new(cfg: &DdConfig, vb: VarBuilder) -> Result<Self> {
+        let p1 = Padding::same(1);
+        let conv_in = Conv2d::new(cfg.in_channels, cfg.ch, 3, 1, p1, vb.pp("conv_in"))?;
+        let levels = cfg.ch_mult.len();
+        // `curr_res` starts at the *config* resolution and halves per level; it only decides
+        // where attention goes, whatever the input size.
+        let mut curr_res = cfg.resolution;
+        let mut block_in = cfg.ch;
+        let mut down = Vec::with_capacity(levels);
+        for (i, mult) in cfg.ch_mult.iter().enumerate() {
+            let vb_l = vb.pp("down").pp(i);
+            let block_out = cfg.ch * mult;
+            let mut block = Vec::new();
+            let mut attn = Vec::new();
+            for j in 0..cfg.num_res_blocks {
+                block.push(ResnetBlock::new(
+                    block_in,
+                    block_out,
+                    vb_l.pp("block").pp(j),
+                )?);
+                block_in = block_out;
+                if cfg.attn_resolutions.contains(&curr_res) {
+                    attn.push(AttnBlock::new(block_in, vb_l.pp("attn").pp(j))?);
+                }
+            }
+            let downsample = if i + 1 != levels {
+                curr_res /= 2;
+                Some(Downsample::new(block_in, vb_l.pp("downsample"))?)
+            } else {
+                None
+            };
+            down.push(DownLevel {
+                block,
+                attn,
+                downsample,
+            });
+        }
+        let vb_m = vb.pp("mid");
+        let z_out = if cfg.double_z {
+            2 * cfg.z_channels
+        } else {
+            cfg.z_channels
+        };
+        Ok(Self {
+            conv_in,
+            down,
+            mid_block_1: ResnetBlock::new(block_in, block_in, vb_m.pp("block_1"))?,
+            mid_attn_1: AttnBlock::new(block_in, vb_m.pp("attn_1"))?,
+            mid_block_2: ResnetBlock::new(block_in, block_in, vb_m.pp("block_2"))?,
+            norm_out: GroupNorm::new(block_in, vb.pp("norm_out"))?,
+            conv_out: Conv2d::new(block_in, z_out, 3, 1, p1, vb.pp("conv_out"))?,
+        })
+    }
+
+    /// # Shapes
+    /// x: (b, in_channels, H, W) → (b, z_channels, H/f, W/f), f = 2^(levels−1)
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = self.conv_in.forward(x)?; // (b, ch, H, W)
+        for level in &self.down {
+            for (j, block) in level.block.iter().enumerate() {
+                h = block.forward(&h)?;
+                if let Some(a) = level.attn.get(j) {
+                    h = a.forward(&h)?;
+                }
+            }
+            if let Some(d) = &level.downsample {
+                h = d.forward(&h)?; // spatial / 2
+            }
+        }
+        let h = self.mid_block_1.forward(&h)?;
+        let h = self.mid_attn_1.forward(&h)?;
+        let h = self.mid_block_2.forward(&h)?;
+        let h = self.norm_out.forward(&h, true)?;
+        self.conv_out.forward(&h) // (b, z_channels, H/f, W/f)
+    }
+}
+
+/// One resolution level of the decoder (`decoder.up.i`).
+#[derive(Debug, Clone)]
+struct UpLevel {
+    block: Vec<ResnetBlock>,
+    attn: Vec<AttnBlock>,
+    upsample: Option<Upsample>,
+}
+
+/// Latent grid → image. No tanh at the end (taming's `tanh_out=False`).
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    conv_in: Conv2d, // 3×3, z_channels → ch·ch_mult[-1]
+    mid_block_1: ResnetBlock,
+    mid_attn_1: AttnBlock,
+    mid_block_2: ResnetBlock,
+    /// Indexed by resolution level like the encoder: `up[0]` is the full-resolution level.
+    /// taming builds the levels from the lowest resolution up and stores each with
+    /// `self.up.insert(0, up)`, so `decoder.up.{L-1}` (lowest resolution) runs first.
+    up: Vec<UpLevel>,
+    norm_out: GroupNorm,
+    conv_out: Conv2d, // 3×3, ch·ch_mult[0] → out_ch
+}
+
+impl Decoder {
+    pub fn new(cfg: &DdConfig, vb: VarBuilder) -> Result<Self> {
+        let p1 = Padding::same(1);
+        let levels = cfg.ch_mult.len();
+        let mut block_in = cfg.ch * cfg.ch_mult[levels - 1];
+        let mut curr_res = cfg.resolution >> (levels - 1);
+        let conv_in = Conv2d::new(cfg.z_channels, block_in, 3, 1, p1, vb.pp("conv_in"))?;
+        let vb_m = vb.pp("mid");
+        let mid_block_1 = ResnetBlock::new(block_in, block_in, vb_m.pp("block_1"))?;
+        let mid_attn_1 = AttnBlock::new(block_in, vb_m.pp("attn_1"))?;
+        let mid_block_2 = ResnetBlock::new(block_in, block_in, vb_m.pp("block_2"))?;
+        // Build in running order (lowest resolution first), then reverse into level order.
+        let mut up_rev = Vec::with_capacity(levels);
+        for i in (0..levels).rev() {
+            let vb_l = vb.pp("up").pp(i);
+            let block_out = cfg.ch * cfg.ch_mult[i];
+            let mut block = Vec::new();
+            let mut attn = Vec::new();
+            for j in 0..cfg.num_res_blocks + 1 {
+                block.push(ResnetBlock::new(
+                    block_in,
+                    block_out,
+                    vb_l.pp("block").pp(j),
+                )?);
+                block_in = block_out;
+                if cfg.attn_resolutions.contains(&curr_res) {
+                    attn.push(AttnBlock::new(block_in, vb_l.pp("attn").pp(j))?);
+                }
+            }
+            let upsample = if i != 0 {
+                curr_res *= 2;
+                Some(Upsample::new(block_in, vb_l.pp("upsample"))?)
+            } else {
+                None
+            };
+            up_rev.push(UpLevel {
+                block,
+                attn,
+                upsample,
+            });
+        }
+        up_rev.reverse();
+        Ok(Self {
+            conv_in,
+            mid_block_1,
+            mid_attn_1,
+            mid_block_2,
+            up: up_rev,
+            norm_out: GroupNorm::new(block_in, vb.pp("norm_out"))?,
+            conv_out: Conv2d::new(block_in, cfg.out_ch, 3, 1, p1, vb.pp("conv_out"))?,
+        })
+    }
+
+    /// # Shapes
+    /// z: (b, z_channels, h, w) → (b, out_ch, h·f, w·f), f = 2^(levels−1)
+    pub fn forward(&self, z: &Tensor) -> Result<Tensor> {
+        let h = self.conv_in.forward(z)?; // (b, ch·ch_mult[-1], h, w)
+        let h = self.mid_block_1.forward(&h)?;
+        let h = self.mid_attn_1.forward(&h)?;
+        let mut h = self.mid_block_2.forward(&h)?;
+        for level in self.up.iter().rev() {
+            for (j, block) in level.block.iter().enumerate() {
+                h = block.forward(&h)?;
+                if let Some(a) = level.attn.get(j) {
+                    h = a.forward(&h)?;
+                }
+            }
+            if let Some(u) = &level.upsample {
+                h = u.forward(&h)?; // spatial × 2
+            }
+        }
+        let h = self.norm_out.forward(&h, true)?;
+        self.conv_out.forward(&h) // (b, out_ch, H, W)
+    }
+}
+
+/// taming's `VQModel` (inference part): encoder → quant_conv → quantize → post_quant_conv →
+/// decoder.
+#[derive(Debug, Clone)]
+pub struct VqModel {
+    cfg: VqConfig,
+    encoder: Encoder,
+    quant_conv: Conv2d, // 1×1, z_channels → embed_dim
+    quantize: VectorQuantizer,
+    post_quant_conv: Conv2d, // 1×1, embed_dim → z_channels
+    decoder: Decoder,
+}
+
+impl VqModel {
+    pub fn new(cfg: &VqConfig, vb: VarBuilder) -> Result<Self> {
+        let dd = &cfg.ddconfig;
+        let p0 = Padding::same(0);
+        Ok(Self {
+            cfg: cfg.clone(),
+            encoder: Encoder::new(dd, vb.pp("encoder"))?,
+            quant_conv: Conv2d::new(dd.z_channels, cfg.embed_dim, 1, 1, p0, vb.pp("quant_conv"))?,
+            quantize: VectorQuantizer::new(
+                cfg.n_embed,
+                cfg.embed_dim,
+                cfg.beta,
+                cfg.legacy,
+                vb.pp("quantize"),
+            )?,
+            post_quant_conv: Conv2d::new(
+                cfg.embed_dim,
+                dd.z_channels,
+                1,
+                1,
+                p0,
+                vb.pp("post_quant_conv"),
+            )?,
+            decoder: Decoder::new(dd, vb.pp("decoder"))?,
+        })
+    }
+
+    pub fn config(&self) -> &VqConfig {
+        &self.cfg
+    }
+
+    pub fn quantizer(&self) -> &VectorQuantizer {
+        &self.quantize
+    }
+
+    /// Continuous latents before quantization (`quant_conv(encoder(x))`).
+    ///
+    /// # Shapes
+    /// x: (b, 3, H, W) in [-1, 1] → (b, embed_dim, H/f, W/f)
+    pub fn encode_latents(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.encoder.forward(x)?; // (b, z_channels, h, w)
+        self.quant_conv.forward(&h) // (b, embed_dim, h, w)
+    }
+
+    /// `quantize(quant_conv(encoder(x)))`.
+    ///
+    /// # Shapes
+    /// x: (b, 3, H, W) in [-1, 1] → quantized (b, embed_dim, h, w), indices (b, h, w)
+    pub fn encode(&self, x: &Tensor) -> Result<Quantized> {
+        let z = self.encode_latents(x)?;
+        self.quantize.quantize(&z)
+    }
+
+    /// `decoder(post_quant_conv(q))`; the output is not clamped.
+    ///
+    /// # Shapes
+    /// q: (b, embed_dim, h, w) → (b, out_ch, h·f, w·f), roughly in [-1, 1]
+    pub fn decode(&self, q: &Tensor) -> Result<Tensor> {
+        let h = self.post_quant_conv.forward(q)?; // (b, z_channels, h, w)
+        self.decoder.forward(&h)
+    }
+
+    /// Codebook lookup then [`Self::decode`] (what taming's broken `decode_code` meant to do).
+    ///
+    /// # Shapes
+    /// indices: (b, h, w), u32 or i64 → (b, out_ch, h·f, w·f)
+    pub fn decode_indices(&self, indices: &Tensor) -> Result<Tensor> {
+        let q = self.quantize.lookup(indices)?;
+        self.decode(&q)
+    }
+}

@@ -1,0 +1,286 @@
+//! Parity with the independent PyTorch re-implementation of taming's VQGAN
+//! (`scripts/make_vqgan_fixtures.py`), and strict / safe loading. No Python needed.
+
+use candle_core::{DType, Device, Tensor};
+use imgseq_core::AuditedWeights;
+use imgseq_vqgan::ckpt::{self, StorageDType};
+use imgseq_vqgan::{load, load_model, VqConfig, VqModel};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+fn fx(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/vqgan")
+        .join(name)
+}
+
+fn io() -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(fx("tiny_io.safetensors"), &Device::Cpu).unwrap()
+}
+
+fn model() -> VqModel {
+    load_model(
+        fx("tiny.safetensors"),
+        Some(&fx("tiny_config.json")),
+        &Device::Cpu,
+    )
+    .unwrap()
+}
+
+/// max |a − b| / max |b|
+fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let d = (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let m = b
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    d / m
+}
+
+fn as_i64(t: &Tensor) -> Vec<i64> {
+    t.to_dtype(DType::I64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn x() -> Tensor {
+    io()["x"].to_dtype(DType::F32).unwrap()
+}
+
+#[test]
+fn encoder_latents_match_reference() {
+    let z = model().encode_latents(&x()).unwrap();
+    let r = rel_diff(&z, &io()["z"]);
+    assert!(r < 1e-4, "z relative diff {r}");
+}
+
+#[test]
+fn indices_match_exactly_and_quantized_is_the_codebook() {
+    let m = model();
+    let io = io();
+    let q = m.encode(&x()).unwrap();
+    assert_eq!(q.indices.dims(), &[2, 12, 12]);
+    assert_eq!(as_i64(&q.indices), as_i64(&io["indices"]));
+    let distinct: std::collections::BTreeSet<i64> = as_i64(&q.indices).into_iter().collect();
+    assert!(distinct.len() > 8, "indices barely vary: {distinct:?}");
+    // The straight-through output equals the codebook rows (up to z + (zq − z) rounding).
+    let looked_up = m.quantizer().lookup(&io["indices"]).unwrap();
+    assert!(rel_diff(&q.quantized, &looked_up) < 1e-6);
+    let loss = q.loss.to_scalar::<f32>().unwrap();
+    let want = io["loss"].to_vec1::<f32>().unwrap()[0];
+    assert!((loss - want).abs() / want < 1e-4, "loss {loss} vs {want}");
+}
+
+#[test]
+fn reconstruction_matches_reference() {
+    let m = model();
+    let io = io();
+    let rec = m.decode_indices(&io["indices"]).unwrap();
+    let r = rel_diff(&rec, &io["reconstruction"]);
+    assert!(r < 1e-4, "reconstruction relative diff {r}");
+    let q = m.encode(&x()).unwrap();
+    let rec2 = m.decode(&q.quantized).unwrap();
+    assert!(rel_diff(&rec2, &io["reconstruction"]) < 1e-4);
+}
+
+#[test]
+fn batch_of_two_equals_two_singles() {
+    let m = model();
+    let x = x();
+    let both = m.encode(&x).unwrap().indices;
+    for i in 0..2 {
+        let one = m.encode(&x.narrow(0, i, 1).unwrap()).unwrap().indices;
+        assert_eq!(as_i64(&one), as_i64(&both.narrow(0, i, 1).unwrap()));
+    }
+}
+
+#[test]
+fn taming_yaml_equals_json_config() {
+    let y = VqConfig::from_file(fx("tiny_model.yaml")).unwrap();
+    let j = VqConfig::from_file(fx("tiny_config.json")).unwrap();
+    assert_eq!(y, j);
+}
+
+#[test]
+fn ckpt_tensors_equal_safetensors() {
+    let sd = ckpt::read_state_dict(fx("tiny.ckpt"), &Device::Cpu).unwrap();
+    let st = candle_core::safetensors::load(fx("tiny.safetensors"), &Device::Cpu).unwrap();
+    let sd: HashMap<String, ckpt::CkptTensor> = sd.into_iter().collect();
+    for (k, v) in &st {
+        let c = sd.get(k).unwrap_or_else(|| panic!("{k} missing from ckpt"));
+        assert_eq!(c.dtype, StorageDType::F16, "{k}");
+        assert_eq!(c.tensor.dtype(), DType::F32);
+        let a = c.tensor.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let b = v
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(c.tensor.dims(), v.dims(), "{k}");
+        assert_eq!(a, b, "{k}");
+    }
+    assert_eq!(sd.len(), st.len() + 3, "model tensors + 3 loss.* tensors");
+    // A strided view sharing its storage, and a bfloat16 tensor.
+    let io = io();
+    let view = &sd["loss.discriminator.view"];
+    assert_eq!(view.tensor.dims(), &[3, 3]);
+    assert_eq!(
+        view.tensor.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        io["ckpt.loss.discriminator.view"]
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    );
+    assert_eq!(sd["loss.logvar"].dtype, StorageDType::BF16);
+    assert_eq!(
+        sd["loss.logvar"].tensor.to_vec1::<f32>().unwrap(),
+        vec![0.5, -1.25]
+    );
+}
+
+#[test]
+fn model_from_ckpt_and_yaml_gives_same_tokens() {
+    let m = load_model(fx("tiny.ckpt"), Some(&fx("tiny_model.yaml")), &Device::Cpu).unwrap();
+    let q = m.encode(&x()).unwrap();
+    assert_eq!(as_i64(&q.indices), as_i64(&io()["indices"]));
+}
+
+#[test]
+fn lightning_extras_are_read_without_executing() {
+    let c = ckpt::Checkpoint::open(fx("tiny.ckpt")).unwrap();
+    let keys = c.top_level_keys();
+    for k in [
+        "epoch",
+        "global_step",
+        "callbacks",
+        "optimizer_states",
+        "state_dict",
+    ] {
+        assert!(keys.contains(&k.to_string()), "{keys:?}");
+    }
+}
+
+fn tensors() -> HashMap<String, Tensor> {
+    candle_core::safetensors::load(fx("tiny.safetensors"), &Device::Cpu).unwrap()
+}
+
+fn build_from(map: HashMap<String, Tensor>) -> String {
+    let cfg = VqConfig::from_file(fx("tiny_config.json")).unwrap();
+    let w = AuditedWeights::new("w.safetensors", map);
+    match load::build(&cfg, &w, &Device::Cpu) {
+        Ok(_) => panic!("loading should fail"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn missing_tensor_is_an_error() {
+    let mut m = tensors();
+    m.remove("decoder.up.1.attn.0.proj_out.weight");
+    let e = build_from(m);
+    assert_eq!(
+        e,
+        "w.safetensors: missing tensor `decoder.up.1.attn.0.proj_out.weight`"
+    );
+}
+
+#[test]
+fn wrong_shape_is_an_error() {
+    let mut m = tensors();
+    m.insert(
+        "quantize.embedding.weight".into(),
+        Tensor::zeros((16, 8), DType::F32, &Device::Cpu).unwrap(),
+    );
+    let e = build_from(m);
+    assert!(
+        e.starts_with("w.safetensors: ") && e.contains("quantize.embedding.weight"),
+        "{e}"
+    );
+    assert!(e.contains("[16, 8]") && e.contains("[32, 8]"), "{e}");
+    assert_eq!(e.lines().count(), 1);
+}
+
+#[test]
+fn unexpected_tensor_is_an_error_but_loss_is_ignored() {
+    let mut m = tensors();
+    m.insert(
+        "encoder.down.0.block.0.temb_proj.weight".into(),
+        Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap(),
+    );
+    let e = build_from(m);
+    assert!(e.contains("1 unexpected") && e.contains("temb_proj"), "{e}");
+    let mut m = tensors();
+    m.insert(
+        "loss.perceptual_loss.net.w".into(),
+        Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap(),
+    );
+    let cfg = VqConfig::from_file(fx("tiny_config.json")).unwrap();
+    load::build(&cfg, &AuditedWeights::new("w.safetensors", m), &Device::Cpu).unwrap();
+}
+
+#[test]
+fn out_of_range_index_is_an_error() {
+    let m = model();
+    let idx = Tensor::from_vec(vec![0i64, 5, 32, 1], (1, 2, 2), &Device::Cpu).unwrap();
+    let e = m.decode_indices(&idx).unwrap_err().to_string();
+    assert!(e.contains("32") && e.contains("n_embed = 32"), "{e}");
+    let idx = Tensor::from_vec(vec![0i64, -1, 3, 1], (1, 2, 2), &Device::Cpu).unwrap();
+    assert!(m.decode_indices(&idx).is_err());
+}
+
+#[test]
+fn malicious_pickle_is_refused() {
+    let e = match ckpt::read_state_dict(fx("evil.ckpt"), &Device::Cpu) {
+        Ok(_) => panic!("evil.ckpt was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("evil.ckpt"), "{e}");
+    assert!(e.contains("pickle references `os.system`"), "{e}");
+    let e = load_model(fx("evil.ckpt"), Some(&fx("tiny_config.json")), &Device::Cpu).unwrap_err();
+    assert!(e.to_string().contains("os.system"));
+}
+
+#[test]
+fn truncated_checkpoint_is_a_one_line_error() {
+    let bytes = std::fs::read(fx("tiny.ckpt")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for cut in [bytes.len() / 2, bytes.len() - 30, 100] {
+        let p = dir.path().join("cut.ckpt");
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let e = match ckpt::read_state_dict(&p, &Device::Cpu) {
+            Ok(_) => panic!("truncated file accepted ({cut} bytes)"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("cut.ckpt"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+}
+
+#[test]
+fn missing_storage_is_an_error() {
+    let e = match ckpt::read_state_dict(fx("missing_storage.ckpt"), &Device::Cpu) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("missing_storage.ckpt") && e.contains("data/1") && e.contains("missing"),
+        "{e}"
+    );
+}
