@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod fsutil;
+pub mod image_io;
 pub mod npy;
 pub mod weights;
 
