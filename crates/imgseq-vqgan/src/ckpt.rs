@@ -681,10 +681,38 @@ impl Checkpoint {
         }
     }
 
-    /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, or the
-    /// top-level dict itself for a plain `torch.save(model.state_dict())`. Entries in file
-    /// order; non-tensor values are skipped.
-    pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
+    /// Name, dtype and shape of every tensor of [`Self::state_dict`], without reading data.
+    pub fn tensor_infos(&self) -> Result<Vec<(String, StorageDType, Vec<usize>)>> {
+        Ok(self
+            .state_dict_refs()?
+            .into_iter()
+            .map(|(k, t)| (k, t.dtype, t.size.clone()))
+            .collect())
+    }
+
+    /// Top-level entries that are plain scalars (`epoch: 3`, `global_step: 10`, ...).
+    pub fn scalars(&self) -> Vec<(String, String)> {
+        let Value::Dict(d) = &self.root else {
+            return Vec::new();
+        };
+        d.borrow()
+            .iter()
+            .filter_map(|(k, v)| {
+                let Value::Str(k) = k else { return None };
+                let v = match v {
+                    Value::Int(i) => i.to_string(),
+                    Value::Float(f) => f.to_string(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Str(s) => format!("{s:?}"),
+                    Value::Bytes(b) => format!("<{} bytes>", b.len()),
+                    _ => return None,
+                };
+                Some((k.clone(), v))
+            })
+            .collect()
+    }
+
+    fn state_dict_refs(&self) -> Result<Vec<(String, Rc<TensorRef>)>> {
         let dict = match &self.root {
             Value::Dict(d) => {
                 let sd = d.borrow().iter().find_map(|(k, v)| match (k, v) {
@@ -714,6 +742,14 @@ impl Checkpoint {
         if entries.is_empty() {
             return Err(Error::format(&self.path, "checkpoint holds no tensors"));
         }
+        Ok(entries)
+    }
+
+    /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, or the
+    /// top-level dict itself for a plain `torch.save(model.state_dict())`. Entries in file
+    /// order; non-tensor values are skipped.
+    pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
+        let entries = self.state_dict_refs()?;
         let mut out = Vec::with_capacity(entries.len());
         for (name, t) in entries {
             let tensor = self.materialise(&name, &t, device)?;

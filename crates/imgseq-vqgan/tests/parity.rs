@@ -284,3 +284,73 @@ fn missing_storage_is_an_error() {
         "{e}"
     );
 }
+
+#[test]
+fn inspect_lists_both_formats() {
+    let a = load::inspect(fx("tiny.ckpt")).unwrap();
+    let b = load::inspect(fx("tiny.safetensors")).unwrap();
+    assert_eq!(a.tensors.len(), b.tensors.len() + 3);
+    assert!(
+        a.scalars.contains(&("epoch".to_string(), "3".to_string())),
+        "{:?}",
+        a.scalars
+    );
+    let emb = b
+        .tensors
+        .iter()
+        .find(|t| t.name == "quantize.embedding.weight")
+        .unwrap();
+    assert_eq!(
+        (emb.dtype.as_str(), emb.shape.as_slice()),
+        ("float16", &[32usize, 8][..])
+    );
+    let lv = a.tensors.iter().find(|t| t.name == "loss.logvar").unwrap();
+    assert_eq!(lv.dtype, "bfloat16");
+}
+
+#[test]
+fn convert_drops_loss_and_roundtrips() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.safetensors");
+    let r = load::convert_checkpoint(&fx("tiny.ckpt"), Some(&fx("tiny_model.yaml")), &out).unwrap();
+    assert_eq!(r.dropped, 3);
+    assert_eq!(r.config_path, dir.path().join("config.json"));
+    let conv = candle_core::safetensors::load(&out, &Device::Cpu).unwrap();
+    let orig = tensors();
+    assert_eq!(conv.len(), orig.len());
+    for (k, v) in &orig {
+        assert_eq!(conv[k].dtype(), DType::F16, "{k}");
+        let a = conv[k]
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let b = v
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(a, b, "{k}");
+    }
+    let m = load_model(&out, None, &Device::Cpu).unwrap();
+    assert_eq!(
+        as_i64(&m.encode(&x()).unwrap().indices),
+        as_i64(&io()["indices"])
+    );
+    // A config that does not fit: nothing is written.
+    let out2 = dir.path().join("sub").join("bad.safetensors");
+    std::fs::create_dir_all(out2.parent().unwrap()).unwrap();
+    let bad = dir.path().join("bad.json");
+    let mut cfg = VqConfig::from_file(fx("tiny_config.json")).unwrap();
+    cfg.n_embed = 64;
+    std::fs::write(&bad, cfg.to_json_string()).unwrap();
+    assert!(load::convert_checkpoint(&fx("tiny.ckpt"), Some(&bad), &out2).is_err());
+    assert_eq!(
+        std::fs::read_dir(out2.parent().unwrap()).unwrap().count(),
+        0
+    );
+}
