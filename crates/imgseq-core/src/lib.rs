@@ -4,6 +4,7 @@
 pub mod error;
 pub mod fsutil;
 pub mod image_io;
+pub mod metrics;
 pub mod npy;
 pub mod weights;
 
