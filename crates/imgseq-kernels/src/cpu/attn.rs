@@ -1,10 +1,10 @@
 //! Fused scaled-dot-product attention for small heads (ViT: n = 65, d = 12), forward and
 //! backward (the backward recomputes the probabilities instead of storing them).
 //!
-//! Within a head K and V are transposed into (d, n) scratch so that every inner loop runs
-//! over the n keys and vectorises.
+//! Per head, the four small products go through the `gemm` crate's microkernels
+//! (single-threaded; heads run in parallel on rayon); the softmax and its backward are ours.
 
-use super::{axpy, dot, max, sum, Real};
+use super::{dot, max, sum, Real};
 use crate::multiversion;
 use rayon::prelude::*;
 
@@ -41,88 +41,105 @@ pub struct Dims {
     pub d: usize,
 }
 
-#[inline(always)]
-fn transpose_in<T: Real>(src: &[T], sn: usize, n: usize, d: usize, dst: &mut [T]) {
-    for j in 0..n {
-        let row = &src[j * sn..j * sn + d];
-        for c in 0..d {
-            dst[c * n + j] = row[c];
-        }
-    }
-}
-
-/// Softmax row i of the head into `p` (normalised).
-#[inline(always)]
-fn prob_row<T: Real>(qi: &[T], kt: &[T], p: &mut [T], n: usize, scale: T) {
-    p.fill(T::ZERO);
-    for (c, qc) in qi.iter().enumerate() {
-        axpy(p, *qc * scale, &kt[c * n..(c + 1) * n]);
-    }
-    let m = max(p);
-    for x in p.iter_mut() {
-        *x = (*x - m).exp();
-    }
-    let inv = T::ONE / sum(p);
-    for x in p.iter_mut() {
-        *x *= inv;
-    }
-}
-
 multiversion! {
-    fn head_fwd<T>(q: &[T], k: &[T], v: &[T], sq: usize, sk: usize, sv: usize, n: usize, d: usize, scale: T, out: &mut [T], scratch: &mut [T]) {
-        let (kt, rest) = scratch.split_at_mut(n * d);
-        let (vt, rest) = rest.split_at_mut(n * d);
-        let p = &mut rest[..n];
-        transpose_in(k, sk, n, d, kt);
-        transpose_in(v, sv, n, d, vt);
-        for i in 0..n {
-            prob_row(&q[i * sq..i * sq + d], kt, p, n, scale);
-            let o = &mut out[i * d..(i + 1) * d];
-            for c in 0..d {
-                o[c] = dot(p, &vt[c * n..(c + 1) * n]);
+    /// In-place row softmax of the n×n scores.
+    fn softmax_rows<T>(s: &mut [T], n: usize) {
+        for row in s.chunks_exact_mut(n) {
+            let m = max(row);
+            for x in row.iter_mut() {
+                *x = (*x - m).exp();
+            }
+            let inv = T::ONE / sum(row);
+            for x in row.iter_mut() {
+                *x *= inv;
             }
         }
     }
 }
 
 multiversion! {
-    fn head_bwd<T>(q: &[T], k: &[T], v: &[T], g: &[T], sq: usize, sk: usize, sv: usize, n: usize, d: usize, scale: T, dq: &mut [T], dk: &mut [T], dv: &mut [T], scratch: &mut [T]) {
-        let (kt, rest) = scratch.split_at_mut(n * d);
-        let (vt, rest) = rest.split_at_mut(n * d);
-        let (dkt, rest) = rest.split_at_mut(n * d);
-        let (dvt, rest) = rest.split_at_mut(n * d);
-        let (p, rest) = rest.split_at_mut(n);
-        let dp = &mut rest[..n];
-        transpose_in(k, sk, n, d, kt);
-        transpose_in(v, sv, n, d, vt);
-        dkt.fill(T::ZERO);
-        dvt.fill(T::ZERO);
-        for i in 0..n {
-            let qi = &q[i * sq..i * sq + d];
-            let gi = &g[i * d..(i + 1) * d];
-            prob_row(qi, kt, p, n, scale);
-            dp.fill(T::ZERO);
-            for c in 0..d {
-                axpy(dp, gi[c], &vt[c * n..(c + 1) * n]);
-            }
+    /// dP ← P ⊙ (dP − rowsum(P ⊙ dP)) · scale, row by row.
+    fn softmax_bwd_rows<T>(p: &[T], dp: &mut [T], n: usize, scale: T) {
+        for (p, dp) in p.chunks_exact(n).zip(dp.chunks_exact_mut(n)) {
             let r = dot(p, dp);
-            for (dp, p) in dp.iter_mut().zip(p.iter()) {
+            for (dp, p) in dp.iter_mut().zip(p) {
                 *dp = *p * (*dp - r) * scale;
             }
-            let dqi = &mut dq[i * d..(i + 1) * d];
-            for c in 0..d {
-                dqi[c] = dot(dp, &kt[c * n..(c + 1) * n]);
-                axpy(&mut dkt[c * n..(c + 1) * n], qi[c], dp);
-                axpy(&mut dvt[c * n..(c + 1) * n], gi[c], p);
-            }
-        }
-        for j in 0..n {
-            for c in 0..d {
-                dk[j * d + c] = dkt[c * n + j];
-                dv[j * d + c] = dvt[c * n + j];
-            }
         }
     }
+}
+
+/// P = softmax(scale · Q·Kᵀ) of one head into `s` (n×n, row-major).
+fn probs<T: Real>(
+    q: &[T],
+    k: &[T],
+    sq: usize,
+    sk: usize,
+    n: usize,
+    d: usize,
+    scale: T,
+    s: &mut [T],
+) {
+    debug_assert!(q.len() > (n - 1) * sq + d - 1 && k.len() > (n - 1) * sk + d - 1);
+    // SAFETY: all pointers cover the strided ranges checked above; s has n·n elements.
+    unsafe {
+        gemm(
+            n,
+            n,
+            d,
+            s.as_mut_ptr(),
+            n,
+            1,
+            q.as_ptr(),
+            sq,
+            1,
+            k.as_ptr(),
+            1,
+            sk,
+            scale,
+        );
+    }
+    softmax_rows(s, n);
+}
+
+/// dst (m×n) = beta · lhs (m×k) · rhs (k×n), all with explicit (row, col) strides.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    dst_cs: usize,
+    lhs: *const T,
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: *const T,
+    rhs_rs: usize,
+    rhs_cs: usize,
+    beta: T,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        dst_cs as isize,
+        dst_rs as isize,
+        false,
+        lhs,
+        lhs_cs as isize,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        T::ZERO,
+        beta,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    )
 }
 
 /// softmax(q·kᵀ·scale)·v for every (batch, head); output contiguous (b, h, n, d).
@@ -143,22 +160,34 @@ pub fn attention<T: Real>(
         return out;
     }
     out.par_chunks_mut(n * d).enumerate().for_each_init(
-        || vec![T::ZERO; 2 * n * d + n],
-        |scratch, (bh, o)| {
+        || vec![T::ZERO; n * n],
+        |sc, (bh, o)| {
             let (bi, hi) = (bh / h, bh % h);
-            head_fwd(
+            let (q, k, v) = (
                 &q[qv.base(bi, hi)..],
                 &k[kv.base(bi, hi)..],
                 &v[vv.base(bi, hi)..],
-                qv.sn,
-                kv.sn,
-                vv.sn,
-                n,
-                d,
-                T::c(scale),
-                o,
-                scratch,
             );
+            assert!(v.len() > (n - 1) * vv.sn + d - 1);
+            probs(q, k, qv.sn, kv.sn, n, d, T::c(scale), sc);
+            // SAFETY: o is n×d, sc n×n, v covers n strided rows of d.
+            unsafe {
+                gemm(
+                    n,
+                    d,
+                    n,
+                    o.as_mut_ptr(),
+                    d,
+                    1,
+                    sc.as_ptr(),
+                    n,
+                    1,
+                    v.as_ptr(),
+                    vv.sn,
+                    1,
+                    T::ONE,
+                )
+            };
         },
     );
     out
@@ -188,25 +217,88 @@ pub fn attention_bwd<T: Real>(
         .zip(dk.par_chunks_mut(nd).zip(dv.par_chunks_mut(nd)))
         .enumerate()
         .for_each_init(
-            || vec![T::ZERO; 4 * nd + 2 * n],
-            |scratch, (bh, (dq, (dk, dv)))| {
+            || vec![T::ZERO; 2 * n * n],
+            |sc, (bh, (dq, (dk, dv)))| {
                 let (bi, hi) = (bh / h, bh % h);
-                head_bwd(
+                let (q, k, v) = (
                     &q[qv.base(bi, hi)..],
                     &k[kv.base(bi, hi)..],
                     &v[vv.base(bi, hi)..],
-                    &g[bh * nd..(bh + 1) * nd],
-                    qv.sn,
-                    kv.sn,
-                    vv.sn,
-                    n,
-                    d,
-                    T::c(scale),
-                    dq,
-                    dk,
-                    dv,
-                    scratch,
                 );
+                let (sq, sk, sv) = (qv.sn, kv.sn, vv.sn);
+                assert!(v.len() > (n - 1) * sv + d - 1);
+                let g = &g[bh * nd..(bh + 1) * nd];
+                let (p, dp) = sc.split_at_mut(n * n);
+                probs(q, k, sq, sk, n, d, T::c(scale), p);
+                // SAFETY: every operand covers the (strided) n×d or n×n ranges used below.
+                unsafe {
+                    // dV = Pᵀ·dO
+                    gemm(
+                        n,
+                        d,
+                        n,
+                        dv.as_mut_ptr(),
+                        d,
+                        1,
+                        p.as_ptr(),
+                        1,
+                        n,
+                        g.as_ptr(),
+                        d,
+                        1,
+                        T::ONE,
+                    );
+                    // dP = dO·Vᵀ
+                    gemm(
+                        n,
+                        n,
+                        d,
+                        dp.as_mut_ptr(),
+                        n,
+                        1,
+                        g.as_ptr(),
+                        d,
+                        1,
+                        v.as_ptr(),
+                        1,
+                        sv,
+                        T::ONE,
+                    );
+                }
+                softmax_bwd_rows(p, dp, n, T::c(scale));
+                unsafe {
+                    // dQ = dS·K, dK = dSᵀ·Q
+                    gemm(
+                        n,
+                        d,
+                        n,
+                        dq.as_mut_ptr(),
+                        d,
+                        1,
+                        dp.as_ptr(),
+                        n,
+                        1,
+                        k.as_ptr(),
+                        sk,
+                        1,
+                        T::ONE,
+                    );
+                    gemm(
+                        n,
+                        d,
+                        n,
+                        dk.as_mut_ptr(),
+                        d,
+                        1,
+                        dp.as_ptr(),
+                        1,
+                        n,
+                        q.as_ptr(),
+                        sq,
+                        1,
+                        T::ONE,
+                    );
+                }
             },
         );
     (dq, dk, dv)

@@ -92,11 +92,12 @@ impl Real for f64 {
 }
 
 /// `exp` for f32 without a libm call (Cephes `expf` polynomial, ~1 ulp over the clamped range),
-/// written branch-free so that it vectorises.
+/// written branch-free and without float→int casts so that it vectorises.
 #[inline(always)]
 pub fn fast_exp_f32(x: f32) -> f32 {
-    let x = if x > 88.37626 { 88.37626 } else { x };
-    let x = if x < -87.33654 { -87.33654 } else { x };
+    // Clamp so that 2^n below stays a normal number: n ∈ [-126, 127].
+    let x = if x > 88.0 { 88.0 } else { x };
+    let x = if x < -87.3 { -87.3 } else { x };
     let fx = (x * std::f32::consts::LOG2_E + 0.5).floor();
     let r = x - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
     let z = r * r;
@@ -107,9 +108,9 @@ pub fn fast_exp_f32(x: f32) -> f32 {
     y = y * r + 1.666_666_5e-1;
     y = y * r + 5.000_000_1e-1;
     let y = y * z + r + 1.0;
-    // 2^fx; fx is in [-126, 128] after the clamp above.
-    let e = (fx as i32 + 127).clamp(0, 254);
-    y * f32::from_bits((e as u32) << 23)
+    // 2^fx via the 1.5·2^23 trick: the integer lands in the low mantissa bits.
+    let n = (fx + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
+    y * f32::from_bits(n.wrapping_add(127) << 23)
 }
 
 /// Whether the AVX2+FMA code paths may be used on this CPU (cached by std).
@@ -176,9 +177,9 @@ pub fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     let mut ca = a.chunks_exact(LANES);
     let mut cb = b.chunks_exact(LANES);
     for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
+        let x: &[T; LANES] = x.try_into().unwrap();
+        let y: &[T; LANES] = y.try_into().unwrap();
+        acc = std::array::from_fn(|l| acc[l] + x[l] * y[l]);
     }
     let mut s = T::ZERO;
     for (x, y) in ca.remainder().iter().zip(cb.remainder()) {

@@ -1,0 +1,212 @@
+//! Times every op at the real model shapes: the plain candle composite (`reference::*`)
+//! against the custom kernels (`ops::*`), forward and forward+backward.
+//!
+//! `cargo run --release -p imgseq-kernels --example bench [-- filter]`
+
+use candle_core::{DType, Device, Result, Tensor, Var};
+use imgseq_kernels::{ops, reference, Padding};
+use std::time::Instant;
+
+fn rand(shape: &[usize], seed: u64, scale: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) * scale) as f32
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+/// Median wall time in ms of `f` over enough runs.
+fn time(mut f: impl FnMut() -> Result<()>) -> f64 {
+    f().unwrap();
+    let mut ts = vec![];
+    let start = Instant::now();
+    while ts.len() < 5 || (start.elapsed().as_secs_f64() < 1.0 && ts.len() < 200) {
+        let t = Instant::now();
+        f().unwrap();
+        ts.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    ts[ts.len() / 2]
+}
+
+type Op<'a> = &'a dyn Fn(&[Tensor]) -> Result<Tensor>;
+
+fn fwd(op: Op, inputs: &[Tensor]) -> f64 {
+    time(|| op(inputs).map(|_| ()))
+}
+
+fn fwd_bwd(op: Op, inputs: &[Tensor]) -> f64 {
+    let vars: Vec<Var> = inputs
+        .iter()
+        .map(|t| Var::from_tensor(t).unwrap())
+        .collect();
+    let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+    let r = rand(op(&ts).unwrap().dims(), 77, 1.0);
+    time(|| {
+        let y = op(&ts)?;
+        let _g = (y * &r)?.sum_all()?.backward()?;
+        Ok(())
+    })
+}
+
+fn row(name: &str, filter: &str, fast: Op, slow: Op, inputs: &[Tensor], bwd: bool) {
+    if !name.contains(filter) {
+        return;
+    }
+    let (s, f) = (fwd(slow, inputs), fwd(fast, inputs));
+    println!(
+        "{name:<44} fwd      candle {s:9.3} ms   ours {f:9.3} ms   x{:.2}",
+        s / f
+    );
+    if bwd {
+        // The harness (y·r, sum, their backward) costs the same for both; time it on its own
+        // (an identity op on an output-shaped tensor) and report the op's own fwd+bwd.
+        let out = fast(inputs).unwrap();
+        let h = fwd_bwd(&|t| Ok(t[0].clone()), &[rand(out.dims(), 5, 1.0)]);
+        let (s, f) = (fwd_bwd(slow, inputs) - h, fwd_bwd(fast, inputs) - h);
+        println!("{name:<44} fwd+bwd  candle {s:9.3} ms   ours {f:9.3} ms   x{:.2}   (harness {h:.3} ms excluded)", s / f);
+    }
+}
+
+fn main() {
+    let filter = std::env::args().nth(1).unwrap_or_default();
+    println!("threads: {}", rayon::current_num_threads());
+    let (b, n, c, h, dh) = (128, 65, 48, 4, 12);
+
+    // ----- ViT training ops -----
+    let x = rand(&[b, n, c], 1, 1.0);
+    let w = rand(&[c], 2, 1.0);
+    let bb = rand(&[c], 3, 1.0);
+    row(
+        "layer_norm (128,65,48)",
+        &filter,
+        &|t| ops::layer_norm(&t[0], &t[1], &t[2], 1e-12),
+        &|t| reference::layer_norm(&t[0], &t[1], &t[2], 1e-12),
+        &[x.clone(), w, bb],
+        true,
+    );
+    let xm = rand(&[b, n, 4 * c], 4, 3.0);
+    row(
+        "gelu (128,65,192)",
+        &filter,
+        &|t| ops::gelu(&t[0]),
+        &|t| reference::gelu(&t[0]),
+        &[xm],
+        true,
+    );
+    let s = rand(&[b, h, n, n], 5, 5.0);
+    row(
+        "softmax_last_dim (128,4,65,65)",
+        &filter,
+        &|t| ops::softmax_last_dim(&t[0]),
+        &|t| reference::softmax_last_dim(&t[0]),
+        &[s],
+        true,
+    );
+    let qkv = [
+        rand(&[b, h, n, dh], 6, 1.0),
+        rand(&[b, h, n, dh], 7, 1.0),
+        rand(&[b, h, n, dh], 8, 1.0),
+    ];
+    let scale = (dh as f64).powf(-0.5);
+    row(
+        "attention (128,4,65,12) contiguous",
+        &filter,
+        &|t| ops::attention(&t[0], &t[1], &t[2], scale),
+        &|t| reference::attention(&t[0], &t[1], &t[2], scale),
+        &qkv,
+        true,
+    );
+    // As the ViT calls it: q/k/v as head-split views of (b, n, h·d) projections.
+    let proj = [
+        rand(&[b, n, c], 9, 1.0),
+        rand(&[b, n, c], 10, 1.0),
+        rand(&[b, n, c], 11, 1.0),
+    ];
+    let heads = |t: &Tensor| t.reshape((b, n, h, dh))?.transpose(1, 2);
+    row(
+        "attention (128,4,65,12) from (b,n,h*d) views",
+        &filter,
+        &|t| ops::attention(&heads(&t[0])?, &heads(&t[1])?, &heads(&t[2])?, scale),
+        &|t| reference::attention(&heads(&t[0])?, &heads(&t[1])?, &heads(&t[2])?, scale),
+        &proj,
+        true,
+    );
+    let wl = rand(&[4 * c, c], 12, 0.2);
+    let bl = rand(&[4 * c], 13, 0.2);
+    row(
+        "linear (128,65,48)->192",
+        &filter,
+        &|t| ops::linear(&t[0], &t[1], Some(&t[2])),
+        &|t| reference::linear(&t[0], &t[1], Some(&t[2])),
+        &[x.clone(), wl, bl],
+        true,
+    );
+
+    // ----- VQGAN ops -----
+    let xc = rand(&[1, 128, 96, 96], 20, 1.0);
+    let wc = rand(&[128, 128, 3, 3], 21, 0.05);
+    let bc = rand(&[128], 22, 0.1);
+    row(
+        "conv2d 3x3 128->128 @96^2",
+        &filter,
+        &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(1)),
+        &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(1)),
+        &[xc.clone(), wc, bc.clone()],
+        true,
+    );
+    let wd = rand(&[128, 128, 3, 3], 23, 0.05);
+    row(
+        "conv2d 3x3 s2 (0,1,0,1) 128 @96^2",
+        &filter,
+        &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), 2, Padding::TAMING_DOWN),
+        &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), 2, Padding::TAMING_DOWN),
+        &[xc.clone(), wd, bc.clone()],
+        true,
+    );
+    let w1 = rand(&[256, 128, 1, 1], 24, 0.05);
+    let b1 = rand(&[256], 25, 0.1);
+    row(
+        "conv2d 1x1 128->256 @96^2",
+        &filter,
+        &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(0)),
+        &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(0)),
+        &[xc.clone(), w1, b1],
+        true,
+    );
+    let gw = rand(&[128], 26, 1.0);
+    let gb = rand(&[128], 27, 1.0);
+    row(
+        "group_norm(32)+silu 128 @96^2",
+        &filter,
+        &|t| ops::group_norm(&t[0], 32, &t[1], &t[2], 1e-6, true),
+        &|t| reference::group_norm(&t[0], 32, &t[1], &t[2], 1e-6, true),
+        &[xc.clone(), gw, gb],
+        true,
+    );
+    row(
+        "silu 128 @96^2",
+        &filter,
+        &|t| ops::silu(&t[0]),
+        &|t| reference::silu(&t[0]),
+        &[xc],
+        true,
+    );
+    let z = rand(&[576, 256], 30, 1.0);
+    let e = rand(&[1024, 256], 31, 1.0);
+    row(
+        "nearest_codebook 576x256 vs 1024",
+        &filter,
+        &|t| ops::nearest_codebook(&t[0], &t[1]),
+        &|t| reference::nearest_codebook(&t[0], &t[1]),
+        &[z, e],
+        false,
+    );
+    let _ = DType::F32;
+}
