@@ -40,14 +40,24 @@ pub fn load_weights(path: impl AsRef<Path>, device: &Device) -> Result<AuditedWe
     }
 }
 
-/// The config that belongs to a weights file when none is given: `config.json` beside it,
-/// else `model.yaml` beside it.
+/// The config that belongs to a weights file `DIR/NAME.ext` when none is given, the first of
+/// `DIR/NAME_config.json`, `DIR/config.json`, `DIR/NAME_model.yaml`, `DIR/model.yaml`.
 pub fn default_config_path(weights: &Path) -> Result<PathBuf> {
     let dir = weights
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    for name in ["config.json", "model.yaml"] {
+    let stem = weights
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let names = [
+        format!("{stem}_config.json"),
+        "config.json".to_string(),
+        format!("{stem}_model.yaml"),
+        "model.yaml".to_string(),
+    ];
+    for name in &names {
         let p = dir.join(name);
         if p.is_file() {
             return Ok(p);

@@ -1,10 +1,461 @@
-//! `imgseq vq ...` (owned by the VQGAN work).
+//! `imgseq vq ...` (owned by the VQGAN work): image ↔ VQGAN tokens.
+//!
+//! A token file is a NumPy int64 array: (h, w) for one image, (n, h, w) for several, each
+//! value a codebook index in raster order (row by row). With taming's f16 model a 384×384
+//! image gives a 24×24 grid, 576 tokens.
 
-use clap::Subcommand;
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use clap::{Args, Subcommand};
+use image::RgbImage;
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::{metrics, npy};
+use imgseq_vqgan::{load_model, VqModel};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
-pub enum VqCmd {}
+pub enum VqCmd {
+    /// Images → tokens.npy: (h, w) int64 for one image, (n, h, w) for several.
+    Encode {
+        /// Input images (png, jpg, webp, bmp).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        pre: Preprocess,
+        /// Images per forward pass.
+        #[arg(long, default_value_t = 2)]
+        batch_size: usize,
+        /// Output token file (.npy).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// tokens.npy → image(s); several images are written as OUT_000.png, OUT_001.png, ...
+    Decode {
+        /// Token file: int array of shape (h, w) or (n, h, w).
+        tokens: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Output PNG.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// Image → tokens → image: writes DIR/tokens.npy, DIR/recon.png, DIR/side_by_side.png and
+    /// prints token count, grid, PSNR, SSIM and how many codebook entries were used.
+    Roundtrip {
+        image: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        pre: Preprocess,
+        /// Output folder (created if missing).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// Swap token cells: `--swap R1,C1:R2,C2` (0-based row,column), repeatable, applied in
+    /// order to every image of the file.
+    Edit {
+        tokens: PathBuf,
+        /// A swap `R1,C1:R2,C2`.
+        #[arg(long = "swap", required = true)]
+        swaps: Vec<String>,
+        /// Output token file (.npy).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+}
 
-pub fn run(cmd: VqCmd) -> anyhow::Result<()> {
-    match cmd {}
+/// Which model to use.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Weights: safetensors or a taming `.ckpt` (default: weights/vqgan/model.safetensors,
+    /// under $IMGSEQ_WEIGHTS_DIR or the workspace's weights/ folder).
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Model config: our config.json or taming's model.yaml (default: beside the weights).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Input preprocessing.
+#[derive(Args, Clone)]
+pub struct Preprocess {
+    /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of 16.
+    #[arg(long, default_value_t = 384)]
+    size: u32,
+    /// Allow enlarging images whose shorter side is smaller than --size.
+    #[arg(long)]
+    upscale: bool,
+}
+
+pub fn run(cmd: VqCmd) -> Result<()> {
+    match cmd {
+        VqCmd::Encode {
+            images,
+            model,
+            pre,
+            batch_size,
+            output,
+        } => encode(&images, &model, &pre, batch_size, &output),
+        VqCmd::Decode {
+            tokens,
+            model,
+            output,
+        } => decode(&tokens, &model, &output),
+        VqCmd::Roundtrip {
+            image,
+            model,
+            pre,
+            output,
+        } => roundtrip(&image, &model, &pre, &output),
+        VqCmd::Edit {
+            tokens,
+            swaps,
+            output,
+        } => edit(&tokens, &swaps, &output),
+    }
+}
+
+/// Where the shipped default weights live: $IMGSEQ_WEIGHTS_DIR, else `<workspace>/weights`.
+fn default_weights() -> PathBuf {
+    let dir = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../weights"),
+    };
+    tidy(&dir.join("vqgan").join("model.safetensors"))
+}
+
+/// Folds `a/b/../c` into `a/c` (for readable messages; no file system access).
+fn tidy(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn load(m: &ModelArgs) -> Result<VqModel> {
+    let weights = match &m.weights {
+        Some(w) => w.clone(),
+        None => {
+            let w = default_weights();
+            if !w.is_file() {
+                bail!(
+                    "no --weights given and the default VQGAN weights {} are not there yet; pass \
+                     --weights (safetensors or taming .ckpt) or make them with `imgseq weights \
+                     convert last.ckpt --config model.yaml -o {}`",
+                    w.display(),
+                    w.display()
+                );
+            }
+            w
+        }
+    };
+    Ok(load_model(&weights, m.config.as_deref(), &Device::Cpu)?)
+}
+
+fn check_size(size: u32, model: Option<&VqModel>) -> Result<()> {
+    if size == 0 || size % 16 != 0 {
+        bail!("--size {size} must be a positive multiple of 16 (VQGAN f16 downsamples by 16)");
+    }
+    if let Some(m) = model {
+        let f = m.config().downsample_factor() as u32;
+        if size % f != 0 {
+            bail!("--size {size} must be a multiple of the model's downsampling factor {f}");
+        }
+    }
+    Ok(())
+}
+
+fn load_images(paths: &[PathBuf], pre: &Preprocess) -> Result<Vec<RgbImage>> {
+    paths
+        .iter()
+        .map(|p| Ok(image_io::load_rgb_square(p, pre.size, pre.upscale)?))
+        .collect()
+}
+
+/// (n, 3, s, s) in [-1, 1].
+fn batch_tensor(imgs: &[RgbImage]) -> Result<Tensor> {
+    let ts = imgs
+        .iter()
+        .map(|i| image_io::to_tensor_chw(i, PixelRange::MinusOneOne, &Device::Cpu))
+        .collect::<imgseq_core::Result<Vec<_>>>()?;
+    Ok(Tensor::stack(&ts, 0)?)
+}
+
+fn progress(n: usize, what: &str) -> ProgressBar {
+    if n < 2 {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(n as u64);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]",
+        )
+        .expect("valid template"),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn encode(
+    images: &[PathBuf],
+    m: &ModelArgs,
+    pre: &Preprocess,
+    batch: usize,
+    out: &Path,
+) -> Result<()> {
+    check_size(pre.size, None)?;
+    let imgs = load_images(images, pre)?;
+    let model = load(m)?;
+    check_size(pre.size, Some(&model))?;
+    let pb = progress(imgs.len(), "encoding");
+    let mut tokens: Vec<i64> = Vec::new();
+    let mut grid = (0, 0);
+    for chunk in imgs.chunks(batch.max(1)) {
+        let q = model.encode(&batch_tensor(chunk)?)?;
+        let (_, h, w) = q.indices.dims3()?;
+        grid = (h, w);
+        tokens.extend(
+            q.indices
+                .to_dtype(DType::I64)?
+                .flatten_all()?
+                .to_vec1::<i64>()?,
+        );
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let shape = if imgs.len() == 1 {
+        vec![grid.0, grid.1]
+    } else {
+        vec![imgs.len(), grid.0, grid.1]
+    };
+    npy::write_npy_i64(out, &shape, &tokens)?;
+    eprintln!(
+        "wrote {} {:?} ({} tokens per image)",
+        out.display(),
+        shape,
+        grid.0 * grid.1
+    );
+    Ok(())
+}
+
+/// A token file: (n, h, w) and the values (n = 1 for a 2-D file).
+struct Tokens {
+    two_d: bool,
+    n: usize,
+    h: usize,
+    w: usize,
+    data: Vec<i64>,
+}
+
+fn read_tokens(path: &Path) -> Result<Tokens> {
+    let a = npy::read_npy(path)?;
+    let Some(data) = a.as_i64() else {
+        bail!(
+            "{}: tokens must be an integer array, found dtype {}",
+            path.display(),
+            a.descr
+        );
+    };
+    let (two_d, n, h, w) = match a.shape.as_slice() {
+        [h, w] => (true, 1, *h, *w),
+        [n, h, w] => (false, *n, *h, *w),
+        s => bail!(
+            "{}: tokens must have shape (h, w) or (n, h, w), found {s:?}",
+            path.display()
+        ),
+    };
+    if n == 0 || h == 0 || w == 0 {
+        bail!(
+            "{}: token array is empty (shape {:?})",
+            path.display(),
+            a.shape
+        );
+    }
+    Ok(Tokens {
+        two_d,
+        n,
+        h,
+        w,
+        data: data.to_vec(),
+    })
+}
+
+fn write_tokens(path: &Path, t: &Tokens) -> Result<()> {
+    let shape = if t.two_d {
+        vec![t.h, t.w]
+    } else {
+        vec![t.n, t.h, t.w]
+    };
+    Ok(npy::write_npy_i64(path, &shape, &t.data)?)
+}
+
+fn decode(tokens: &Path, m: &ModelArgs, out: &Path) -> Result<()> {
+    let t = read_tokens(tokens)?;
+    let model = load(m)?;
+    let n_embed = model.config().n_embed as i64;
+    if let Some((i, &v)) = t
+        .data
+        .iter()
+        .enumerate()
+        .find(|(_, &v)| v < 0 || v >= n_embed)
+    {
+        let (img, r, c) = (i / (t.h * t.w), (i / t.w) % t.h, i % t.w);
+        let at = if t.two_d {
+            format!("[{r}, {c}]")
+        } else {
+            format!("[{img}, {r}, {c}]")
+        };
+        bail!(
+            "{}: token {v} at {at} is outside the codebook (n_embed = {n_embed}, valid 0..={})",
+            tokens.display(),
+            n_embed - 1
+        );
+    }
+    let outs: Vec<PathBuf> = if t.n == 1 {
+        vec![out.to_path_buf()]
+    } else {
+        let stem = out
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = out
+            .extension()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or("png".into());
+        (0..t.n)
+            .map(|i| out.with_file_name(format!("{stem}_{i:03}.{ext}")))
+            .collect()
+    };
+    let pb = progress(t.n, "decoding");
+    let mut imgs = Vec::with_capacity(t.n);
+    for i in 0..t.n {
+        let cells = &t.data[i * t.h * t.w..(i + 1) * t.h * t.w];
+        let idx = Tensor::from_vec(cells.to_vec(), (1, t.h, t.w), &Device::Cpu)?;
+        let x = model.decode_indices(&idx)?;
+        imgs.push(image_io::from_tensor_chw(&x, PixelRange::MinusOneOne)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    // Write only after every image decoded, and remove partial results on failure.
+    for (k, (p, img)) in outs.iter().zip(&imgs).enumerate() {
+        if let Err(e) = image_io::save_png(p, img) {
+            for q in &outs[..k] {
+                let _ = std::fs::remove_file(q);
+            }
+            return Err(e.into());
+        }
+    }
+    for p in &outs {
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Result<()> {
+    check_size(pre.size, None)?;
+    let img = image_io::load_rgb_square(image, pre.size, pre.upscale)?;
+    let model = load(m)?;
+    check_size(pre.size, Some(&model))?;
+    let q = model.encode(&batch_tensor(std::slice::from_ref(&img))?)?;
+    let rec = model.decode(&q.quantized)?;
+    let rec = image_io::from_tensor_chw(&rec, PixelRange::MinusOneOne)?;
+    let (_, h, w) = q.indices.dims3()?;
+    let toks = q
+        .indices
+        .to_dtype(DType::I64)?
+        .flatten_all()?
+        .to_vec1::<i64>()?;
+    let n_embed = model.config().n_embed;
+    let (used, perplexity) = metrics::codebook_usage(&toks, n_embed)?;
+    // Metrics on the 8-bit images (what is saved), scaled to [0, 1].
+    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
+    let (a, b) = (unit(&img)?, unit(&rec)?);
+    let psnr = metrics::psnr_tensor(&a, &b, 1.0)?;
+    let ssim = metrics::ssim(&a, &b)?;
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("{}: cannot create folder", out.display()))?;
+    npy::write_npy_i64(out.join("tokens.npy"), &[h, w], &toks)?;
+    image_io::save_png(out.join("recon.png"), &rec)?;
+    let pair = image_io::side_by_side(&[img, rec], 4);
+    image_io::save_png(out.join("side_by_side.png"), &pair)?;
+    println!("tokens: {} ({h}x{w} grid, raster order)", h * w);
+    println!("PSNR: {psnr:.2} dB");
+    println!("SSIM: {ssim:.4}");
+    println!("codebook entries used: {used} of {n_embed} (perplexity {perplexity:.1})");
+    println!(
+        "wrote {}/{{tokens.npy, recon.png, side_by_side.png}}",
+        out.display()
+    );
+    Ok(())
+}
+
+/// `R,C:R,C` → ((r1, c1), (r2, c2)).
+fn parse_swap(s: &str) -> Result<((usize, usize), (usize, usize))> {
+    let cell = |p: &str| -> Option<(usize, usize)> {
+        let (r, c) = p.trim().split_once(',')?;
+        Some((r.trim().parse().ok()?, c.trim().parse().ok()?))
+    };
+    let err = || {
+        anyhow::anyhow!("--swap {s:?}: expected R1,C1:R2,C2 with 0-based row and column numbers")
+    };
+    let (a, b) = s.split_once(':').ok_or_else(err)?;
+    Ok((cell(a).ok_or_else(err)?, cell(b).ok_or_else(err)?))
+}
+
+fn edit(tokens: &Path, swaps: &[String], out: &Path) -> Result<()> {
+    let mut t = read_tokens(tokens)?;
+    let mut parsed = Vec::with_capacity(swaps.len());
+    for s in swaps {
+        let (a, b) = parse_swap(s)?;
+        for (r, c) in [a, b] {
+            if r >= t.h || c >= t.w {
+                bail!(
+                    "--swap {s}: cell ({r}, {c}) is outside the {}x{} token grid of {}",
+                    t.h,
+                    t.w,
+                    tokens.display()
+                );
+            }
+        }
+        parsed.push((a, b));
+    }
+    let plane = t.h * t.w;
+    for img in 0..t.n {
+        for &((r1, c1), (r2, c2)) in &parsed {
+            t.data
+                .swap(img * plane + r1 * t.w + c1, img * plane + r2 * t.w + c2);
+        }
+    }
+    write_tokens(out, &t)?;
+    eprintln!(
+        "wrote {} ({} swap(s) applied to {} image(s))",
+        out.display(),
+        parsed.len(),
+        t.n
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_parsing() {
+        assert_eq!(parse_swap("1,2:3,4").unwrap(), ((1, 2), (3, 4)));
+        assert_eq!(parse_swap(" 0, 0 : 23,23").unwrap(), ((0, 0), (23, 23)));
+        for bad in ["1,2", "1:2", "a,b:c,d", "-1,0:0,0", "1,2:3"] {
+            assert!(parse_swap(bad).is_err(), "{bad}");
+        }
+    }
 }
