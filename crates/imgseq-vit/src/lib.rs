@@ -15,3 +15,6 @@ pub mod model;
 
 pub use config::ViTConfig;
 pub use model::{Embeddings, ViTForImageClassification, ViTModel};
+pub mod data;
+pub mod optim;
+pub mod train;

@@ -4,7 +4,9 @@
 //! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
 //! `imgseq weights ...` inspect and convert weight files
 
+mod paths;
 mod vit_cmd;
+mod vit_plot;
 mod vq_cmd;
 mod weights_cmd;
 

@@ -1,0 +1,308 @@
+//! Training and evaluation of a ViT classifier.
+//!
+//! A run folder holds everything needed to use or resume it:
+//! `config.json` + `model.safetensors` (HF layout), `training.json` (this [`TrainConfig`]),
+//! `optimizer.safetensors` (AdamW moments) and `state.json` (epochs done, accuracy history).
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::{VarBuilder, VarMap};
+use imgseq_core::{Error, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_distr_free::normal;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+
+use crate::checkpoint::{load_tensors, save_classifier, save_tensors, WEIGHTS_FILE};
+use crate::config::ViTConfig;
+use crate::data::{make_batch, Augment, ImageSet, Normalize};
+use crate::model::ViTForImageClassification;
+use crate::optim::{warmup_cosine, AdamW};
+
+/// Everything that defines a training run (saved as `training.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Where the data came from (for the record): e.g. "fashion-mnist".
+    pub dataset: String,
+    /// Size of the dataset images before centre padding to the model's `image_size`
+    /// (28 for Fashion-MNIST in a 32×32 model); user images are letterboxed to this size.
+    #[serde(default)]
+    pub input_size: Option<usize>,
+    pub epochs: usize,
+    pub batch_size: usize,
+    /// Peak learning rate of AdamW.
+    pub lr: f64,
+    pub min_lr: f64,
+    pub weight_decay: f64,
+    pub warmup_epochs: f64,
+    pub label_smoothing: f64,
+    pub seed: u64,
+    pub augment: Augment,
+    #[serde(flatten)]
+    pub normalize: Normalize,
+}
+
+impl TrainConfig {
+    /// The recipe of the shipped Fashion-MNIST default.
+    pub fn fashion_mnist_default(normalize: Normalize) -> Self {
+        Self {
+            dataset: "fashion-mnist".into(),
+            input_size: Some(28),
+            epochs: 30,
+            batch_size: 128,
+            lr: 2e-3,
+            min_lr: 1e-5,
+            weight_decay: 0.05,
+            warmup_epochs: 2.0,
+            label_smoothing: 0.1,
+            seed: 0,
+            augment: Augment::default(),
+            normalize,
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        serde_json::from_str(&text).map_err(|e| Error::format(path, format!("not a valid training.json ({e})")))
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("json");
+        imgseq_core::fsutil::write_bytes_atomic(path, text.as_bytes())
+    }
+}
+
+/// Progress of a run (saved as `state.json` after every epoch).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TrainState {
+    pub epochs_done: usize,
+    pub steps_done: usize,
+    /// Test accuracy after each epoch.
+    pub test_accuracy: Vec<f64>,
+    pub train_loss: Vec<f64>,
+    /// Training seconds spent so far (across resumes).
+    pub seconds: f64,
+}
+
+/// Accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted).
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub accuracy: f64,
+    pub per_class: Vec<f64>,
+    pub confusion: Vec<Vec<usize>>,
+    pub n: usize,
+}
+
+/// Mostly-HF initialisation: weights ~ N(0, 0.02) (truncated at 2σ), biases 0, norms 1/0,
+/// CLS token and positions ~ N(0, 0.02), drawn from a seeded RNG so runs are reproducible.
+pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let data = vars.data().lock().expect("poisoned");
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    for name in names {
+        let var = &data[name];
+        let shape = var.as_tensor().shape().clone();
+        let n = shape.elem_count();
+        let vals: Vec<f32> = if name.contains("layernorm") && name.ends_with("weight") {
+            vec![1.0; n]
+        } else if name.ends_with("bias") {
+            vec![0.0; n]
+        } else {
+            (0..n).map(|_| (normal(&mut rng).clamp(-2.0, 2.0) * std) as f32).collect()
+        };
+        var.set(&Tensor::from_vec(vals, shape, var.as_tensor().device())?)?;
+    }
+    Ok(())
+}
+
+/// The variables with their names, and whether weight decay applies to each.
+fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
+    let data = vars.data().lock().expect("poisoned");
+    let mut v: Vec<(String, Var, bool)> = data
+        .iter()
+        .map(|(k, var)| {
+            let decay = var.as_tensor().rank() >= 2 && !k.contains("embeddings.cls_token") && !k.contains("position_embeddings");
+            (k.clone(), var.clone(), decay)
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Cross-entropy with label smoothing ε: (1−ε)·NLL + ε·mean over classes of −log p.
+pub fn cross_entropy_smoothed(logits: &Tensor, labels: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?; // (b, k)
+    let nll = logp.gather(&labels.unsqueeze(1)?, 1)?.neg()?.mean_all()?;
+    if eps == 0.0 {
+        return Ok(nll);
+    }
+    let smooth = logp.mean(D::Minus1)?.neg()?.mean_all()?;
+    (nll * (1.0 - eps))? + (smooth * eps)?
+}
+
+fn tensor_err(e: candle_core::Error) -> Error {
+    Error::Candle(e)
+}
+
+/// Classifies every image of `set` and reports accuracy, per-class accuracy and confusion.
+pub fn evaluate(
+    model: &ViTForImageClassification,
+    cfg: &ViTConfig,
+    set: &ImageSet,
+    norm: &Normalize,
+    batch_size: usize,
+    progress: bool,
+) -> Result<EvalReport> {
+    let k = cfg.num_labels();
+    let mut confusion = vec![vec![0usize; k]; k];
+    let dev = Device::Cpu;
+    let pb = if progress { bar(set.n as u64, "eval") } else { ProgressBar::hidden() };
+    let idx: Vec<usize> = (0..set.n).collect();
+    for chunk in idx.chunks(batch_size) {
+        let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
+        let pred = model.forward(&x, false)?.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        for (&i, p) in chunk.iter().zip(pred) {
+            let t = set.labels[i] as usize;
+            if t >= k {
+                return Err(Error::invalid(format!("label {t} out of range for a {k}-class model")));
+            }
+            confusion[t][p as usize] += 1;
+        }
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let correct: usize = (0..k).map(|i| confusion[i][i]).sum();
+    let per_class = (0..k)
+        .map(|i| {
+            let tot: usize = confusion[i].iter().sum();
+            if tot == 0 { f64::NAN } else { confusion[i][i] as f64 / tot as f64 }
+        })
+        .collect();
+    Ok(EvalReport { accuracy: correct as f64 / set.n.max(1) as f64, per_class, confusion, n: set.n })
+}
+
+fn bar(len: u64, prefix: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>9} [{bar:30}] {pos}/{len} {msg} (ETA {eta})")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(prefix.to_string());
+    pb
+}
+
+/// Trains (or resumes, when `out` holds a run) a classifier; writes a checkpoint after every
+/// epoch. Returns the final state.
+pub fn train(
+    model_cfg: &ViTConfig,
+    tc: &TrainConfig,
+    train_set: &ImageSet,
+    test_set: &ImageSet,
+    out: &Path,
+    resume: bool,
+) -> Result<TrainState> {
+    model_cfg.validate()?;
+    if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
+        return Err(Error::invalid(format!(
+            "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
+            train_set.channels, train_set.height, train_set.width, model_cfg.num_channels, model_cfg.image_size, model_cfg.image_size
+        )));
+    }
+    let dev = Device::Cpu;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let vars = VarMap::new();
+    let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
+    let model = ViTForImageClassification::new(model_cfg, vb).map_err(tensor_err)?;
+    let mut opt = AdamW::new(named_vars(&vars), tc.lr, tc.weight_decay)?;
+    let state_path = out.join("state.json");
+    let mut state = TrainState::default();
+    if resume && state_path.exists() {
+        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+        state = serde_json::from_str(&text).map_err(|e| Error::format(&state_path, e.to_string()))?;
+        let saved = load_tensors(&out.join(WEIGHTS_FILE), &dev)?;
+        let data = vars.data().lock().expect("poisoned");
+        for (name, var) in data.iter() {
+            let t = saved
+                .get(name)
+                .ok_or_else(|| Error::weights(out.join(WEIGHTS_FILE), format!("missing tensor `{name}`")))?;
+            var.set(t).map_err(|e| Error::weights(out.join(WEIGHTS_FILE), format!("`{name}`: {e}")))?;
+        }
+        drop(data);
+        let opt_path = out.join("optimizer.safetensors");
+        let st = load_tensors(&opt_path, &dev)?;
+        opt.load_state(&st).map_err(|m| Error::format(&opt_path, m))?;
+        eprintln!("resuming {} after epoch {} (step {})", out.display(), state.epochs_done, state.steps_done);
+    } else {
+        init_weights(&vars, model_cfg.initializer_range, tc.seed)?;
+    }
+    tc.save(&out.join("training.json"))?;
+
+    let steps_per_epoch = train_set.n / tc.batch_size;
+    let total_steps = steps_per_epoch * tc.epochs;
+    let warmup = (tc.warmup_epochs * steps_per_epoch as f64) as usize;
+    for epoch in state.epochs_done..tc.epochs {
+        // Per-epoch RNG derived from the seed: a resumed run sees the same data order.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(tc.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64));
+        let mut order: Vec<usize> = (0..train_set.n).collect();
+        order.shuffle(&mut rng);
+        let pb = bar((steps_per_epoch * tc.batch_size) as u64, &format!("epoch {}/{}", epoch + 1, tc.epochs));
+        let t0 = Instant::now();
+        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        for s in 0..steps_per_epoch {
+            let idx = &order[s * tc.batch_size..(s + 1) * tc.batch_size];
+            let seed = imgseq_core::data::augment::mix_seed(&[tc.seed, epoch as u64, s as u64]);
+            let (x, y) = make_batch(train_set, idx, &tc.normalize, Some((&tc.augment, seed)), &dev)?;
+            let logits = model.forward(&x, false)?;
+            let loss = cross_entropy_smoothed(&logits, &y, tc.label_smoothing)?;
+            let grads = loss.backward()?;
+            opt.lr = warmup_cosine(state.steps_done, warmup, total_steps, tc.lr, tc.min_lr);
+            opt.step(&grads)?;
+            state.steps_done += 1;
+            let l = loss.to_scalar::<f32>()? as f64;
+            if !l.is_finite() {
+                return Err(Error::invalid(format!("training diverged: loss is {l} at step {}", state.steps_done)));
+            }
+            loss_sum += l;
+            loss_n += 1;
+            pb.inc(tc.batch_size as u64);
+            if s % 10 == 0 {
+                let ips = ((s + 1) * tc.batch_size) as f64 / t0.elapsed().as_secs_f64();
+                pb.set_message(format!("loss {:.4} lr {:.2e} {:.0} img/s", loss_sum / loss_n as f64, opt.lr, ips));
+            }
+        }
+        pb.finish_and_clear();
+        let secs = t0.elapsed().as_secs_f64();
+        state.seconds += secs;
+        let report = evaluate(&model, model_cfg, test_set, &tc.normalize, 500, false)?;
+        state.epochs_done = epoch + 1;
+        state.train_loss.push(loss_sum / loss_n.max(1) as f64);
+        state.test_accuracy.push(report.accuracy);
+        eprintln!(
+            "epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} img/s",
+            epoch + 1,
+            tc.epochs,
+            loss_sum / loss_n.max(1) as f64,
+            100.0 * report.accuracy,
+            (steps_per_epoch * tc.batch_size) as f64 / secs
+        );
+        save_classifier(out, model_cfg, &vars)?;
+        save_tensors(&out.join("optimizer.safetensors"), &opt.state()?)?;
+        let text = serde_json::to_string_pretty(&state).expect("json");
+        imgseq_core::fsutil::write_bytes_atomic(&state_path, text.as_bytes())?;
+    }
+    Ok(state)
+}
+
+/// Standard normal sampling without an extra dependency (Box–Muller).
+mod rand_distr_free {
+    use rand::Rng;
+    pub fn normal(rng: &mut impl Rng) -> f64 {
+        let u1: f64 = rng.random::<f64>().max(1e-300);
+        let u2: f64 = rng.random();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}

@@ -1,0 +1,96 @@
+//! `imgseq vit plot-positions`: what did the position embeddings learn?
+//!
+//! As in the ViT paper's figure 7: for every patch position (an 8×8 grid), a small 8×8 map of
+//! the cosine similarity between its learned position vector and that of every other patch.
+//! A model that learned 2-D structure shows a bright spot at the patch's own place, fading
+//! with distance, often with row/column stripes.
+
+use anyhow::{bail, Result};
+use image::{Rgb, RgbImage};
+use std::path::Path;
+
+/// Pixels per similarity cell, and gap between the small maps.
+const CELL: u32 = 6;
+const GAP: u32 = 3;
+
+/// Viridis-like colour map: t in [0, 1] → RGB (5 anchor colours, linear in between).
+fn colormap(t: f32) -> Rgb<u8> {
+    const STOPS: [[f32; 3]; 5] =
+        [[68., 1., 84.], [59., 82., 139.], [33., 145., 140.], [94., 201., 98.], [253., 231., 37.]];
+    let t = t.clamp(0.0, 1.0) * 4.0;
+    let i = (t.floor() as usize).min(3);
+    let f = t - i as f32;
+    let c = |k: usize| (STOPS[i][k] * (1.0 - f) + STOPS[i + 1][k] * f).round() as u8;
+    Rgb([c(0), c(1), c(2)])
+}
+
+/// Cosine-similarity maps of a (n, d) set of position vectors on a `side`×`side` grid.
+pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
+    let norms: Vec<f32> = (0..n).map(|i| pos[i * d..(i + 1) * d].iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12)).collect();
+    let mut sim = vec![0f32; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            let dot: f32 = pos[i * d..(i + 1) * d].iter().zip(&pos[j * d..(j + 1) * d]).map(|(a, b)| a * b).sum();
+            sim[i * n + j] = dot / (norms[i] * norms[j]);
+        }
+    }
+    sim
+}
+
+pub fn plot_positions(weights: &Path, output: &Path) -> Result<()> {
+    let m = crate::vit_cmd::load(weights)?;
+    let pe = m.model.vit.embeddings.position_embeddings.squeeze(0)?; // (65, hidden)
+    let (n1, d) = pe.dims2()?;
+    let n = n1 - 1;
+    let side = (n as f64).sqrt().round() as usize;
+    if side * side != n {
+        bail!("{}: {n} position slots do not form a square grid", weights.display());
+    }
+    let pos: Vec<f32> = pe.narrow(0, 1, n)?.flatten_all()?.to_vec1()?; // patches only, CLS excluded
+    let sim = similarity_maps(&pos, n, d);
+    let map_px = side as u32 * CELL;
+    let total = side as u32 * map_px + (side as u32 + 1) * GAP;
+    let mut img = RgbImage::from_pixel(total, total, Rgb([255, 255, 255]));
+    for pi in 0..n {
+        let (gy, gx) = ((pi / side) as u32, (pi % side) as u32);
+        let (oy, ox) = (GAP + gy * (map_px + GAP), GAP + gx * (map_px + GAP));
+        for pj in 0..n {
+            // Colour scale −1 … 1 as in the paper's figure.
+            let c = colormap((sim[pi * n + pj] + 1.0) / 2.0);
+            let (cy, cx) = ((pj / side) as u32, (pj % side) as u32);
+            for y in 0..CELL {
+                for x in 0..CELL {
+                    img.put_pixel(ox + cx * CELL + x, oy + cy * CELL + y, c);
+                }
+            }
+        }
+    }
+    imgseq_core::image_io::save_png(output, &img)?;
+    // A number that says whether 2-D structure was learned: mean similarity of grid neighbours
+    // versus of patches at least half the grid apart.
+    let (mut near, mut nn, mut far, mut nf) = (0f32, 0, 0f32, 0);
+    for i in 0..n {
+        for j in 0..n {
+            let dy = (i / side).abs_diff(j / side);
+            let dx = (i % side).abs_diff(j % side);
+            if dy + dx == 1 {
+                near += sim[i * n + j];
+                nn += 1;
+            } else if dy.max(dx) >= side / 2 {
+                far += sim[i * n + j];
+                nf += 1;
+            }
+        }
+    }
+    println!(
+        "wrote {} ({side}x{side} maps of {side}x{side}; colour: cosine similarity -1 (dark) .. 1 (yellow))",
+        output.display()
+    );
+    println!(
+        "mean cosine similarity: neighbouring patches {:.3}, patches >= {} apart {:.3}",
+        near / nn.max(1) as f32,
+        side / 2,
+        far / nf.max(1) as f32
+    );
+    Ok(())
+}
