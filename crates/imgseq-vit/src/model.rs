@@ -79,9 +79,24 @@ impl PatchEmbeddings {
 
     /// # Shapes
     /// (b, c, h, w) → (b, (h/p)·(w/p), hidden), patches in raster order.
+    ///
+    /// A conv whose kernel equals its stride is a linear map of each flattened patch, so it is
+    /// computed as one: cut into patches, flatten each in (c, p, p) order, multiply.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = ops::conv2d(x, &self.weight, Some(&self.bias), self.patch_size, ops::Padding::same(0))?; // (b, hidden, h/p, w/p)
-        x.flatten_from(2)?.transpose(1, 2) // (b, n, hidden)
+        let (b, c, h, w) = x.dims4()?;
+        let p = self.patch_size;
+        if h % p != 0 || w % p != 0 {
+            candle_core::bail!("input {h}x{w} is not a multiple of the patch size {p}")
+        }
+        let (gh, gw) = (h / p, w / p);
+        let patches = x
+            .reshape((b, c, gh, p, gw, p))?
+            .permute((0, 2, 4, 1, 3, 5))? // (b, gh, gw, c, p, p)
+            .contiguous()?
+            .reshape((b, gh * gw, c * p * p))?; // (b, 64, c·16)
+        let hidden = self.weight.dim(0)?;
+        let w = self.weight.reshape((hidden, c * p * p))?; // (hidden, c·16)
+        ops::linear(&patches, &w, Some(&self.bias)) // (b, 64, hidden)
     }
 }
 
