@@ -14,6 +14,7 @@
 //!   - `torch._utils._rebuild_parameter` → its tensor,
 //!   - `collections.OrderedDict` → an empty dict,
 //!   - `_codecs.encode` → bytes (protocol-2 encoding of `bytes`).
+//!
 //!   Inert class names are tolerated because old Lightning keys its `callbacks` dict by the
 //!   callback class (`pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint`).
 //! * `BINPERSID` turns torch's persistent id `('storage', torch.FloatStorage, key, location,

@@ -162,6 +162,8 @@ fn load(m: &ModelArgs) -> Result<VqModel> {
     Ok(load_model(&weights, m.config.as_deref(), &Device::Cpu)?)
 }
 
+// `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
+#[allow(unknown_lints, clippy::manual_is_multiple_of)]
 fn check_size(size: u32, model: Option<&VqModel>) -> Result<()> {
     if size == 0 || size % 16 != 0 {
         bail!("--size {size} must be a positive multiple of 16 (VQGAN f16 downsamples by 16)");

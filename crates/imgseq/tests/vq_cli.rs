@@ -229,18 +229,18 @@ fn edit_swap_changes_pixels_where_tokens_moved() {
     let dist = |r: usize, c: usize, s: (usize, usize)| r.abs_diff(s.0).max(c.abs_diff(s.1));
     let (mut near, mut nn, mut far, mut nf) = (0.0, 0, 0.0, 0);
     let mut best = (0.0, (0, 0));
-    for r in 0..16 {
-        for c in 0..16 {
+    for (r, row) in cell.iter().enumerate() {
+        for (c, &v) in row.iter().enumerate() {
             let d = dist(r, c, p).min(dist(r, c, q));
             if d <= 1 {
-                near += cell[r][c];
+                near += v;
                 nn += 1;
             } else if d >= 4 {
-                far += cell[r][c];
+                far += v;
                 nf += 1;
             }
-            if cell[r][c] > best.0 {
-                best = (cell[r][c], (r, c));
+            if v > best.0 {
+                best = (v, (r, c));
             }
         }
     }
