@@ -22,6 +22,8 @@ Outputs (all small):
                        reconstruction, loss, and the expected values of the loss.* tensors
   evil.ckpt            a torch zip whose data.pkl calls os.system (must be refused)
   missing_storage.ckpt a torch zip with one storage entry removed
+  f16_1024_keys.txt    state-dict names and shapes of the full vqgan_imagenet_f16_1024
+                       layout (built on the meta device, no weights), for a layout test
 Run: python3 scripts/make_vqgan_fixtures.py
 """
 
@@ -397,6 +399,15 @@ def main():
     with zipfile.ZipFile(io.BytesIO(small.getvalue())) as zin:
         entries = [(n, zin.read(n)) for n in zin.namelist() if not n.endswith("/data/1")]
     write_torch_zip_with(os.path.join(OUT, "missing_storage.ckpt"), entries)
+
+    # The full-size layout (taming's configs/imagenet_vqgan.yaml), names and shapes only.
+    full_dd = dict(double_z=False, z_channels=256, resolution=256, in_channels=3, out_ch=3, ch=128,
+                   ch_mult=[1, 1, 2, 2, 4], num_res_blocks=2, attn_resolutions=[16], dropout=0.0)
+    with torch.device("meta"):
+        full = VQModel(full_dd, 1024, 256)
+    with open(os.path.join(OUT, "f16_1024_keys.txt"), "w") as f:
+        for k, v in full.state_dict().items():
+            f.write(f"{k} {','.join(map(str, v.shape))}\n")
 
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"wrote {OUT} ({total / 1024:.0f} KiB)")

@@ -113,3 +113,95 @@ impl VectorQuantizer {
         e.reshape((b, h, w, c))?.permute((0, 3, 1, 2))?.contiguous()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn vq(legacy: bool) -> VectorQuantizer {
+        let e = Tensor::new(&[[0f32, 0.], [1., 0.], [0., 2.]], &Device::Cpu).unwrap();
+        VectorQuantizer::from_codebook(e, 0.25, legacy)
+    }
+
+    /// z: (1, 2, 1, 2) = two positions (0.9, 0.1) and (0.2, 1.5).
+    fn z() -> Var {
+        let t = Tensor::new(&[0.9f32, 0.2, 0.1, 1.5], &Device::Cpu).unwrap();
+        Var::from_tensor(&t.reshape((1, 2, 1, 2)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn nearest_entries_loss_and_straight_through() {
+        let z = z();
+        let q = vq(true).quantize(z.as_tensor()).unwrap();
+        assert_eq!(
+            q.indices.flatten_all().unwrap().to_vec1::<u32>().unwrap(),
+            vec![1, 2]
+        );
+        let zq = q.quantized.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(zq, vec![1.0, 0.0, 0.0, 2.0]); // (c, w) layout: c0 = [1, 0], c1 = [0, 2]
+                                                  // mse = mean((zq - z)^2) over 4 values = (0.01 + 0.04 + 0.01 + 0.25) / 4
+        let mse = (0.01 + 0.04 + 0.01 + 0.25) / 4.0;
+        let loss = q.loss.to_scalar::<f32>().unwrap();
+        assert!((loss - 1.25 * mse).abs() < 1e-6, "{loss}");
+        // Straight-through: d(sum quantized)/dz = 1; the loss gradient w.r.t. z comes only
+        // from the commitment term of the legacy formula: 2 (z − zq) / n.
+        let g = q.quantized.sum_all().unwrap().backward().unwrap();
+        let gz = g
+            .get(z.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(gz, vec![1.0; 4]);
+        let g = q.loss.backward().unwrap();
+        let gz = g
+            .get(z.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let want = [
+            2.0 * (0.9 - 1.0) / 4.0,
+            2.0 * 0.2 / 4.0,
+            2.0 * 0.1 / 4.0,
+            2.0 * (1.5 - 2.0) / 4.0,
+        ];
+        for (a, b) in gz.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{gz:?}");
+        }
+        // Non-legacy puts β on the commitment term instead.
+        let z = self::z();
+        let q = vq(false).quantize(z.as_tensor()).unwrap();
+        let g = q.loss.backward().unwrap();
+        let gz = g
+            .get(z.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for (a, b) in gz.iter().zip(want) {
+            assert!((a - 0.25 * b).abs() < 1e-6, "{gz:?}");
+        }
+    }
+
+    #[test]
+    fn lookup_is_the_inverse_of_indices() {
+        let v = vq(true);
+        let q = v.quantize(z().as_tensor()).unwrap();
+        let back = v.lookup(&q.indices).unwrap();
+        assert_eq!(
+            back.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            q.quantized.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
+        let bad = Tensor::new(&[[[3u32]]], &Device::Cpu).unwrap();
+        let e = v.lookup(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("codebook index 3") && e.contains("n_embed = 3"),
+            "{e}"
+        );
+    }
+}

@@ -354,3 +354,40 @@ fn convert_drops_loss_and_roundtrips() {
         0
     );
 }
+
+/// The preset asks for exactly the tensors (names and shapes) of taming's
+/// `vqgan_imagenet_f16_1024` state dict, as listed by the PyTorch re-implementation.
+#[test]
+fn preset_matches_taming_f16_1024_layout() {
+    let text = std::fs::read_to_string(fx("f16_1024_keys.txt")).unwrap();
+    let one = Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap();
+    let mut map = HashMap::new();
+    let mut params = 0;
+    for line in text.lines() {
+        let (name, shape) = line.split_once(' ').unwrap();
+        let shape: Vec<usize> = shape.split(',').map(|s| s.parse().unwrap()).collect();
+        params += shape.iter().product::<usize>();
+        // A broadcast view: no memory for the 72 M parameters.
+        let t = one
+            .reshape(vec![1; shape.len()])
+            .unwrap()
+            .broadcast_as(shape)
+            .unwrap();
+        map.insert(name.to_string(), t);
+    }
+    assert_eq!(map.len(), 343);
+    assert_eq!(params, 72_141_699);
+    for k in [
+        "encoder.down.4.attn.1.q.weight",
+        "encoder.down.2.block.0.nin_shortcut.weight",
+        "decoder.up.4.attn.2.proj_out.bias",
+        "decoder.up.1.block.0.nin_shortcut.weight",
+        "decoder.up.4.upsample.conv.weight",
+    ] {
+        assert!(map.contains_key(k), "{k}");
+    }
+    let cfg = VqConfig::vqgan_imagenet_f16_1024();
+    let w = AuditedWeights::new("f16_1024", map);
+    let m = load::build(&cfg, &w, &Device::Cpu).unwrap();
+    assert_eq!(m.config().downsample_factor(), 16);
+}
