@@ -4,8 +4,10 @@
 //! attention which accepts any strides with a unit last stride). Backward passes read the
 //! saved tensors directly and build the gradients from fresh vectors.
 
-use crate::cpu::{self, act, attn, norm, with_data, Real};
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use crate::cpu::{self, act, attn, conv, norm, with_data, Real};
+use candle_core::{
+    bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
+};
 
 fn from_vec<T: Real>(v: Vec<T>, shape: &Shape, like: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(v, shape.clone(), like.device())
@@ -128,7 +130,8 @@ fn gn_fwd<T: Real>(
     let w = cpu::slice::<T>(s2, l2)?;
     let b = cpu::slice::<T>(s3, l3)?;
     let c = l1.dims()[1];
-    let y = norm::group_norm(x, c, op.groups, w, b, op.eps, op.silu);
+    let hw = l1.dims()[2..].iter().product();
+    let y = norm::group_norm(x, c, hw, op.groups, w, b, op.eps, op.silu);
     Ok((T::to_cpu_storage_owned(y), l1.shape().clone()))
 }
 
@@ -141,12 +144,13 @@ fn gn_bwd<T: Real>(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let g = g.contiguous()?;
     let c = x.dim(1)?;
+    let hw = x.dims()[2..].iter().product();
     let (dx, dw, db) = with_data::<T, _>(x, |xs| {
         with_data::<T, _>(w, |ws| {
             with_data::<T, _>(b, |bs| {
                 with_data::<T, _>(&g, |gs| {
                     Ok(norm::group_norm_bwd(
-                        xs, c, op.groups, ws, bs, gs, op.eps, op.silu,
+                        xs, c, hw, op.groups, ws, bs, gs, op.eps, op.silu,
                     ))
                 })
             })
@@ -395,5 +399,142 @@ impl CustomOp3 for Attention {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (dq, dk, dv) = dispatch!(q.dtype(), attn_bwd(self.scale, q, k, v, g))?;
         Ok((Some(dq), Some(dk), Some(dv)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conv2d
+
+pub struct Conv2d {
+    pub stride: usize,
+    /// (left, right, top, bottom)
+    pub pad: (usize, usize, usize, usize),
+}
+
+impl Conv2d {
+    fn geom(&self, x: &[usize], w: &[usize]) -> Result<conv::Geom> {
+        if x.len() != 4 || w.len() != 4 || x[1] != w[1] {
+            bail!("conv2d: input {x:?} and weight {w:?} do not match");
+        }
+        let (l, r, t, b) = self.pad;
+        if x[2] + t + b < w[2] || x[3] + l + r < w[3] || self.stride == 0 {
+            bail!("conv2d: kernel {w:?} larger than padded input {x:?}");
+        }
+        Ok(conv::Geom {
+            b: x[0],
+            ci: x[1],
+            h: x[2],
+            w: x[3],
+            co: w[0],
+            kh: w[2],
+            kw: w[3],
+            s: self.stride,
+            pad: self.pad,
+        })
+    }
+}
+
+fn conv_fwd<T: Real>(
+    op: &Conv2d,
+    sx: &CpuStorage,
+    lx: &Layout,
+    sw: &CpuStorage,
+    lw: &Layout,
+    b: Option<(&CpuStorage, &Layout)>,
+) -> Result<(CpuStorage, Shape)> {
+    let g = op.geom(lx.dims(), lw.dims())?;
+    let x = cpu::slice::<T>(sx, lx)?;
+    let w = cpu::slice::<T>(sw, lw)?;
+    let b = match b {
+        Some((s, l)) => {
+            let b = cpu::slice::<T>(s, l)?;
+            if b.len() != g.co {
+                bail!("conv2d: bias of {} for {} output channels", b.len(), g.co);
+            }
+            Some(b)
+        }
+        None => None,
+    };
+    let (ho, wo) = g.out_hw();
+    Ok((
+        T::to_cpu_storage_owned(conv::conv2d(x, w, b, &g)),
+        Shape::from((g.b, g.co, ho, wo)),
+    ))
+}
+
+fn conv_bwd<T: Real>(
+    op: &Conv2d,
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let gm = op.geom(x.dims(), w.dims())?;
+    let gc = g.contiguous()?;
+    let (dx, dw, db) = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(w, |ws| {
+            with_data::<T, _>(&gc, |gs| Ok(conv::conv2d_bwd(xs, ws, gs, &gm)))
+        })
+    })?;
+    let dev = x.device();
+    Ok((
+        Tensor::from_vec(dx, x.shape(), dev)?,
+        Tensor::from_vec(dw, w.shape(), dev)?,
+        Tensor::from_vec(db, gm.co, dev)?,
+    ))
+}
+
+impl CustomOp3 for Conv2d {
+    fn name(&self) -> &'static str {
+        "imgseq-conv2d"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(
+            storage_dtype(s1),
+            conv_fwd(self, s1, l1, s2, l2, Some((s3, l3)))
+        )
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = dispatch!(x.dtype(), conv_bwd(self, x, w, g))?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+impl CustomOp2 for Conv2d {
+    fn name(&self) -> &'static str {
+        "imgseq-conv2d-nobias"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s1), conv_fwd(self, s1, l1, s2, l2, None))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = dispatch!(x.dtype(), conv_bwd(self, x, w, g))?;
+        Ok((Some(dx), Some(dw)))
     }
 }

@@ -58,6 +58,21 @@ pub fn conv2d(
     stride: usize,
     pad: Padding,
 ) -> Result<Tensor> {
+    let fast_ok = match bias {
+        Some(b) => fast(&[x, weight, b]),
+        None => fast(&[x, weight]),
+    };
+    if fast_ok && x.rank() == 4 && weight.rank() == 4 && stride > 0 {
+        let op = custom::Conv2d {
+            stride,
+            pad: (pad.left, pad.right, pad.top, pad.bottom),
+        };
+        let (x, w) = (x.contiguous()?, weight.contiguous()?);
+        return match bias {
+            Some(b) => x.apply_op3(&w, &b.flatten_all()?.contiguous()?, op),
+            None => x.apply_op2(&w, op),
+        };
+    }
     reference::conv2d(x, weight, bias, stride, pad)
 }
 

@@ -1,1 +1,433 @@
-//! 2-D convolution (todo).
+//! 2-D convolution (cross-correlation) on NCHW f32/f64, forward and backward, as shifted GEMMs.
+//!
+//! The input is copied once into a zero-padded buffer, split into s×s stride phases (for
+//! stride 1 that is just the padded image). Phase (a, b) holds padded pixels (s·y+a, s·x+b) as
+//! rows of length wq. Output position (y, x) ↦ p = y·wq + x, and kernel tap (i, j) reads
+//! element p + (i/s)·wq + j/s of phase (i mod s, j mod s): for every tap the whole output is one
+//! GEMM (c_out × c_in) · (c_in × P) against a *shifted view* of the padded input — no im2col
+//! copy. Columns with x ≥ w_out are junk and dropped when the tile is written out.
+//! The output is computed in column tiles that stay in L2, tiles run in parallel (rayon) with
+//! single-threaded GEMMs (the `gemm` crate's microkernels); the bias initialises the tile.
+
+use super::Real;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Shapes and padding of one convolution.
+#[derive(Debug, Clone, Copy)]
+pub struct Geom {
+    pub b: usize,
+    pub ci: usize,
+    pub h: usize,
+    pub w: usize,
+    pub co: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub s: usize,
+    /// (left, right, top, bottom)
+    pub pad: (usize, usize, usize, usize),
+}
+
+/// Derived sizes of the padded, phase-split layout.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    ho: usize,
+    wo: usize,
+    s: usize,
+    /// row length of a phase (padded width / s, rounded up)
+    wq: usize,
+    /// rows of a phase
+    hq: usize,
+    /// p-space length (ho · wq)
+    np: usize,
+    /// elements per channel (s² phases of hq × wq)
+    plane: usize,
+}
+
+impl Plan {
+    /// Offset of tap (i, j)'s view inside a channel's plane.
+    fn off(&self, i: usize, j: usize) -> usize {
+        let s = self.s;
+        ((i % s) * s + j % s) * self.hq * self.wq + (i / s) * self.wq + j / s
+    }
+}
+
+impl Geom {
+    pub fn out_hw(&self) -> (usize, usize) {
+        let (l, r, t, bo) = self.pad;
+        (
+            (self.h + t + bo - self.kh) / self.s + 1,
+            (self.w + l + r - self.kw) / self.s + 1,
+        )
+    }
+    fn plan(&self) -> Plan {
+        let (l, r, t, bo) = self.pad;
+        let s = self.s;
+        let (ho, wo) = self.out_hw();
+        let wq = (self.w + l + r).div_ceil(s);
+        let np = ho * wq;
+        let need = np + ((self.kh - 1) / s) * wq + (self.kw - 1) / s;
+        let hq = (self.h + t + bo).div_ceil(s).max(need.div_ceil(wq));
+        Plan {
+            ho,
+            wo,
+            s,
+            wq,
+            hq,
+            np,
+            plane: s * s * hq * wq,
+        }
+    }
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == (0, 0, 0, 0)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ptr<T>(*mut T);
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+impl<T> Ptr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// dst (m×n) = alpha·dst + beta·lhs·rhs with explicit (row, col) strides.
+#[allow(clippy::too_many_arguments)]
+unsafe fn mm<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    (dst_rs, dst_cs): (usize, usize),
+    accumulate: bool,
+    lhs: *const T,
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: *const T,
+    (rhs_rs, rhs_cs): (usize, usize),
+    par: Parallelism,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        dst_cs as isize,
+        dst_rs as isize,
+        accumulate,
+        lhs,
+        lhs_cs as isize,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        if accumulate { T::ONE } else { T::ZERO },
+        T::ONE,
+        false,
+        false,
+        false,
+        par,
+    )
+}
+
+/// Index of input pixel (y, x) inside a channel's padded, phase-split plane.
+#[inline]
+fn pidx(g: &Geom, p: &Plan, y: usize, x: usize) -> usize {
+    let (yy, xx) = (y + g.pad.2, x + g.pad.0);
+    let s = p.s;
+    ((yy % s) * s + xx % s) * p.hq * p.wq + (yy / s) * p.wq + xx / s
+}
+
+/// The zero-padded, phase-split copy of x: (b, ci, plane).
+fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
+    let mut xp = vec![T::ZERO; g.b * g.ci * p.plane];
+    xp.par_chunks_mut(p.plane)
+        .zip(x.par_chunks(g.h * g.w))
+        .for_each(|(dst, src)| {
+            for y in 0..g.h {
+                let row = &src[y * g.w..(y + 1) * g.w];
+                if p.s == 1 {
+                    let d0 = pidx(g, p, y, 0);
+                    dst[d0..d0 + g.w].copy_from_slice(row);
+                } else {
+                    for (x, v) in row.iter().enumerate() {
+                        dst[pidx(g, p, y, x)] = *v;
+                    }
+                }
+            }
+        });
+    xp
+}
+
+/// The inverse of [`pad_input`]: crop a padded, phase-split gradient back to (b, ci, h, w).
+fn unpad<T: Real>(xp: &[T], g: &Geom, p: &Plan) -> Vec<T> {
+    let mut x = vec![T::ZERO; g.b * g.ci * g.h * g.w];
+    x.par_chunks_mut(g.h * g.w)
+        .zip(xp.par_chunks(p.plane))
+        .for_each(|(dst, src)| {
+            for y in 0..g.h {
+                let row = &mut dst[y * g.w..(y + 1) * g.w];
+                if p.s == 1 {
+                    let s0 = pidx(g, p, y, 0);
+                    row.copy_from_slice(&src[s0..s0 + g.w]);
+                } else {
+                    for (x, v) in row.iter_mut().enumerate() {
+                        *v = src[pidx(g, p, y, x)];
+                    }
+                }
+            }
+        });
+    x
+}
+
+/// Weights as one (co × ci) matrix per tap: wr[tap][co][ci].
+fn taps<T: Real>(w: &[T], g: &Geom) -> Vec<T> {
+    let kk = g.kh * g.kw;
+    let mut wr = vec![T::ZERO; w.len()];
+    for co in 0..g.co {
+        for ci in 0..g.ci {
+            for t in 0..kk {
+                wr[(t * g.co + co) * g.ci + ci] = w[(co * g.ci + ci) * kk + t];
+            }
+        }
+    }
+    wr
+}
+
+/// Forward convolution: x (b, ci, h, w), w (co, ci, kh, kw), bias (co) → (b, co, ho, wo).
+pub fn conv2d<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T> {
+    let p = g.plan();
+    let mut out = vec![T::ZERO; g.b * g.co * p.ho * p.wo];
+    if out.is_empty() {
+        return out;
+    }
+    let padded;
+    let (xp, plane) = if g.is_pointwise() {
+        (x, g.h * g.w)
+    } else {
+        padded = pad_input(x, g, &p);
+        (&padded[..], p.plane)
+    };
+    let wr = taps(w, g);
+    let tile = (65536 / g.co.max(1)).clamp(64, 2048).min(p.np);
+    let ntiles = p.np.div_ceil(tile);
+    let outp = Ptr(out.as_mut_ptr());
+    let out_plane = p.ho * p.wo;
+    (0..g.b * ntiles).into_par_iter().for_each_init(
+        || vec![T::ZERO; g.co * tile],
+        |buf, task| {
+            let (bi, ti) = (task / ntiles, task % ntiles);
+            let p0 = ti * tile;
+            let len = tile.min(p.np - p0);
+            for co in 0..g.co {
+                let v = bias.map_or(T::ZERO, |b| b[co]);
+                buf[co * len..(co + 1) * len].fill(v);
+            }
+            let img = &xp[bi * g.ci * plane..(bi + 1) * g.ci * plane];
+            for i in 0..g.kh {
+                for j in 0..g.kw {
+                    let tap = i * g.kw + j;
+                    let off = p0 + p.off(i, j);
+                    debug_assert!((g.ci - 1) * plane + off + len - 1 < img.len());
+                    // SAFETY: the strided rhs view stays inside `img` (plan() sizes hq for it).
+                    unsafe {
+                        mm(
+                            g.co,
+                            len,
+                            g.ci,
+                            buf.as_mut_ptr(),
+                            (len, 1),
+                            true,
+                            wr[tap * g.co * g.ci..].as_ptr(),
+                            (g.ci, 1),
+                            img.as_ptr().add(off),
+                            (plane, 1),
+                            Parallelism::None,
+                        );
+                    }
+                }
+            }
+            // Write the valid columns out.
+            let o = outp.get();
+            for co in 0..g.co {
+                let row = &buf[co * len..(co + 1) * len];
+                let mut q = p0;
+                while q < p0 + len {
+                    let (y, x0) = (q / p.wq, q % p.wq);
+                    let end = (q - x0 + p.wq).min(p0 + len);
+                    if x0 < p.wo {
+                        let n = (p.wo - x0).min(end - q);
+                        // SAFETY: (bi, co, y, x0..x0+n) is inside out, and each task owns its
+                        // p-range, so no two tasks write the same element.
+                        unsafe {
+                            let dst = o.add(bi * g.co * out_plane + co * out_plane + y * p.wo + x0);
+                            std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
+                        }
+                    }
+                    q = end;
+                }
+            }
+        },
+    );
+    out
+}
+
+/// dY in p-space: (b, co, np) with zeros in the junk columns.
+fn grad_pspace<T: Real>(dy: &[T], g: &Geom, p: &Plan) -> Vec<T> {
+    let mut d = vec![T::ZERO; g.b * g.co * p.np];
+    d.par_chunks_mut(p.np)
+        .zip(dy.par_chunks(p.ho * p.wo))
+        .for_each(|(dst, src)| {
+            for y in 0..p.ho {
+                dst[y * p.wq..y * p.wq + p.wo].copy_from_slice(&src[y * p.wo..(y + 1) * p.wo]);
+            }
+        });
+    d
+}
+
+/// Backward: (dx, dw, db) given x, w and dL/dy (b, co, ho, wo).
+pub fn conv2d_bwd<T: Real>(x: &[T], w: &[T], dy: &[T], g: &Geom) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let p = g.plan();
+    let kk = g.kh * g.kw;
+    let threads = super::threads();
+
+    // db
+    let plane_o = p.ho * p.wo;
+    let db: Vec<T> = (0..g.co)
+        .into_par_iter()
+        .map(|co| {
+            let mut s = T::ZERO;
+            for bi in 0..g.b {
+                let o = (bi * g.co + co) * plane_o;
+                s += super::sum(&dy[o..o + plane_o]);
+            }
+            s
+        })
+        .collect();
+
+    // dx
+    let (l, r, t, bo) = g.pad;
+    let dx = if g.s == 1 && l < g.kw && r < g.kw && t < g.kh && bo < g.kh {
+        // Stride 1: dx = conv(dy, w flipped and transposed, padding k−1−p).
+        let mut wf = vec![T::ZERO; w.len()];
+        for co in 0..g.co {
+            for ci in 0..g.ci {
+                for i in 0..g.kh {
+                    for j in 0..g.kw {
+                        wf[((ci * g.co + co) * g.kh + (g.kh - 1 - i)) * g.kw + (g.kw - 1 - j)] =
+                            w[((co * g.ci + ci) * g.kh + i) * g.kw + j];
+                    }
+                }
+            }
+        }
+        let gt = Geom {
+            b: g.b,
+            ci: g.co,
+            h: p.ho,
+            w: p.wo,
+            co: g.ci,
+            kh: g.kh,
+            kw: g.kw,
+            s: 1,
+            pad: (g.kw - 1 - l, g.kw - 1 - r, g.kh - 1 - t, g.kh - 1 - bo),
+        };
+        conv2d(dy, &wf, None, &gt)
+    } else {
+        // General: scatter Wₜᵀ·dY into the padded gradient at every tap's shifted view.
+        let dyp = grad_pspace(dy, g, &p);
+        let wr = taps(w, g);
+        let plane = p.plane;
+        let mut dxp = vec![T::ZERO; g.b * g.ci * plane];
+        let par_imgs = g.b >= threads;
+        let par = if par_imgs {
+            Parallelism::None
+        } else {
+            Parallelism::Rayon(threads)
+        };
+        let work = |(bi, img): (usize, &mut [T])| {
+            for tap in 0..kk {
+                let off = p.off(tap / g.kw, tap % g.kw);
+                // SAFETY: the dst view stays inside img, as in the forward pass.
+                unsafe {
+                    mm(
+                        g.ci,
+                        p.np,
+                        g.co,
+                        img.as_mut_ptr().add(off),
+                        (plane, 1),
+                        true,
+                        wr[tap * g.co * g.ci..].as_ptr(),
+                        (1, g.ci),
+                        dyp[bi * g.co * p.np..].as_ptr(),
+                        (p.np, 1),
+                        par,
+                    );
+                }
+            }
+        };
+        if par_imgs {
+            dxp.par_chunks_mut(g.ci * plane).enumerate().for_each(work);
+        } else {
+            dxp.chunks_mut(g.ci * plane).enumerate().for_each(work);
+        }
+        unpad(&dxp, g, &p)
+    };
+
+    // dw: per tap, dWₜ = Σ_images dY'·(shifted x)ᵀ.
+    let padded;
+    let (xp, plane) = if g.is_pointwise() {
+        (x, g.h * g.w)
+    } else {
+        padded = pad_input(x, g, &p);
+        (&padded[..], p.plane)
+    };
+    let dyp = if p.wq == p.wo {
+        None
+    } else {
+        Some(grad_pspace(dy, g, &p))
+    };
+    let dyp: &[T] = dyp.as_deref().unwrap_or(dy);
+    let mut dwr = vec![T::ZERO; w.len()];
+    let par_taps = kk >= 2 * threads;
+    let par = if par_taps {
+        Parallelism::None
+    } else {
+        Parallelism::Rayon(threads)
+    };
+    let work = |(tap, dwt): (usize, &mut [T])| {
+        let off = p.off(tap / g.kw, tap % g.kw);
+        for bi in 0..g.b {
+            // SAFETY: the strided rhs view stays inside image bi of xp.
+            unsafe {
+                mm(
+                    g.co,
+                    g.ci,
+                    p.np,
+                    dwt.as_mut_ptr(),
+                    (g.ci, 1),
+                    bi > 0,
+                    dyp[bi * g.co * p.np..].as_ptr(),
+                    (p.np, 1),
+                    xp[bi * g.ci * plane + off..].as_ptr(),
+                    (1, plane),
+                    par,
+                );
+            }
+        }
+    };
+    if par_taps {
+        dwr.par_chunks_mut(g.co * g.ci).enumerate().for_each(work);
+    } else {
+        dwr.chunks_mut(g.co * g.ci).enumerate().for_each(work);
+    }
+    let mut dw = vec![T::ZERO; w.len()];
+    for tap in 0..kk {
+        for co in 0..g.co {
+            for ci in 0..g.ci {
+                dw[(co * g.ci + ci) * kk + tap] = dwr[(tap * g.co + co) * g.ci + ci];
+            }
+        }
+    }
+    (dx, dw, db)
+}

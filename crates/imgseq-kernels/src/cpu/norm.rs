@@ -164,6 +164,7 @@ multiversion! {
 pub fn group_norm<T: Real>(
     x: &[T],
     c: usize,
+    hw: usize,
     groups: usize,
     w: &[T],
     b: &[T],
@@ -172,7 +173,6 @@ pub fn group_norm<T: Real>(
 ) -> Vec<T> {
     let mut y = vec![T::ZERO; x.len()];
     let cg = c / groups.max(1);
-    let hw = if c == 0 { 0 } else { x.len() / c };
     let slab = cg * hw;
     if slab == 0 {
         return y;
@@ -193,6 +193,7 @@ pub fn group_norm<T: Real>(
 pub fn group_norm_bwd<T: Real>(
     x: &[T],
     c: usize,
+    hw: usize,
     groups: usize,
     w: &[T],
     b: &[T],
@@ -204,7 +205,6 @@ pub fn group_norm_bwd<T: Real>(
     let mut dw = vec![T::ZERO; c];
     let mut db = vec![T::ZERO; c];
     let cg = c / groups.max(1);
-    let hw = if c == 0 { 0 } else { x.len() / c };
     let slab = cg * hw;
     if slab == 0 {
         return (dx, dw, db);

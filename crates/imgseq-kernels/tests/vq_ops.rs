@@ -1,0 +1,202 @@
+//! VQGAN ops (conv2d, group_norm + SiLU, nearest_codebook) against the candle composites.
+
+mod common;
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use imgseq_kernels::{ops, reference, Padding};
+
+const TOL: f64 = 1e-4;
+
+fn conv_case(
+    dt: DType,
+    x: &[usize],
+    co: usize,
+    k: usize,
+    stride: usize,
+    pad: Padding,
+    bias: bool,
+    what: &str,
+) {
+    let xs = rand(x, 1, 1.0, dt);
+    let w = rand(&[co, x[1], k, k], 2, 0.5, dt);
+    let b = rand(&[co], 3, 0.5, dt);
+    if bias {
+        check_vs_reference(
+            &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), stride, pad),
+            &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), stride, pad),
+            &[xs, w, b],
+            TOL,
+            what,
+        );
+    } else {
+        check_vs_reference(
+            &|t| ops::conv2d(&t[0], &t[1], None, stride, pad),
+            &|t| reference::conv2d(&t[0], &t[1], None, stride, pad),
+            &[xs, w],
+            TOL,
+            what,
+        );
+    }
+}
+
+#[test]
+fn conv2d_matches_reference() {
+    conv_case(
+        DType::F32,
+        &[2, 8, 12, 10],
+        6,
+        3,
+        1,
+        Padding::same(1),
+        true,
+        "3x3 s1 p1",
+    );
+    conv_case(
+        DType::F32,
+        &[2, 8, 12, 10],
+        6,
+        3,
+        2,
+        Padding::TAMING_DOWN,
+        true,
+        "3x3 s2 taming pad",
+    );
+    conv_case(
+        DType::F32,
+        &[1, 8, 11, 13],
+        5,
+        3,
+        2,
+        Padding::TAMING_DOWN,
+        true,
+        "3x3 s2 taming pad, odd",
+    );
+    conv_case(
+        DType::F32,
+        &[3, 16, 7, 9],
+        12,
+        1,
+        1,
+        Padding::same(0),
+        true,
+        "1x1",
+    );
+    conv_case(
+        DType::F32,
+        &[1, 3, 9, 9],
+        16,
+        3,
+        1,
+        Padding::same(1),
+        false,
+        "3x3 no bias, 3 in",
+    );
+    conv_case(
+        DType::F64,
+        &[1, 4, 6, 5],
+        3,
+        3,
+        1,
+        Padding::same(0),
+        true,
+        "3x3 s1 p0 f64",
+    );
+    conv_case(
+        DType::F32,
+        &[2, 4, 8, 8],
+        4,
+        4,
+        4,
+        Padding::same(0),
+        true,
+        "patchify 4x4 s4",
+    );
+    conv_case(
+        DType::F32,
+        &[1, 32, 20, 20],
+        64,
+        3,
+        1,
+        Padding::same(1),
+        true,
+        "3x3 32->64 @20",
+    );
+}
+
+#[test]
+fn conv2d_finite_diff() {
+    for (stride, pad, k) in [
+        (1, Padding::same(1), 3),
+        (2, Padding::TAMING_DOWN, 3),
+        (1, Padding::same(0), 1),
+    ] {
+        let x = rand(&[2, 3, 5, 6], 4, 1.0, DType::F64);
+        let w = rand(&[4, 3, k, k], 5, 0.5, DType::F64);
+        let b = rand(&[4], 6, 0.5, DType::F64);
+        check_finite_diff(
+            &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), stride, pad),
+            &[x, w, b],
+            1e-6,
+            1e-6,
+            40,
+            &format!("conv2d s{stride} {pad:?}"),
+        );
+    }
+}
+
+#[test]
+fn group_norm_matches_reference() {
+    for (silu, dt) in [(true, DType::F32), (false, DType::F32), (true, DType::F64)] {
+        let x = (rand(&[2, 64, 9, 7], 10, 2.0, dt) + 0.3).unwrap();
+        let w = rand(&[64], 11, 1.0, dt);
+        let b = rand(&[64], 12, 1.0, dt);
+        check_vs_reference(
+            &|t| ops::group_norm(&t[0], 32, &t[1], &t[2], 1e-6, silu),
+            &|t| reference::group_norm(&t[0], 32, &t[1], &t[2], 1e-6, silu),
+            &[x, w, b],
+            TOL,
+            &format!("group_norm silu={silu} {dt:?}"),
+        );
+    }
+}
+
+#[test]
+fn group_norm_finite_diff() {
+    for silu in [true, false] {
+        let x = rand(&[2, 6, 3, 2], 13, 1.5, DType::F64);
+        let w = rand(&[6], 14, 1.0, DType::F64);
+        let b = rand(&[6], 15, 1.0, DType::F64);
+        check_finite_diff(
+            &|t| ops::group_norm(&t[0], 3, &t[1], &t[2], 1e-6, silu),
+            &[x, w, b],
+            1e-6,
+            1e-6,
+            40,
+            &format!("group_norm silu={silu}"),
+        );
+    }
+}
+
+#[test]
+fn nearest_codebook_matches_reference() {
+    let z = rand(&[300, 16], 20, 1.0, DType::F32);
+    let e = rand(&[100, 16], 21, 1.0, DType::F32);
+    let a = ops::nearest_codebook(&z, &e).unwrap();
+    let b = reference::nearest_codebook(&z, &e).unwrap();
+    assert_eq!(a.dtype(), DType::U32);
+    assert_eq!(a.to_vec1::<u32>().unwrap(), b.to_vec1::<u32>().unwrap());
+    // Ties go to the lowest index: duplicate rows in the codebook.
+    let e = Tensor::new(
+        &[[1f32, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let z = Tensor::new(&[[0.9f32, 0.1], [0.1, 0.9], [0.5, 0.5]], &Device::Cpu).unwrap();
+    assert_eq!(
+        ops::nearest_codebook(&z, &e)
+            .unwrap()
+            .to_vec1::<u32>()
+            .unwrap(),
+        vec![0, 1, 0]
+    );
+}
