@@ -4,12 +4,13 @@
 use candle_core::{backprop::GradStore, DType, Result, Tensor, Var};
 use std::collections::HashMap;
 
-/// One parameter with its moment estimates.
+/// One parameter with its moment estimates (kept as plain vectors: the update is one fused
+/// loop per parameter instead of a dozen tensor ops).
 struct Slot {
     name: String,
     var: Var,
-    m: Tensor,
-    v: Tensor,
+    m: Vec<f32>,
+    v: Vec<f32>,
     decay: bool,
 }
 
@@ -30,32 +31,35 @@ impl AdamW {
         let slots = vars
             .into_iter()
             .map(|(name, var, decay)| {
-                let m = var.as_tensor().zeros_like()?;
-                let v = var.as_tensor().zeros_like()?;
-                Ok(Slot { name, var, m, v, decay })
+                let n = var.as_tensor().elem_count();
+                Slot { name, var, m: vec![0.0; n], v: vec![0.0; n], decay }
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect();
         Ok(Self { slots, lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay, step: 0 })
     }
 
-    /// One update from the gradients of `loss` already computed into `grads`.
+    /// One update from the gradients in `grads` (as `torch.optim.AdamW`, amsgrad off).
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.step += 1;
         let t = self.step as i32;
+        let (b1, b2) = (self.beta1 as f32, self.beta2 as f32);
         let bc1 = 1.0 - self.beta1.powi(t);
-        let bc2 = 1.0 - self.beta2.powi(t);
+        let bc2_sqrt = (1.0 - self.beta2.powi(t)).sqrt();
+        let step_size = (self.lr / bc1) as f32;
+        let eps = self.eps as f32;
         for s in self.slots.iter_mut() {
             let Some(g) = grads.get(s.var.as_tensor()) else { continue };
-            s.m = ((&s.m * self.beta1)? + (g * (1.0 - self.beta1))?)?;
-            s.v = ((&s.v * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
-            let m_hat = (&s.m / bc1)?;
-            let v_hat = (&s.v / bc2)?;
-            let mut theta = s.var.as_tensor().clone();
-            if s.decay && self.weight_decay > 0.0 {
-                theta = (theta * (1.0 - self.lr * self.weight_decay))?;
+            let g = g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            let theta_t = s.var.as_tensor();
+            let mut theta = theta_t.flatten_all()?.to_vec1::<f32>()?;
+            let shrink = if s.decay { 1.0 - (self.lr * self.weight_decay) as f32 } else { 1.0 };
+            for i in 0..theta.len() {
+                s.m[i] = b1 * s.m[i] + (1.0 - b1) * g[i];
+                s.v[i] = b2 * s.v[i] + (1.0 - b2) * g[i] * g[i];
+                let denom = s.v[i].sqrt() / bc2_sqrt as f32 + eps;
+                theta[i] = theta[i] * shrink - step_size * s.m[i] / denom;
             }
-            let upd = (m_hat / (v_hat.sqrt()? + self.eps)?)?;
-            s.var.set(&(theta - (upd * self.lr)?)?)?;
+            s.var.set(&Tensor::from_vec(theta, theta_t.shape(), theta_t.device())?)?;
         }
         Ok(())
     }
@@ -63,11 +67,12 @@ impl AdamW {
     /// Moment tensors by name (`<var>.exp_avg`, `<var>.exp_avg_sq`) plus the step count.
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
+        let dev = candle_core::Device::Cpu;
         for s in &self.slots {
-            out.insert(format!("{}.exp_avg", s.name), s.m.clone());
-            out.insert(format!("{}.exp_avg_sq", s.name), s.v.clone());
+            let shape = s.var.as_tensor().shape();
+            out.insert(format!("{}.exp_avg", s.name), Tensor::from_slice(&s.m, shape, &dev)?);
+            out.insert(format!("{}.exp_avg_sq", s.name), Tensor::from_slice(&s.v, shape, &dev)?);
         }
-        let dev = self.slots.first().map(|s| s.m.device().clone()).unwrap_or(candle_core::Device::Cpu);
         out.insert("step".into(), Tensor::new(&[self.step as i64], &dev)?);
         Ok(out)
     }
@@ -75,13 +80,14 @@ impl AdamW {
     /// Restores what [`state`](Self::state) saved; every slot must be present with its shape.
     pub fn load_state(&mut self, state: &HashMap<String, Tensor>) -> std::result::Result<(), String> {
         for s in self.slots.iter_mut() {
+            let dims = s.var.as_tensor().dims().to_vec();
             for (suffix, dst) in [("exp_avg", &mut s.m), ("exp_avg_sq", &mut s.v)] {
                 let key = format!("{}.{suffix}", s.name);
                 let t = state.get(&key).ok_or_else(|| format!("missing optimizer tensor `{key}`"))?;
-                if t.dims() != dst.dims() {
-                    return Err(format!("optimizer tensor `{key}` has shape {:?}, expected {:?}", t.dims(), dst.dims()));
+                if t.dims() != dims.as_slice() {
+                    return Err(format!("optimizer tensor `{key}` has shape {:?}, expected {:?}", t.dims(), dims));
                 }
-                *dst = t.to_dtype(DType::F32).map_err(|e| e.to_string())?;
+                *dst = t.flatten_all().and_then(|t| t.to_dtype(DType::F32)?.to_vec1::<f32>()).map_err(|e| e.to_string())?;
             }
         }
         let step = state.get("step").ok_or("missing optimizer `step`")?;
