@@ -751,9 +751,20 @@ impl Checkpoint {
     /// order; non-tensor values are skipped.
     pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
         let entries = self.state_dict_refs()?;
+        // Storage bytes are kept only while a later tensor still needs them, so the peak is
+        // about one copy of the model (plus one storage), not two.
+        let mut pending: HashMap<String, usize> = HashMap::new();
+        for (_, t) in &entries {
+            *pending.entry(t.key.clone()).or_default() += 1;
+        }
         let mut out = Vec::with_capacity(entries.len());
         for (name, t) in entries {
             let tensor = self.materialise(&name, &t, device)?;
+            let left = pending.get_mut(&t.key).expect("counted");
+            *left -= 1;
+            if *left == 0 {
+                self.cache.remove(&t.key);
+            }
             out.push((
                 name,
                 CkptTensor {
