@@ -4,7 +4,7 @@
 //! attention which accepts any strides with a unit last stride). Backward passes read the
 //! saved tensors directly and build the gradients from fresh vectors.
 
-use crate::cpu::{self, act, attn, conv, norm, with_data, Real};
+use crate::cpu::{self, act, attn, codebook, conv, norm, with_data, Real};
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
 };
@@ -536,5 +536,34 @@ impl CustomOp2 for Conv2d {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let (dx, dw, _) = dispatch!(x.dtype(), conv_bwd(self, x, w, g))?;
         Ok((Some(dx), Some(dw)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nearest codebook entry (no backward: the output is an index)
+
+pub struct NearestCodebook;
+
+impl CustomOp2 for NearestCodebook {
+    fn name(&self) -> &'static str {
+        "imgseq-nearest-codebook"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (zd, ed) = (l1.dims(), l2.dims());
+        if zd.len() != 2 || ed.len() != 2 || zd[1] != ed[1] {
+            bail!("nearest_codebook: z {zd:?} and codebook {ed:?} do not match");
+        }
+        let z = cpu::slice::<f32>(s1, l1)?;
+        let e = cpu::slice::<f32>(s2, l2)?;
+        Ok((
+            CpuStorage::U32(codebook::nearest(z, e, zd[1])),
+            Shape::from(zd[0]),
+        ))
     }
 }

@@ -178,5 +178,10 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
 /// # Shapes
 /// z: (n, d), codebook: (k, d) → (n) u32
 pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
+    if z.device().is_cpu() && codebook.device().is_cpu() && z.rank() == 2 && codebook.rank() == 2 {
+        let z = z.to_dtype(DType::F32)?.contiguous()?;
+        let e = codebook.to_dtype(DType::F32)?.contiguous()?;
+        return z.apply_op2_no_bwd(&e, &custom::NearestCodebook);
+    }
     reference::nearest_codebook(z, codebook)
 }

@@ -7,6 +7,7 @@ use imgseq_kernels::{ops, reference, Padding};
 
 const TOL: f64 = 1e-4;
 
+#[allow(clippy::too_many_arguments)]
 fn conv_case(
     dt: DType,
     x: &[usize],
@@ -199,4 +200,30 @@ fn nearest_codebook_matches_reference() {
             .unwrap(),
         vec![0, 1, 0]
     );
+}
+
+#[test]
+fn nearest_codebook_real_shape_and_f64_input() {
+    let z = rand(&[576, 256], 22, 1.0, DType::F32);
+    let e = rand(&[1024, 256], 23, 0.01, DType::F32);
+    let a = ops::nearest_codebook(&z, &e)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    let b = reference::nearest_codebook(&z, &e)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    assert_eq!(a, b);
+    let z = rand(&[40, 8], 24, 1.0, DType::F64);
+    let e = rand(&[33, 8], 25, 1.0, DType::F64);
+    let a = ops::nearest_codebook(&z, &e)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    let b = reference::nearest_codebook(&z, &e)
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    assert_eq!(a, b);
 }

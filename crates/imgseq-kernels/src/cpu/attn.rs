@@ -70,6 +70,7 @@ multiversion! {
 }
 
 /// P = softmax(scale · Q·Kᵀ) of one head into `s` (n×n, row-major).
+#[allow(clippy::too_many_arguments)]
 fn probs<T: Real>(
     q: &[T],
     k: &[T],

@@ -106,7 +106,7 @@ pub fn fast_exp_f32(x: f32) -> f32 {
     y = y * r + 8.333_452e-3;
     y = y * r + 4.166_579_6e-2;
     y = y * r + 1.666_666_5e-1;
-    y = y * r + 5.000_000_1e-1;
+    y = y * r + 0.5;
     let y = y * z + r + 1.0;
     // 2^fx via the 1.5·2^23 trick: the integer lands in the low mantissa bits.
     let n = (fx + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);

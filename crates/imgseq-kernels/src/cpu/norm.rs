@@ -161,6 +161,7 @@ multiversion! {
 }
 
 /// GroupNorm of x (b, c, hw) with `groups` groups, optional SiLU after the affine.
+#[allow(clippy::too_many_arguments)]
 pub fn group_norm<T: Real>(
     x: &[T],
     c: usize,
