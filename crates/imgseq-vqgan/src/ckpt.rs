@@ -92,6 +92,9 @@ impl StorageDType {
     }
 }
 
+/// Largest tensor a checkpoint may make us allocate.
+const MAX_TENSOR_BYTES: usize = 16 << 30;
+
 /// A tensor read from a checkpoint: its original dtype and the materialised candle tensor.
 #[derive(Debug, Clone)]
 pub struct CkptTensor {
@@ -118,13 +121,13 @@ enum Value {
     Bool(bool),
     Int(i64),
     Float(f64),
-    Str(String),
-    Bytes(Vec<u8>),
-    Tuple(Vec<Value>),
+    Str(Rc<str>),
+    Bytes(Rc<[u8]>),
+    Tuple(Rc<Vec<Value>>),
     List(Rc<RefCell<Vec<Value>>>),
     Dict(Rc<RefCell<Vec<(Value, Value)>>>),
     /// A `module.name` reference that is never imported.
-    Global(String, String),
+    Global(Rc<(String, String)>),
     Storage {
         key: String,
         dtype: StorageDType,
@@ -147,7 +150,7 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
-            Value::Global(..) => "global",
+            Value::Global(_) => "global",
             Value::Storage { .. } => "storage",
             Value::Tensor(_) => "tensor",
             Value::Mark => "mark",
@@ -161,7 +164,7 @@ impl Value {
     }
     fn as_usize_seq(&self) -> Option<Vec<usize>> {
         let items: Vec<Value> = match self {
-            Value::Tuple(t) => t.clone(),
+            Value::Tuple(t) => t.to_vec(),
             Value::List(l) => l.borrow().clone(),
             _ => return None,
         };
@@ -235,7 +238,9 @@ impl<'a> Machine<'a> {
     fn utf8(&mut self, n: usize) -> PResult<Value> {
         let b = self.take(n)?;
         Ok(Value::Str(
-            String::from_utf8(b.to_vec()).map_err(|_| "non-UTF-8 string in pickle")?,
+            std::str::from_utf8(b)
+                .map_err(|_| "non-UTF-8 string in pickle")?
+                .into(),
         ))
     }
     fn pop(&mut self) -> PResult<Value> {
@@ -278,7 +283,7 @@ impl<'a> Machine<'a> {
         if !module_tolerated(&module) {
             return Err(refused(&module, &name));
         }
-        self.stack.push(Value::Global(module, name));
+        self.stack.push(Value::Global(Rc::new((module, name))));
         Ok(())
     }
     fn set_items(&mut self, items: Vec<Value>) -> PResult<()> {
@@ -310,7 +315,7 @@ impl<'a> Machine<'a> {
     /// `callable(*args)` for the few callables we model; everything else is refused.
     fn reduce(&mut self, callable: Value, args: Value) -> PResult<Value> {
         let (module, name) = match &callable {
-            Value::Global(m, n) => (m.as_str(), n.as_str()),
+            Value::Global(g) => (g.0.as_str(), g.1.as_str()),
             other => {
                 return Err(format!(
                     "pickle calls a {}, which imgseq does not do",
@@ -349,15 +354,18 @@ impl<'a> Machine<'a> {
                     stride,
                 })))
             }
-            ("torch._utils", "_rebuild_parameter") => match args.into_iter().next() {
-                Some(t @ Value::Tensor(_)) => Ok(t),
+            ("torch._utils", "_rebuild_parameter") => match args.first() {
+                Some(t @ Value::Tensor(_)) => Ok(t.clone()),
                 _ => Err("_rebuild_parameter without a tensor".into()),
             },
             ("_codecs", "encode") => match args.first() {
                 // protocol 2 pickles `bytes` as _codecs.encode(latin1 text, 'latin1').
-                Some(Value::Str(s)) => {
-                    Ok(Value::Bytes(s.chars().map(|c| c as u32 as u8).collect()))
-                }
+                Some(Value::Str(s)) => Ok(Value::Bytes(
+                    s.chars()
+                        .map(|c| c as u32 as u8)
+                        .collect::<Vec<u8>>()
+                        .into(),
+                )),
                 _ => Err("_codecs.encode without a string".into()),
             },
             _ => Err(refused(module, name)),
@@ -371,13 +379,16 @@ impl<'a> Machine<'a> {
             other => return Err(format!("unsupported persistent id ({})", other.describe())),
         };
         match (&t[0], &t[1], &t[2], &t[4]) {
-            (Value::Str(tag), Value::Global(m, cls), Value::Str(key), Value::Int(n))
-                if tag == "storage" && (m == "torch" || m.starts_with("torch.")) && *n >= 0 =>
+            (Value::Str(tag), Value::Global(g), Value::Str(key), Value::Int(n))
+                if &**tag == "storage"
+                    && (g.0 == "torch" || g.0.starts_with("torch."))
+                    && *n >= 0 =>
             {
+                let (m, cls) = (&g.0, &g.1);
                 let dtype = StorageDType::from_class(cls)
                     .ok_or_else(|| format!("unsupported storage type `{m}.{cls}`"))?;
                 Ok(Value::Storage {
-                    key: key.clone(),
+                    key: key.to_string(),
                     dtype,
                     numel: *n as usize,
                 })
@@ -479,12 +490,12 @@ impl<'a> Machine<'a> {
                         _ => self.u64()? as usize,
                     };
                     let b = self.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(b))
+                    self.stack.push(Value::Bytes(b.into()))
                 }
-                b')' => self.stack.push(Value::Tuple(Vec::new())),
+                b')' => self.stack.push(Value::Tuple(Rc::new(Vec::new()))),
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.stack.push(Value::Tuple(items))
+                    self.stack.push(Value::Tuple(Rc::new(items)))
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
@@ -493,7 +504,7 @@ impl<'a> Machine<'a> {
                         items.push(self.pop()?);
                     }
                     items.reverse();
-                    self.stack.push(Value::Tuple(items))
+                    self.stack.push(Value::Tuple(Rc::new(items)))
                 }
                 b']' => self
                     .stack
@@ -569,7 +580,9 @@ impl<'a> Machine<'a> {
                     let name = self.pop()?;
                     let module = self.pop()?;
                     match (module, name) {
-                        (Value::Str(m), Value::Str(n)) => self.global(m, n)?,
+                        (Value::Str(m), Value::Str(n)) => {
+                            self.global(m.to_string(), n.to_string())?
+                        }
                         _ => return Err("STACK_GLOBAL without strings".into()),
                     }
                 }
@@ -595,9 +608,9 @@ impl<'a> Machine<'a> {
                         .stack
                         .iter()
                         .rev()
-                        .find(|v| matches!(v, Value::Global(..)))
+                        .find(|v| matches!(v, Value::Global(_)))
                     {
-                        Some(Value::Global(m, n)) => format!("`{m}.{n}`"),
+                        Some(Value::Global(g)) => format!("`{}.{}`", g.0, g.1),
                         _ => "a class".to_string(),
                     };
                     if op == b'i' {
@@ -674,7 +687,7 @@ impl Checkpoint {
                 .borrow()
                 .iter()
                 .filter_map(|(k, _)| match k {
-                    Value::Str(s) => Some(s.clone()),
+                    Value::Str(s) => Some(s.to_string()),
                     _ => None,
                 })
                 .collect(),
@@ -708,7 +721,7 @@ impl Checkpoint {
                     Value::Bytes(b) => format!("<{} bytes>", b.len()),
                     _ => return None,
                 };
-                Some((k.clone(), v))
+                Some((k.to_string(), v))
             })
             .collect()
     }
@@ -717,7 +730,7 @@ impl Checkpoint {
         let dict = match &self.root {
             Value::Dict(d) => {
                 let sd = d.borrow().iter().find_map(|(k, v)| match (k, v) {
-                    (Value::Str(k), Value::Dict(sd)) if k == "state_dict" => Some(sd.clone()),
+                    (Value::Str(k), Value::Dict(sd)) if &**k == "state_dict" => Some(sd.clone()),
                     _ => None,
                 });
                 sd.unwrap_or_else(|| d.clone())
@@ -736,7 +749,7 @@ impl Checkpoint {
             .borrow()
             .iter()
             .filter_map(|(k, v)| match (k, v) {
-                (Value::Str(k), Value::Tensor(t)) => Some((k.clone(), t.clone())),
+                (Value::Str(k), Value::Tensor(t)) => Some((k.to_string(), t.clone())),
                 _ => None,
             })
             .collect();
@@ -788,7 +801,7 @@ impl Checkpoint {
             ));
         }
         let bytes = read_entry(&mut self.archive, &name, &self.path)?;
-        let want = t.storage_numel * t.dtype.size();
+        let want = t.storage_numel.saturating_mul(t.dtype.size());
         if bytes.len() < want {
             return Err(Error::format(
                 &self.path,
@@ -806,19 +819,30 @@ impl Checkpoint {
     fn materialise(&mut self, name: &str, t: &TensorRef, device: &Device) -> Result<Tensor> {
         let storage = self.storage(&t.key, t)?;
         let es = t.dtype.size();
-        let numel: usize = t.size.iter().product();
-        // Largest element index the view touches.
-        let last = t.offset
-            + t.size
-                .iter()
-                .zip(&t.stride)
-                .map(|(s, st)| s.saturating_sub(1) * st)
-                .sum::<usize>();
-        if numel > 0 && (last + 1) * es > storage.len().min(t.storage_numel * es) {
-            return Err(Error::format(
-                &self.path,
-                format!("tensor `{name}` points outside its storage"),
-            ));
+        let bad = |m: &str| Error::format(&self.path, format!("tensor `{name}` {m}"));
+        // Element count and largest element index touched, with overflow checks: the sizes
+        // come from the file and may be anything.
+        let numel = t
+            .size
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s))
+            .ok_or_else(|| bad("has an impossible size"))?;
+        let last = t
+            .size
+            .iter()
+            .zip(&t.stride)
+            .try_fold(t.offset, |a, (s, st)| {
+                a.checked_add(s.saturating_sub(1).checked_mul(*st)?)
+            })
+            .ok_or_else(|| bad("has an impossible stride"))?;
+        let avail = storage.len() / es;
+        if numel > 0 && (last >= avail || last >= t.storage_numel) {
+            return Err(bad("points outside its storage"));
+        }
+        // Views may repeat elements (stride 0); refuse absurd expansions instead of aborting
+        // on allocation.
+        if numel.saturating_mul(es) > MAX_TENSOR_BYTES {
+            return Err(bad("is larger than imgseq accepts (16 GiB)"));
         }
         // Gather the view into contiguous bytes (row-major over `size`).
         let mut bytes = Vec::with_capacity(numel * es);
@@ -877,7 +901,8 @@ fn read_entry(
     let mut f = archive
         .by_name(name)
         .map_err(|e| Error::format(path, format!("cannot open `{name}` in the archive ({e})")))?;
-    let mut buf = Vec::with_capacity(f.size() as usize);
+    // The declared size is only a hint (a damaged archive may claim anything).
+    let mut buf = Vec::with_capacity((f.size() as usize).min(1 << 28));
     f.read_to_end(&mut buf)
         .map_err(|e| Error::format(path, format!("cannot read `{name}` ({e}); truncated file?")))?;
     Ok(buf)
@@ -931,6 +956,48 @@ mod tests {
         assert!(matches!(l.borrow()[2], Value::Float(f) if f == 3.5));
         let Value::Tuple(t) = &d[1].1 else { panic!() };
         assert!(matches!(t[1], Value::Int(70000)));
+    }
+
+    /// Damaged pickles give errors (or values), never panics or hangs.
+    #[test]
+    fn mutated_pickles_never_panic() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/vqgan/tiny.ckpt"
+        );
+        let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+        let pkl = read_entry(&mut z, "tiny/data.pkl", Path::new(path)).unwrap();
+        assert!(run(&pkl).is_ok());
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..3000 {
+            let mut p = pkl.clone();
+            for _ in 0..1 + rnd() % 4 {
+                let i = (rnd() as usize) % p.len();
+                p[i] = rnd() as u8;
+            }
+            if rnd() % 4 == 0 {
+                p.truncate((rnd() as usize) % p.len());
+            }
+            let _ = run(&p);
+        }
+    }
+
+    /// Re-using memoised values is cheap (shared, not copied): a pickle that doubles a tuple
+    /// 60 times would need 2^60 copies otherwise.
+    #[test]
+    fn memo_references_are_shared_not_copied() {
+        let mut p = b"\x80\x02X\x04\x00\x00\x00abcdq\x00".to_vec();
+        for i in 0..60u8 {
+            p.extend_from_slice(&[b'h', i, b'h', i, 0x86, b'q', i + 1]);
+        }
+        p.push(b'.');
+        assert!(matches!(run(&p).unwrap(), Value::Tuple(_)));
     }
 
     #[test]
