@@ -149,6 +149,77 @@ fn main() {
         true,
     );
 
+    // A whole pre-LN ViT block as crates/imgseq-vit writes it (q/k/v linears, head split with
+    // .contiguous(), attention, output, MLP with GELU), through `ops` or through `reference`.
+    let block = |r: bool, t: &[Tensor]| -> Result<Tensor> {
+        let ln = |x: &Tensor, i: usize| {
+            if r {
+                reference::layer_norm(x, &t[i], &t[i + 1], 1e-12)
+            } else {
+                ops::layer_norm(x, &t[i], &t[i + 1], 1e-12)
+            }
+        };
+        let lin = |x: &Tensor, i: usize| {
+            if r {
+                reference::linear(x, &t[i], Some(&t[i + 1]))
+            } else {
+                ops::linear(x, &t[i], Some(&t[i + 1]))
+            }
+        };
+        let x = &t[0];
+        let hsplit = |u: Tensor| u.reshape((b, n, h, dh))?.transpose(1, 2)?.contiguous();
+        let y = ln(x, 1)?;
+        let (q, k, v) = (
+            hsplit(lin(&y, 3)?)?,
+            hsplit(lin(&y, 5)?)?,
+            hsplit(lin(&y, 7)?)?,
+        );
+        let ctx = if r {
+            reference::attention(&q, &k, &v, scale)?
+        } else {
+            ops::attention(&q, &k, &v, scale)?
+        };
+        let ctx = ctx.transpose(1, 2)?.reshape((b, n, c))?;
+        let x = (x + lin(&ctx, 9)?)?;
+        let m = lin(&ln(&x, 11)?, 13)?;
+        let m = if r {
+            reference::gelu(&m)?
+        } else {
+            ops::gelu(&m)?
+        };
+        x + lin(&m, 15)?
+    };
+    let mut bt = vec![x.clone()];
+    for (i, (o, inp)) in [
+        (c, 0),
+        (c, c),
+        (c, c),
+        (c, c),
+        (c, c),
+        (c, 0),
+        (4 * c, c),
+        (c, 4 * c),
+    ]
+    .iter()
+    .enumerate()
+    {
+        if *inp == 0 {
+            bt.push((rand(&[*o], 50 + i as u64, 0.1) + 1.0).unwrap());
+            bt.push(rand(&[*o], 60 + i as u64, 0.1));
+        } else {
+            bt.push(rand(&[*o, *inp], 50 + i as u64, 0.2));
+            bt.push(rand(&[*o], 60 + i as u64, 0.1));
+        }
+    }
+    row(
+        "ViT block (128,65,48), 4 heads, MLP 192",
+        &filter,
+        &|t| block(false, t),
+        &|t| block(true, t),
+        &bt,
+        true,
+    );
+
     // ----- VQGAN ops -----
     let xc = rand(&[1, 128, 96, 96], 20, 1.0);
     let wc = rand(&[128, 128, 3, 3], 21, 0.05);

@@ -4,7 +4,7 @@
 //! attention which accepts any strides with a unit last stride). Backward passes read the
 //! saved tensors directly and build the gradients from fresh vectors.
 
-use crate::cpu::{self, act, attn, codebook, conv, norm, with_data, Real};
+use crate::cpu::{self, act, attn, codebook, conv, linear, norm, with_data, Real};
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
 };
@@ -565,5 +565,112 @@ impl CustomOp2 for NearestCodebook {
             CpuStorage::U32(codebook::nearest(z, e, zd[1])),
             Shape::from(zd[0]),
         ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+
+pub struct Linear;
+
+fn lin_dims(lx: &[usize], lw: &[usize]) -> Result<(usize, usize)> {
+    let inp = *lx.last().unwrap_or(&0);
+    if lw.len() != 2 || lw[1] != inp {
+        bail!("linear: input {lx:?} and weight {lw:?} do not match");
+    }
+    Ok((inp, lw[0]))
+}
+
+fn lin_fwd<T: Real>(
+    sx: &CpuStorage,
+    lx: &Layout,
+    sw: &CpuStorage,
+    lw: &Layout,
+    b: Option<(&CpuStorage, &Layout)>,
+) -> Result<(CpuStorage, Shape)> {
+    let (inp, out) = lin_dims(lx.dims(), lw.dims())?;
+    let x = cpu::slice::<T>(sx, lx)?;
+    let w = cpu::slice::<T>(sw, lw)?;
+    let b = match b {
+        Some((s, l)) => Some(cpu::slice::<T>(s, l)?),
+        None => None,
+    };
+    if b.is_some_and(|b| b.len() != out) {
+        bail!("linear: bias does not have {out} elements");
+    }
+    let mut dims = lx.dims().to_vec();
+    *dims.last_mut().unwrap() = out;
+    Ok((
+        T::to_cpu_storage_owned(linear::linear(x, w, b, inp, out)),
+        Shape::from(dims),
+    ))
+}
+
+fn lin_bwd<T: Real>(x: &Tensor, w: &Tensor, g: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let (inp, out) = lin_dims(x.dims(), w.dims())?;
+    let gc = g.contiguous()?;
+    let (dx, dw, db) = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(w, |ws| {
+            with_data::<T, _>(&gc, |gs| Ok(linear::linear_bwd(xs, ws, gs, inp, out)))
+        })
+    })?;
+    let dev = x.device();
+    Ok((
+        Tensor::from_vec(dx, x.shape(), dev)?,
+        Tensor::from_vec(dw, w.shape(), dev)?,
+        Tensor::from_vec(db, out, dev)?,
+    ))
+}
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "imgseq-linear"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s1), lin_fwd(s1, l1, s2, l2, Some((s3, l3))))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, db) = dispatch!(x.dtype(), lin_bwd(x, w, g))?;
+        Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+impl CustomOp2 for Linear {
+    fn name(&self) -> &'static str {
+        "imgseq-linear-nobias"
+    }
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s1), lin_fwd(s1, l1, s2, l2, None))
+    }
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        g: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, _) = dispatch!(x.dtype(), lin_bwd(x, w, g))?;
+        Ok((Some(dx), Some(dw)))
     }
 }

@@ -169,6 +169,17 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tenso
 /// # Shapes
 /// x: (..., in), weight: (out, in), bias: (out) → (..., out)
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let fast_ok = match bias {
+        Some(b) => fast(&[x, weight, b]) && b.rank() == 1,
+        None => fast(&[x, weight]),
+    };
+    if fast_ok && x.rank() >= 1 && weight.rank() == 2 {
+        let (x, w) = (x.contiguous()?, weight.contiguous()?);
+        return match bias {
+            Some(b) => x.apply_op3(&w, &b.contiguous()?, custom::Linear),
+            None => x.apply_op2(&w, custom::Linear),
+        };
+    }
     reference::linear(x, weight, bias)
 }
 

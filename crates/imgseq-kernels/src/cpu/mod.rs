@@ -13,6 +13,7 @@ pub mod act;
 pub mod attn;
 pub mod codebook;
 pub mod conv;
+pub mod linear;
 pub mod norm;
 
 /// Number of lanes used by the manual reductions (one AVX register of f32).

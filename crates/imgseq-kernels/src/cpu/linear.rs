@@ -1,0 +1,138 @@
+//! Linear layer y = x·Wᵀ + b (PyTorch weight layout) with the bias folded into the GEMM's
+//! destination, and its backward (dx = g·W, dW = gᵀ·x, db = Σ_rows g) straight on the buffers.
+
+use super::{threads, Real};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// dst (m×n) = [dst +] lhs·rhs, strides as (row, col).
+#[allow(clippy::too_many_arguments)]
+unsafe fn mm<T: Real>(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut T,
+    (dst_rs, dst_cs): (usize, usize),
+    accumulate: bool,
+    lhs: *const T,
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: *const T,
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    let par = if m * n * k >= 1 << 16 {
+        Parallelism::Rayon(threads())
+    } else {
+        Parallelism::None
+    };
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        dst_cs as isize,
+        dst_rs as isize,
+        accumulate,
+        lhs,
+        lhs_cs as isize,
+        lhs_rs as isize,
+        rhs,
+        rhs_cs as isize,
+        rhs_rs as isize,
+        if accumulate { T::ONE } else { T::ZERO },
+        T::ONE,
+        false,
+        false,
+        false,
+        par,
+    )
+}
+
+/// x (rows × inp), w (out × inp), b (out) → (rows × out).
+pub fn linear<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, inp: usize, out: usize) -> Vec<T> {
+    let rows = if inp == 0 { 0 } else { x.len() / inp };
+    let mut y = vec![T::ZERO; rows * out];
+    if y.is_empty() {
+        return y;
+    }
+    if let Some(b) = b {
+        y.par_chunks_mut(out * 256)
+            .for_each(|c| c.chunks_exact_mut(out).for_each(|r| r.copy_from_slice(b)));
+    }
+    if inp > 0 {
+        // SAFETY: buffer sizes match the (m, n, k) and strides passed.
+        unsafe {
+            mm(
+                (rows, out, inp),
+                y.as_mut_ptr(),
+                (out, 1),
+                b.is_some(),
+                x.as_ptr(),
+                (inp, 1),
+                w.as_ptr(),
+                (1, inp),
+            )
+        };
+    }
+    y
+}
+
+/// Backward of [`linear`]: (dx, dw, db) given dL/dy `g` (rows × out).
+pub fn linear_bwd<T: Real>(
+    x: &[T],
+    w: &[T],
+    g: &[T],
+    inp: usize,
+    out: usize,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let rows = if out == 0 { 0 } else { g.len() / out };
+    let mut dx = vec![T::ZERO; x.len()];
+    let mut dw = vec![T::ZERO; w.len()];
+    if rows > 0 && inp > 0 && out > 0 {
+        // SAFETY: buffer sizes match the (m, n, k) and strides passed.
+        unsafe {
+            mm(
+                (rows, inp, out),
+                dx.as_mut_ptr(),
+                (inp, 1),
+                false,
+                g.as_ptr(),
+                (out, 1),
+                w.as_ptr(),
+                (inp, 1),
+            );
+            mm(
+                (out, inp, rows),
+                dw.as_mut_ptr(),
+                (inp, 1),
+                false,
+                g.as_ptr(),
+                (1, out),
+                x.as_ptr(),
+                (inp, 1),
+            );
+        }
+    }
+    let chunk = super::chunk_len(rows, 64);
+    let db = if out == 0 || rows == 0 {
+        vec![T::ZERO; out]
+    } else {
+        g.par_chunks(chunk * out)
+            .map(|c| {
+                let mut s = vec![T::ZERO; out];
+                for r in c.chunks_exact(out) {
+                    for (s, v) in s.iter_mut().zip(r) {
+                        *s += *v;
+                    }
+                }
+                s
+            })
+            .reduce(
+                || vec![T::ZERO; out],
+                |mut a, b| {
+                    for (a, b) in a.iter_mut().zip(&b) {
+                        *a += *b;
+                    }
+                    a
+                },
+            )
+    };
+    (dx, dw, db)
+}
