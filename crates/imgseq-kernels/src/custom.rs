@@ -331,7 +331,11 @@ fn attn_fwd<T: Real>(
     let k = T::cpu_storage_as_slice(s2)?;
     let v = T::cpu_storage_as_slice(s3)?;
     let out = attn::attention(q, qv, k, kv, v, vv, dims, scale);
-    Ok((T::to_cpu_storage_owned(out), Shape::from(l1.dims())))
+    // Laid out (b, n, h, d); ops::attention transposes it back to (b, h, n, d).
+    Ok((
+        T::to_cpu_storage_owned(out),
+        Shape::from((dims.b, dims.n, dims.h, dims.d)),
+    ))
 }
 
 fn attn_bwd<T: Real>(
@@ -364,11 +368,10 @@ fn attn_bwd<T: Real>(
             })
         })
     })?;
-    Ok((
-        from_vec(dq, q.shape(), q)?,
-        from_vec(dk, k.shape(), k)?,
-        from_vec(dv, v.shape(), v)?,
-    ))
+    // The kernels write (b, n, h, d); hand them back as (b, h, n, d) views.
+    let (b, h, n, d) = q.dims4()?;
+    let back = |x: Vec<T>| Tensor::from_vec(x, (b, n, h, d), q.device())?.transpose(1, 2);
+    Ok((back(dq)?, back(dk)?, back(dv)?))
 }
 
 impl CustomOp3 for Attention {

@@ -159,7 +159,11 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tenso
             }
         };
         let (q, k, v) = (dense(q)?, dense(k)?, dense(v)?);
-        return q.apply_op3(&k, &v, custom::Attention { scale });
+        // The kernel writes (b, n, h, d): the result is a (b, h, n, d) view of it, so the usual
+        // `.transpose(1, 2).reshape((b, n, h·d))` that merges the heads costs no copy.
+        return q
+            .apply_op3(&k, &v, custom::Attention { scale })?
+            .transpose(1, 2);
     }
     reference::attention(q, k, v, scale)
 }

@@ -159,6 +159,8 @@ fn attention_matches_reference() {
         (DType::F32, vec![2, 4, 65, 12], 12f64.powf(-0.5)),
         (DType::F64, vec![2, 3, 5, 4], 0.7),
         (DType::F32, vec![1, 1, 17, 9], 2.0),
+        // VQGAN-like: one big spatial head.
+        (DType::F32, vec![1, 1, 100, 64], 64f64.powf(-0.5)),
     ] {
         check_vs_reference(
             &|t| ops::attention(&t[0], &t[1], &t[2], scale),

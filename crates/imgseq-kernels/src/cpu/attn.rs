@@ -80,9 +80,10 @@ fn probs<T: Real>(
     d: usize,
     scale: T,
     s: &mut [T],
+    par: gemm::Parallelism,
 ) {
-    debug_assert!(q.len() > (n - 1) * sq + d - 1 && k.len() > (n - 1) * sk + d - 1);
-    // SAFETY: all pointers cover the strided ranges checked above; s has n·n elements.
+    assert!(q.len() > (n - 1) * sq + d - 1 && k.len() > (n - 1) * sk + d - 1 && s.len() >= n * n);
+    // SAFETY: all pointers cover the strided ranges checked above.
     unsafe {
         gemm(
             n,
@@ -98,9 +99,10 @@ fn probs<T: Real>(
             1,
             sk,
             scale,
-        );
-    }
-    softmax_rows(s, n);
+            par,
+        )
+    };
+    softmax_rows(&mut s[..n * n], n);
 }
 
 /// dst (m×n) = beta · lhs (m×k) · rhs (k×n), all with explicit (row, col) strides.
@@ -119,6 +121,7 @@ pub(crate) unsafe fn gemm<T: Real>(
     rhs_rs: usize,
     rhs_cs: usize,
     beta: T,
+    par: gemm::Parallelism,
 ) {
     gemm::gemm(
         m,
@@ -139,11 +142,52 @@ pub(crate) unsafe fn gemm<T: Real>(
         false,
         false,
         false,
-        gemm::Parallelism::None,
+        par,
     )
 }
 
-/// softmax(q·kᵀ·scale)·v for every (batch, head); output contiguous (b, h, n, d).
+/// How to run the per-head work: heads in parallel with single-threaded GEMMs, or (few large
+/// heads, as the VQGAN's single spatial head) heads in turn with multi-threaded GEMMs.
+fn plan(dims: Dims) -> (bool, gemm::Parallelism) {
+    let t = super::threads();
+    if dims.b * dims.h >= t || t == 1 {
+        (true, gemm::Parallelism::None)
+    } else {
+        (false, gemm::Parallelism::Rayon(t))
+    }
+}
+
+/// Runs `f(bi, hi, out_chunk_of_batch_bi)` for every head, over chunks of `len` per batch.
+fn for_heads<T: Real, S: Send>(
+    bufs: &mut [&mut [T]],
+    per_batch: usize,
+    dims: Dims,
+    parallel: bool,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize, usize, &mut [&mut [T]]) + Sync + Send,
+) {
+    let n_bufs = bufs.len();
+    let mut per: Vec<Vec<&mut [T]>> = (0..dims.b).map(|_| Vec::with_capacity(n_bufs)).collect();
+    for buf in bufs.iter_mut() {
+        for (bi, c) in buf.chunks_mut(per_batch).enumerate() {
+            per[bi].push(c);
+        }
+    }
+    let run = |st: &mut S, (bi, chunks): (usize, &mut Vec<&mut [T]>)| {
+        for hi in 0..dims.h {
+            f(st, bi, hi, chunks);
+        }
+    };
+    if parallel {
+        per.par_iter_mut().enumerate().for_each_init(&init, run);
+    } else {
+        let mut st = init();
+        per.iter_mut().enumerate().for_each(|x| run(&mut st, x));
+    }
+}
+
+/// softmax(q·kᵀ·scale)·v for every (batch, head). The output is laid out as (b, n, h, d), i.e.
+/// ready for the usual "merge heads" transpose; index it as (b, h, n, d) through strides.
 #[allow(clippy::too_many_arguments)]
 pub fn attention<T: Real>(
     q: &[T],
@@ -157,28 +201,33 @@ pub fn attention<T: Real>(
 ) -> Vec<T> {
     let Dims { h, n, d, .. } = dims;
     let mut out = vec![T::ZERO; dims.b * h * n * d];
-    if n == 0 || d == 0 {
+    if n == 0 || d == 0 || h == 0 {
         return out;
     }
-    out.par_chunks_mut(n * d).enumerate().for_each_init(
+    let (parallel, par) = plan(dims);
+    let hd = h * d;
+    for_heads(
+        &mut [&mut out[..]],
+        n * hd,
+        dims,
+        parallel,
         || vec![T::ZERO; n * n],
-        |sc, (bh, o)| {
-            let (bi, hi) = (bh / h, bh % h);
+        |sc, bi, hi, o| {
             let (q, k, v) = (
                 &q[qv.base(bi, hi)..],
                 &k[kv.base(bi, hi)..],
                 &v[vv.base(bi, hi)..],
             );
-            assert!(v.len() > (n - 1) * vv.sn + d - 1);
-            probs(q, k, qv.sn, kv.sn, n, d, T::c(scale), sc);
-            // SAFETY: o is n×d, sc n×n, v covers n strided rows of d.
+            assert!(v.len() > (n - 1) * vv.sn + d - 1 && o[0].len() >= (n - 1) * hd + hi * d + d);
+            probs(q, k, qv.sn, kv.sn, n, d, T::c(scale), sc, par);
+            // SAFETY: o rows of the head are at hi·d + i·h·d, sc is n×n, v covers n strided rows.
             unsafe {
                 gemm(
                     n,
                     d,
                     n,
-                    o.as_mut_ptr(),
-                    d,
+                    o[0][hi * d..].as_mut_ptr(),
+                    hd,
                     1,
                     sc.as_ptr(),
                     n,
@@ -187,6 +236,7 @@ pub fn attention<T: Real>(
                     vv.sn,
                     1,
                     T::ONE,
+                    par,
                 )
             };
         },
@@ -194,7 +244,8 @@ pub fn attention<T: Real>(
     out
 }
 
-/// Backward of [`attention`] given dL/dout `g` (contiguous): (dq, dk, dv), contiguous.
+/// Backward of [`attention`] given dL/dout `g` laid out (b, n, h, d): (dq, dk, dv), each laid
+/// out (b, n, h, d) as well.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_bwd<T: Real>(
     q: &[T],
@@ -210,97 +261,108 @@ pub fn attention_bwd<T: Real>(
     let Dims { h, n, d, .. } = dims;
     let len = dims.b * h * n * d;
     let (mut dq, mut dk, mut dv) = (vec![T::ZERO; len], vec![T::ZERO; len], vec![T::ZERO; len]);
-    if n == 0 || d == 0 {
+    if n == 0 || d == 0 || h == 0 {
         return (dq, dk, dv);
     }
-    let nd = n * d;
-    dq.par_chunks_mut(nd)
-        .zip(dk.par_chunks_mut(nd).zip(dv.par_chunks_mut(nd)))
-        .enumerate()
-        .for_each_init(
-            || vec![T::ZERO; 2 * n * n],
-            |sc, (bh, (dq, (dk, dv)))| {
-                let (bi, hi) = (bh / h, bh % h);
-                let (q, k, v) = (
-                    &q[qv.base(bi, hi)..],
-                    &k[kv.base(bi, hi)..],
-                    &v[vv.base(bi, hi)..],
+    let (parallel, par) = plan(dims);
+    let hd = h * d;
+    let per_batch = n * hd;
+    for_heads(
+        &mut [&mut dq[..], &mut dk[..], &mut dv[..]],
+        per_batch,
+        dims,
+        parallel,
+        || vec![T::ZERO; 2 * n * n],
+        |sc, bi, hi, outs| {
+            let (q, k, v) = (
+                &q[qv.base(bi, hi)..],
+                &k[kv.base(bi, hi)..],
+                &v[vv.base(bi, hi)..],
+            );
+            let (sq, sk, sv) = (qv.sn, kv.sn, vv.sn);
+            assert!(v.len() > (n - 1) * sv + d - 1);
+            let g = &g[bi * per_batch + hi * d..];
+            assert!(g.len() >= (n - 1) * hd + d);
+            let (p, dp) = sc.split_at_mut(n * n);
+            probs(q, k, sq, sk, n, d, T::c(scale), p, par);
+            let dq = outs[0][hi * d..].as_mut_ptr();
+            let dk = outs[1][hi * d..].as_mut_ptr();
+            let dv = outs[2][hi * d..].as_mut_ptr();
+            // SAFETY: every operand covers the (strided) n×d or n×n ranges used below; output
+            // rows of the head are at hi·d + i·h·d inside this batch's chunk.
+            unsafe {
+                // dV = Pᵀ·dO
+                gemm(
+                    n,
+                    d,
+                    n,
+                    dv,
+                    hd,
+                    1,
+                    p.as_ptr(),
+                    1,
+                    n,
+                    g.as_ptr(),
+                    hd,
+                    1,
+                    T::ONE,
+                    par,
                 );
-                let (sq, sk, sv) = (qv.sn, kv.sn, vv.sn);
-                assert!(v.len() > (n - 1) * sv + d - 1);
-                let g = &g[bh * nd..(bh + 1) * nd];
-                let (p, dp) = sc.split_at_mut(n * n);
-                probs(q, k, sq, sk, n, d, T::c(scale), p);
-                // SAFETY: every operand covers the (strided) n×d or n×n ranges used below.
-                unsafe {
-                    // dV = Pᵀ·dO
-                    gemm(
-                        n,
-                        d,
-                        n,
-                        dv.as_mut_ptr(),
-                        d,
-                        1,
-                        p.as_ptr(),
-                        1,
-                        n,
-                        g.as_ptr(),
-                        d,
-                        1,
-                        T::ONE,
-                    );
-                    // dP = dO·Vᵀ
-                    gemm(
-                        n,
-                        n,
-                        d,
-                        dp.as_mut_ptr(),
-                        n,
-                        1,
-                        g.as_ptr(),
-                        d,
-                        1,
-                        v.as_ptr(),
-                        1,
-                        sv,
-                        T::ONE,
-                    );
-                }
-                softmax_bwd_rows(p, dp, n, T::c(scale));
-                unsafe {
-                    // dQ = dS·K, dK = dSᵀ·Q
-                    gemm(
-                        n,
-                        d,
-                        n,
-                        dq.as_mut_ptr(),
-                        d,
-                        1,
-                        dp.as_ptr(),
-                        n,
-                        1,
-                        k.as_ptr(),
-                        sk,
-                        1,
-                        T::ONE,
-                    );
-                    gemm(
-                        n,
-                        d,
-                        n,
-                        dk.as_mut_ptr(),
-                        d,
-                        1,
-                        dp.as_ptr(),
-                        1,
-                        n,
-                        q.as_ptr(),
-                        sq,
-                        1,
-                        T::ONE,
-                    );
-                }
-            },
-        );
+                // dP = dO·Vᵀ
+                gemm(
+                    n,
+                    n,
+                    d,
+                    dp.as_mut_ptr(),
+                    n,
+                    1,
+                    g.as_ptr(),
+                    hd,
+                    1,
+                    v.as_ptr(),
+                    1,
+                    sv,
+                    T::ONE,
+                    par,
+                );
+            }
+            softmax_bwd_rows(p, dp, n, T::c(scale));
+            unsafe {
+                // dQ = dS·K, dK = dSᵀ·Q
+                gemm(
+                    n,
+                    d,
+                    n,
+                    dq,
+                    hd,
+                    1,
+                    dp.as_ptr(),
+                    n,
+                    1,
+                    k.as_ptr(),
+                    sk,
+                    1,
+                    T::ONE,
+                    par,
+                );
+                gemm(
+                    n,
+                    d,
+                    n,
+                    dk,
+                    hd,
+                    1,
+                    dp.as_ptr(),
+                    1,
+                    n,
+                    q.as_ptr(),
+                    sq,
+                    1,
+                    T::ONE,
+                    par,
+                );
+            }
+        },
+    );
     (dq, dk, dv)
 }
