@@ -47,7 +47,7 @@ unsafe fn mm<T: Real>(
 
 /// x (rows × inp), w (out × inp), b (out) → (rows × out).
 pub fn linear<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, inp: usize, out: usize) -> Vec<T> {
-    let rows = if inp == 0 { 0 } else { x.len() / inp };
+    let rows = x.len().checked_div(inp).unwrap_or(0);
     let mut y = vec![T::ZERO; rows * out];
     if y.is_empty() {
         return y;
@@ -82,7 +82,7 @@ pub fn linear_bwd<T: Real>(
     inp: usize,
     out: usize,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let rows = if out == 0 { 0 } else { g.len() / out };
+    let rows = g.len().checked_div(out).unwrap_or(0);
     let mut dx = vec![T::ZERO; x.len()];
     let mut dw = vec![T::ZERO; w.len()];
     if rows > 0 && inp > 0 && out > 0 {
