@@ -139,6 +139,28 @@ fn pidx(g: &Geom, p: &Plan, y: usize, x: usize) -> usize {
     ((yy % s) * s + xx % s) * p.hq * p.wq + (yy / s) * p.wq + xx / s
 }
 
+/// Calls `f(x, j)` for every pixel x of input row y with its index j in the channel's padded,
+/// phase-split plane (no divisions per pixel).
+#[inline]
+fn for_row(g: &Geom, p: &Plan, y: usize, mut f: impl FnMut(usize, usize)) {
+    let s = p.s;
+    let yy = y + g.pad.2;
+    let l = g.pad.0;
+    for b in 0..s {
+        let base = (((yy % s) * s + b) * p.hq + yy / s) * p.wq;
+        // padded column xx = x'·s + b, input column x = xx − l
+        let mut xq = if l > b { (l - b).div_ceil(s) } else { 0 };
+        loop {
+            let xx = xq * s + b;
+            if xx - l >= g.w {
+                break;
+            }
+            f(xx - l, base + xq);
+            xq += 1;
+        }
+    }
+}
+
 /// The zero-padded, phase-split copy of x: (b, ci, plane).
 fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
     let mut xp = vec![T::ZERO; g.b * g.ci * p.plane];
@@ -151,9 +173,7 @@ fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
                     let d0 = pidx(g, p, y, 0);
                     dst[d0..d0 + g.w].copy_from_slice(row);
                 } else {
-                    for (x, v) in row.iter().enumerate() {
-                        dst[pidx(g, p, y, x)] = *v;
-                    }
+                    for_row(g, p, y, |x, j| dst[j] = row[x]);
                 }
             }
         });
@@ -172,9 +192,7 @@ fn unpad<T: Real>(xp: &[T], g: &Geom, p: &Plan) -> Vec<T> {
                     let s0 = pidx(g, p, y, 0);
                     row.copy_from_slice(&src[s0..s0 + g.w]);
                 } else {
-                    for (x, v) in row.iter_mut().enumerate() {
-                        *v = src[pidx(g, p, y, x)];
-                    }
+                    for_row(g, p, y, |x, j| row[x] = src[j]);
                 }
             }
         });
