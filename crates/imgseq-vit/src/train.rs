@@ -269,9 +269,15 @@ pub fn train(
             loss_sum += l;
             loss_n += 1;
             pb.inc(tc.batch_size as u64);
-            if s % 10 == 0 {
+            let tenth = (s + 1) % (steps_per_epoch / 10).max(1) == 0;
+            if s % 10 == 0 || tenth {
                 let ips = ((s + 1) * tc.batch_size) as f64 / t0.elapsed().as_secs_f64();
-                pb.set_message(format!("loss {:.4} lr {:.2e} {:.0} img/s", loss_sum / loss_n as f64, opt.lr, ips));
+                let msg = format!("loss {:.4} lr {:.2e} {:.0} img/s", loss_sum / loss_n as f64, opt.lr, ips);
+                // Without a terminal (logs, CI) the bar is hidden: print a line every ~10%.
+                if pb.is_hidden() && tenth {
+                    eprintln!("epoch {}/{} step {}/{}: {msg}", epoch + 1, tc.epochs, s + 1, steps_per_epoch);
+                }
+                pb.set_message(msg);
             }
         }
         pb.finish_and_clear();

@@ -1,0 +1,113 @@
+//! The Rust side of `scripts/bench.py`: runs one workload on weights and inputs written by the
+//! script and prints one JSON line with the mean time per iteration and the peak RSS.
+//!
+//!   bench vit-train DIR BATCH STEPS    DIR: config.json, model.safetensors, inputs.safetensors
+//!   bench vit-infer DIR BATCH STEPS
+//!   bench vq DIR REPS                  DIR: config.json, model.safetensors, inputs.safetensors (x)
+//!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
+//!
+//! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use imgseq_kernels::ops;
+use imgseq_vit::checkpoint::load_tensors;
+use imgseq_vit::optim::AdamW;
+use imgseq_vit::train::cross_entropy_smoothed;
+use imgseq_vit::{ViTConfig, ViTForImageClassification};
+use std::path::Path;
+use std::time::Instant;
+
+fn peak_rss_mb() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    u.ru_maxrss as f64 / 1024.0
+}
+
+fn time<F: FnMut() -> candle_core::Result<()>>(warmup: usize, reps: usize, mut f: F) -> candle_core::Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        f()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e3 / reps as f64)
+}
+
+fn main() -> anyhow::Result<()> {
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_TOP_PAD, 128 << 20);
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dev = Device::Cpu;
+    let what = args.first().map(String::as_str).unwrap_or("");
+    let dir = Path::new(args.get(1).map(String::as_str).unwrap_or("."));
+    let num = |i: usize, d: usize| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let ms = match what {
+        "vit-train" => {
+            let (batch, steps) = (num(2, 128), num(3, 10));
+            let cfg = ViTConfig::load(dir.join("config.json"))?;
+            let init = load_tensors(&dir.join("model.safetensors"), &dev)?;
+            let vars = VarMap::new();
+            let model = ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &dev))?;
+            let named = {
+                let d = vars.data().lock().unwrap();
+                let mut v: Vec<_> = d.iter().map(|(k, var)| (k.clone(), var.clone(), var.as_tensor().rank() >= 2)).collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v
+            };
+            for (k, var, _) in &named {
+                var.set(&init[k])?;
+            }
+            let mut opt = AdamW::new(named, 1e-3, 0.05)?;
+            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let x = inp["x"].narrow(0, 0, batch)?;
+            let y = inp["y"].narrow(0, 0, batch)?.to_dtype(DType::U32)?;
+            time(2, steps, || {
+                let loss = cross_entropy_smoothed(&model.forward(&x, false)?, &y, 0.0)?;
+                opt.step(&loss.backward()?)
+            })?
+        }
+        "vit-infer" => {
+            let (batch, steps) = (num(2, 256), num(3, 10));
+            let (_cfg, model) = imgseq_vit::checkpoint::load_classifier(dir, &dev)?;
+            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let x = inp["x"].narrow(0, 0, batch)?;
+            time(2, steps, || model.forward(&x, false).map(|_| ()))?
+        }
+        "vq" => {
+            let reps = num(2, 2);
+            let model = imgseq_vqgan::load::load_model(dir.join("model.safetensors"), Some(&dir.join("config.json")), &dev)?;
+            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let x = inp["x"].clone();
+            let mut idx = None;
+            let t = time(1, reps, || {
+                let q = model.encode(&x)?;
+                let rec = model.decode_indices(&q.indices)?;
+                idx = Some((q.indices, rec));
+                Ok(())
+            })?;
+            if let Some((i, rec)) = idx {
+                // Written so the script can compare tokens and pixels with PyTorch's.
+                let mut out = std::collections::HashMap::new();
+                out.insert("indices".to_string(), i.to_dtype(DType::I64)?);
+                out.insert("reconstruction".to_string(), rec);
+                imgseq_vit::checkpoint::save_tensors(&dir.join("rust_out.safetensors"), &out)?;
+            }
+            t
+        }
+        "conv" => {
+            let reps = num(2, 10);
+            let t = load_tensors(&dir.join("conv.safetensors"), &dev)?;
+            let (x, w, b) = (&t["x"], &t["weight"], &t["bias"]);
+            time(2, reps, || ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ()))?
+        }
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, conv)"),
+    };
+    let _ = Tensor::zeros(1, DType::F32, &dev)?;
+    println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());
+    Ok(())
+}

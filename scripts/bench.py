@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""imgseq vs PyTorch eager, side by side, on identical weights, inputs and thread count.
+
+    cargo build --release -p imgseq --examples
+    python3 scripts/bench.py [--threads 2] [--quick] [--markdown BENCHMARKS.md]
+
+Workloads (issue #4):
+  a  taming vqgan_imagenet_f16_1024 architecture (random weights), encode -> 576 indices ->
+     decode, 384x384, batch 1
+  b  seed ViT training step, batch 128 (forward + backward + AdamW)
+  c  seed ViT inference, batch 256
+  d  conv 3x3 128->128 at 96x96, batch 1
+
+Each side runs in its own process (so peak RSS is per workload). Times are means over
+repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
+"""
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from safetensors.torch import save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def peak_flops(threads):
+    """Peak f32 FLOP/s: cores x FMA units (2) x SIMD lanes x 2 x clock. AVX-512: 16 lanes,
+    AVX2: 8. Clock from /proc/cpuinfo (MHz) or 3 GHz."""
+    flags = open("/proc/cpuinfo").read()
+    lanes = 16 if " avx512f" in flags else 8
+    mhz = 3000.0
+    for line in flags.splitlines():
+        if line.startswith("cpu MHz"):
+            mhz = float(line.split(":")[1])
+            break
+    return threads * 2 * lanes * 2 * mhz * 1e6, lanes, mhz
+
+
+def rust(bin_path, *args):
+    out = subprocess.run([bin_path, *map(str, args)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"rust bench failed: {out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def torch_child(workload, d, *args):
+    """Runs one PyTorch workload in a fresh process; returns ms and peak RSS."""
+    out = subprocess.run([sys.executable, __file__, "--child", workload, d, *map(str, args)],
+                         capture_output=True, text=True, env=os.environ)
+    if out.returncode != 0:
+        raise SystemExit(f"torch bench failed: {out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def timeit(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / reps
+
+
+# ---------------------------------------------------------------- workloads (PyTorch side)
+def child(workload, d, *args):
+    torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+    from safetensors.torch import load_file
+    if workload in ("vit-train", "vit-infer"):
+        from transformers import ViTForImageClassification
+        model = ViTForImageClassification.from_pretrained(d)
+        inp = load_file(os.path.join(d, "inputs.safetensors"))
+        batch, steps = int(args[0]), int(args[1])
+        x, y = inp["x"][:batch], inp["y"][:batch].long()
+        if workload == "vit-train":
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+            lossf = torch.nn.CrossEntropyLoss()
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = lossf(model(pixel_values=x).logits, y)
+                loss.backward()
+                opt.step()
+            ms = timeit(step, 2, steps)
+        else:
+            model.eval()
+
+            def infer():
+                with torch.no_grad():
+                    model(pixel_values=x)
+            ms = timeit(infer, 2, steps)
+    elif workload == "vq":
+        import make_vqgan_fixtures as tm
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        model = tm.VQModel(cfg["ddconfig"], cfg["n_embed"], cfg["embed_dim"]).eval()
+        model.load_state_dict(load_file(os.path.join(d, "model.safetensors")), strict=True)
+        x = load_file(os.path.join(d, "inputs.safetensors"))["x"]
+        reps = int(args[0])
+        res = {}
+
+        def roundtrip():
+            with torch.no_grad():
+                z = model.encode_latents(x)
+                d2 = model.quantize.distances(z)
+                idx = d2.argmin(1)
+                b, c, h, w = z.shape
+                zq = model.quantize.embedding(idx).view(b, h, w, c).permute(0, 3, 1, 2)
+                res["indices"] = idx.view(b, h, w)
+                res["reconstruction"] = model.decode(zq)
+        ms = timeit(roundtrip, 1, reps)
+        save_file({k: v.contiguous() for k, v in res.items()}, os.path.join(d, "torch_out.safetensors"))
+    elif workload == "conv":
+        t = load_file(os.path.join(d, "conv.safetensors"))
+        x, w, b = t["x"], t["weight"], t["bias"]
+        reps = int(args[0])
+
+        def conv():
+            with torch.no_grad():
+                torch.nn.functional.conv2d(x, w, b, padding=1)
+        ms = timeit(conv, 2, reps)
+    else:
+        raise SystemExit(f"unknown workload {workload}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps({"ms": ms, "peak_rss_mb": rss}))
+
+
+# ---------------------------------------------------------------- setup + report
+def setup_vit(d, batch):
+    from transformers import ViTConfig, ViTForImageClassification
+    torch.manual_seed(0)
+    cfg = ViTConfig(image_size=32, patch_size=4, num_channels=3, hidden_size=48, num_hidden_layers=4,
+                    num_attention_heads=4, intermediate_size=192, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0, id2label={i: str(i) for i in range(10)},
+                    label2id={str(i): i for i in range(10)})
+    ViTForImageClassification(cfg).save_pretrained(d, safe_serialization=True)
+    save_file({"x": torch.randn(batch, 3, 32, 32), "y": torch.randint(0, 10, (batch,)).int()},
+              os.path.join(d, "inputs.safetensors"))
+
+
+def setup_vq(d, size):
+    import make_vqgan_fixtures as tm
+    ddconfig = dict(ch=128, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=2, attn_resolutions=[16],
+                    z_channels=256, double_z=False, resolution=256, in_channels=3, out_ch=3, dropout=0.0)
+    torch.manual_seed(0)
+    model = tm.VQModel(ddconfig, 1024, 256).eval()
+    tm.randomise(model, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.quantize.embedding.weight.uniform_(-1.0 / 1024, 1.0 / 1024)
+    x = torch.rand(1, 3, size, size) * 2 - 1
+    with torch.no_grad():  # spread the codebook over real latents so indices vary
+        z = model.encode_latents(x).permute(0, 2, 3, 1).reshape(-1, 256)
+        pick = torch.randint(0, z.shape[0], (1024,))
+        model.quantize.embedding.weight.copy_(z[pick] + 0.1 * z.std() * torch.randn(1024, 256))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.join(d, "model.safetensors"))
+    json.dump({"ddconfig": ddconfig, "embed_dim": 256, "n_embed": 1024}, open(os.path.join(d, "config.json"), "w"))
+    save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child(*sys.argv[2:])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "examples", "bench"))
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--markdown", help="append the result table to this file")
+    a = ap.parse_args()
+    os.environ["BENCH_THREADS"] = str(a.threads)
+    os.environ["RAYON_NUM_THREADS"] = str(a.threads)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    if not os.path.exists(a.bin):
+        raise SystemExit(f"{a.bin} not found: run `cargo build --release -p imgseq --examples` first")
+    peak, lanes, mhz = peak_flops(a.threads)
+    reps = 3 if a.quick else 10
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="imgseq-bench-")
+    only = set(a.only.split(","))
+
+    def row(name, work, flops, t, r, better_if_lower=True, unit_imgs=None):
+        ratio = r["ms"] / t["ms"]
+        rows.append(dict(name=name, work=work, torch_ms=t["ms"], rust_ms=r["ms"], ratio=ratio,
+                         torch_rss=t["peak_rss_mb"], rust_rss=r["peak_rss_mb"],
+                         rust_gflops=flops / r["ms"] / 1e6 if flops else None,
+                         torch_gflops=flops / t["ms"] / 1e6 if flops else None, imgs=unit_imgs))
+        print(f"{name}: torch {t['ms']:.1f} ms, imgseq {r['ms']:.1f} ms, time ratio imgseq/torch {ratio:.2f}",
+              flush=True)
+
+    if "d" in only:
+        d = os.path.join(tmp, "conv")
+        os.makedirs(d)
+        torch.manual_seed(0)
+        save_file({"x": torch.randn(1, 128, 96, 96), "weight": torch.randn(128, 128, 3, 3) * 0.03,
+                   "bias": torch.randn(128)}, os.path.join(d, "conv.safetensors"))
+        flops = 2 * 128 * 128 * 9 * 96 * 96
+        row("d conv3x3 128->128 @96²", "forward", flops, torch_child("conv", d, reps * 3),
+            rust(a.bin, "conv", d, reps * 3))
+    if "b" in only or "c" in only:
+        d = os.path.join(tmp, "vit")
+        os.makedirs(d)
+        setup_vit(d, 256)
+        if "b" in only:
+            row("b ViT train step", "batch 128", None, torch_child("vit-train", d, 128, reps * 2),
+                rust(a.bin, "vit-train", d, 128, reps * 2), unit_imgs=128)
+        if "c" in only:
+            row("c ViT inference", "batch 256", None, torch_child("vit-infer", d, 256, reps * 2),
+                rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
+    agreement = None
+    if "a" in only:
+        d = os.path.join(tmp, "vq")
+        os.makedirs(d)
+        setup_vq(d, 384)
+        r = rust(a.bin, "vq", d, 1 if a.quick else 2)
+        t = torch_child("vq", d, 1 if a.quick else 2)
+        from safetensors.torch import load_file
+        ro, to = load_file(os.path.join(d, "rust_out.safetensors")), load_file(os.path.join(d, "torch_out.safetensors"))
+        agreement = (ro["indices"].long() == to["indices"].long()).float().mean().item()
+        rec_err = ((ro["reconstruction"] - to["reconstruction"]).abs().max() /
+                   to["reconstruction"].abs().max()).item()
+        row("a VQGAN f16-1024 enc+dec 384²", "batch 1", 883e9, t, r)
+        print(f"   token agreement with PyTorch {100 * agreement:.2f}%, reconstruction max rel diff {rec_err:.2e}")
+
+    print()
+    lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "
+             f"PyTorch {torch.__version__}; peak f32 {peak / 1e9:.0f} GFLOP/s "
+             f"({a.threads} cores x 2 FMA x {lanes} lanes x 2 x {mhz:.0f} MHz)", "",
+             "| workload | PyTorch ms | imgseq ms | imgseq/PyTorch time | speed-up | GFLOP/s imgseq (% peak) | GFLOP/s PyTorch (% peak) | peak RSS PyTorch | peak RSS imgseq |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        g = lambda v: f"{v:.0f} ({100 * v * 1e9 / peak:.0f}%)" if v else "–"
+        extra = ""
+        if r["imgs"]:
+            extra = f" ({r['imgs'] / r['torch_ms'] * 1e3:.0f} vs {r['imgs'] / r['rust_ms'] * 1e3:.0f} img/s)"
+        lines.append(f"| {r['name']} ({r['work']}) | {r['torch_ms']:.1f} | {r['rust_ms']:.1f} | {r['ratio']:.2f} | "
+                     f"{1 / r['ratio']:.2f}x{extra} | {g(r['rust_gflops'])} | {g(r['torch_gflops'])} | "
+                     f"{r['torch_rss']:.0f} MB | {r['rust_rss']:.0f} MB |")
+    if agreement is not None:
+        lines.append("")
+        lines.append(f"VQGAN token agreement imgseq vs PyTorch: {100 * agreement:.2f}% of 576.")
+    text = "\n".join(lines)
+    print(text)
+    if a.markdown:
+        with open(a.markdown, "a") as f:
+            f.write("\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
