@@ -360,7 +360,14 @@ def main():
     for parent in ("pytorch_lightning", "pytorch_lightning.callbacks"):
         sys.modules.setdefault(parent, types.ModuleType(parent))
     sys.modules[mod.__name__] = mod
+    # Lightning's hyper-parameters are an AttributeDict (a dict subclass, pickled via NEWOBJ).
+    parsing = types.ModuleType("pytorch_lightning.utilities.parsing")
+    AttributeDict = type("AttributeDict", (dict,), {"__module__": parsing.__name__})
+    parsing.AttributeDict = AttributeDict
+    sys.modules.setdefault("pytorch_lightning.utilities", types.ModuleType("pytorch_lightning.utilities"))
+    sys.modules[parsing.__name__] = parsing
     ckpt = {
+        "hyper_parameters": AttributeDict(embed_dim=EMBED_DIM, n_embed=N_EMBED, device=torch.device("cpu")),
         "epoch": 3,
         "global_step": 10,
         "pytorch-lightning_version": "1.0.8",

@@ -7,20 +7,24 @@
 //! arbitrary code. This module instead interprets the opcodes that `torch.save` emits on a
 //! small stack machine of plain values and never calls anything:
 //!
-//! * `GLOBAL`/`STACK_GLOBAL` produce an inert name. Only the names below may be *called*
-//!   (by `REDUCE`); a name outside `torch.*`, `collections.*`, `pytorch_lightning.*`,
-//!   `lightning.*` is refused as soon as it appears, and any other call is refused too:
+//! * `GLOBAL`/`STACK_GLOBAL` produce an inert name, nothing is imported. A name outside
+//!   `torch.*`, `collections.*`, `pytorch_lightning.*`, `lightning.*`, `lightning_fabric.*`
+//!   (and `_codecs.encode`) is refused as soon as it appears: "pickle references `os.system`;
+//!   imgseq only reads tensors and plain containers".
+//! * `REDUCE` (a call) is modelled for a few names:
 //!   - `torch._utils._rebuild_tensor_v2` → a tensor view on a storage,
-//!   - `torch._utils._rebuild_parameter` → its tensor,
+//!   - `torch._utils._rebuild_parameter`, `torch._tensor._rebuild_from_type_v2` → the tensor,
 //!   - `collections.OrderedDict` → an empty dict,
 //!   - `_codecs.encode` → bytes (protocol-2 encoding of `bytes`).
 //!
-//!   Inert class names are tolerated because old Lightning keys its `callbacks` dict by the
-//!   callback class (`pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint`).
+//!   A call or `NEWOBJ` of any other tolerated name (Lightning's `AttributeDict`
+//!   hyper-parameters, `torch.device`, ...) yields an opaque placeholder that is never
+//!   constructed; it can only end up as a skipped non-tensor entry. Old Lightning also keys
+//!   its `callbacks` dict by the callback *class*, which is why inert names exist at all.
 //! * `BINPERSID` turns torch's persistent id `('storage', torch.FloatStorage, key, location,
 //!   numel)` into a storage reference; storage bytes are read only for the tensors asked for.
 //! * `BUILD` only discards the state (it would set attributes, e.g. a state dict's
-//!   `_metadata`); `NEWOBJ`, `INST`, `OBJ`, `EXT*` and `PERSID` are refused.
+//!   `_metadata`); `INST`, `OBJ`, `EXT*` and `PERSID` are refused.
 //!
 //! Tensors are materialised with their storage offset and strides (any view), and float
 //! storages (f32, f64, f16, bf16) become f32; integer ones i64, byte/bool ones u8.
@@ -128,6 +132,8 @@ enum Value {
     Dict(Rc<RefCell<Vec<(Value, Value)>>>),
     /// A `module.name` reference that is never imported.
     Global(Rc<(String, String)>),
+    /// What calling a tolerated `module.name` would have made; never constructed.
+    Opaque(Rc<(String, String)>),
     Storage {
         key: String,
         dtype: StorageDType,
@@ -151,6 +157,7 @@ impl Value {
             Value::List(_) => "list",
             Value::Dict(_) => "dict",
             Value::Global(_) => "global",
+            Value::Opaque(_) => "object",
             Value::Storage { .. } => "storage",
             Value::Tensor(_) => "tensor",
             Value::Mark => "mark",
@@ -173,13 +180,22 @@ impl Value {
 }
 
 /// Module prefixes whose names may appear (inertly) in a checkpoint's pickle.
-const INERT_MODULES: [&str; 4] = ["torch", "collections", "pytorch_lightning", "lightning"];
+const INERT_MODULES: [&str; 5] = [
+    "torch",
+    "collections",
+    "pytorch_lightning",
+    "lightning",
+    "lightning_fabric",
+];
 
-fn module_tolerated(module: &str) -> bool {
-    module == "_codecs"
-        || INERT_MODULES
-            .iter()
-            .any(|p| module == *p || module.starts_with(&format!("{p}.")))
+fn in_inert_module(module: &str) -> bool {
+    INERT_MODULES
+        .iter()
+        .any(|p| module == *p || module.starts_with(&format!("{p}.")))
+}
+
+fn name_tolerated(module: &str, name: &str) -> bool {
+    (module == "_codecs" && name == "encode") || in_inert_module(module)
 }
 
 fn refused(module: &str, name: &str) -> String {
@@ -280,7 +296,7 @@ impl<'a> Machine<'a> {
         Ok(())
     }
     fn global(&mut self, module: String, name: String) -> PResult<()> {
-        if !module_tolerated(&module) {
+        if !name_tolerated(&module, &name) {
             return Err(refused(&module, &name));
         }
         self.stack.push(Value::Global(Rc::new((module, name))));
@@ -299,6 +315,8 @@ impl<'a> Machine<'a> {
                 }
                 Ok(())
             }
+            // Items of a dict subclass that is never built (e.g. Lightning's AttributeDict).
+            Value::Opaque(_) => Ok(()),
             other => Err(format!("SETITEMS on a {}", other.describe())),
         }
     }
@@ -308,6 +326,7 @@ impl<'a> Machine<'a> {
                 l.borrow_mut().extend(items);
                 Ok(())
             }
+            Value::Opaque(_) => Ok(()),
             other => Err(format!("APPENDS on a {}", other.describe())),
         }
     }
@@ -368,7 +387,31 @@ impl<'a> Machine<'a> {
                 )),
                 _ => Err("_codecs.encode without a string".into()),
             },
+            ("torch._tensor", "_rebuild_from_type_v2") => {
+                // (func, new_type, args, state): a tensor subclass; keep the plain tensor.
+                match (args.first(), args.get(2)) {
+                    (Some(f @ Value::Global(_)), Some(a @ Value::Tuple(_))) => {
+                        self.reduce(f.clone(), a.clone())
+                    }
+                    _ => Err("_rebuild_from_type_v2 with unexpected arguments".into()),
+                }
+            }
+            _ if in_inert_module(module) => {
+                Ok(Value::Opaque(Rc::new((module.into(), name.into()))))
+            }
             _ => Err(refused(module, name)),
+        }
+    }
+
+    /// `NEWOBJ`: `cls.__new__(cls, *args)`, only as an opaque placeholder.
+    fn new_object(&mut self, cls: Value) -> PResult<Value> {
+        match cls {
+            Value::Global(g) if in_inert_module(&g.0) => Ok(Value::Opaque(g)),
+            Value::Global(g) => Err(refused(&g.0, &g.1)),
+            other => Err(format!(
+                "pickle instantiates a {}, which imgseq does not do",
+                other.describe()
+            )),
         }
     }
 
@@ -602,8 +645,21 @@ impl<'a> Machine<'a> {
                     let v = self.persistent_load(pid)?;
                     self.stack.push(v)
                 }
-                0x81 | 0x92 | b'i' | b'o' => {
-                    // NEWOBJ, NEWOBJ_EX, INST, OBJ: would instantiate a class.
+                0x81 => {
+                    self.pop()?; // args
+                    let cls = self.pop()?;
+                    let v = self.new_object(cls)?;
+                    self.stack.push(v)
+                }
+                0x92 => {
+                    self.pop()?; // kwargs
+                    self.pop()?; // args
+                    let cls = self.pop()?;
+                    let v = self.new_object(cls)?;
+                    self.stack.push(v)
+                }
+                b'i' | b'o' => {
+                    // INST, OBJ (protocol 0/1 instantiation; torch.save never emits them).
                     let what = match self
                         .stack
                         .iter()
@@ -719,6 +775,7 @@ impl Checkpoint {
                     Value::Bool(b) => b.to_string(),
                     Value::Str(s) => format!("{s:?}"),
                     Value::Bytes(b) => format!("<{} bytes>", b.len()),
+                    Value::Opaque(g) => format!("<{}.{} object, not built>", g.0, g.1),
                     _ => return None,
                 };
                 Some((k.to_string(), v))
@@ -936,11 +993,20 @@ mod tests {
     }
 
     #[test]
-    fn calling_a_tolerated_class_is_refused() {
-        // GLOBAL torch.nn.Linear, () REDUCE
-        let p = b"\x80\x02ctorch.nn\nLinear\n)R.";
-        let e = run(p).unwrap_err();
-        assert!(e.contains("torch.nn.Linear"), "{e}");
+    fn calling_a_tolerated_class_gives_an_opaque_placeholder() {
+        // GLOBAL torch.nn.Linear, () REDUCE → nothing is built.
+        let v = run(b"\x80\x02ctorch.nn\nLinear\n)R.").unwrap();
+        assert!(matches!(v, Value::Opaque(_)), "{v:?}");
+        // NEWOBJ of a Lightning dict subclass, then SETITEMS and BUILD.
+        let p = b"\x80\x02cpytorch_lightning.utilities.parsing\nAttributeDict\n)\x81(X\x01\x00\x00\x00aK\x01u}b.";
+        assert!(matches!(run(p).unwrap(), Value::Opaque(_)));
+        // Anything outside the tolerated modules is refused, however it is reached.
+        let p = b"\x80\x04\x8c\x08builtins\x8c\x04eval\x93X\x01\x00\x00\x001\x85R.";
+        assert_eq!(run(p).unwrap_err(), refused("builtins", "eval"));
+        let p = b"\x80\x02cos\nPathLike\n)\x81.";
+        assert_eq!(run(p).unwrap_err(), refused("os", "PathLike"));
+        let p = b"\x80\x02c_codecs\ndecode\n.";
+        assert_eq!(run(p).unwrap_err(), refused("_codecs", "decode"));
     }
 
     #[test]

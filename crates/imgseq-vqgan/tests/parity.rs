@@ -167,6 +167,7 @@ fn lightning_extras_are_read_without_executing() {
     let c = ckpt::Checkpoint::open(fx("tiny.ckpt")).unwrap();
     let keys = c.top_level_keys();
     for k in [
+        "hyper_parameters",
         "epoch",
         "global_step",
         "callbacks",
