@@ -38,6 +38,9 @@ pub enum VqCmd {
         tokens: PathBuf,
         #[command(flatten)]
         model: ModelArgs,
+        /// Images per forward pass.
+        #[arg(long, default_value_t = 2)]
+        batch_size: usize,
         /// Output PNG.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
@@ -102,8 +105,9 @@ pub fn run(cmd: VqCmd) -> Result<()> {
         VqCmd::Decode {
             tokens,
             model,
+            batch_size,
             output,
-        } => decode(&tokens, &model, &output),
+        } => decode(&tokens, &model, batch_size, &output),
         VqCmd::Roundtrip {
             image,
             model,
@@ -216,14 +220,21 @@ fn encode(
     out: &Path,
 ) -> Result<()> {
     check_size(pre.size, None)?;
-    let imgs = load_images(images, pre)?;
+    // Fail fast, before loading the model or decoding any pixels: every file must be a
+    // readable image of sufficient size (headers only).
+    for p in images {
+        let (w, h) = image_io::image_dimensions(p)?;
+        image_io::check_min_size(p, w, h, pre.size, pre.upscale)?;
+    }
     let model = load(m)?;
     check_size(pre.size, Some(&model))?;
-    let pb = progress(imgs.len(), "encoding");
+    let pb = progress(images.len(), "encoding");
     let mut tokens: Vec<i64> = Vec::new();
     let mut grid = (0, 0);
-    for chunk in imgs.chunks(batch.max(1)) {
-        let q = model.encode(&batch_tensor(chunk)?)?;
+    // Images are decoded batch by batch, so a long list needs memory for one batch only.
+    for chunk in images.chunks(batch.max(1)) {
+        let imgs = load_images(chunk, pre)?;
+        let q = model.encode(&batch_tensor(&imgs)?)?;
         let (_, h, w) = q.indices.dims3()?;
         grid = (h, w);
         tokens.extend(
@@ -235,10 +246,10 @@ fn encode(
         pb.inc(chunk.len() as u64);
     }
     pb.finish_and_clear();
-    let shape = if imgs.len() == 1 {
+    let shape = if images.len() == 1 {
         vec![grid.0, grid.1]
     } else {
-        vec![imgs.len(), grid.0, grid.1]
+        vec![images.len(), grid.0, grid.1]
     };
     npy::write_npy_i64(out, &shape, &tokens)?;
     eprintln!(
@@ -301,7 +312,7 @@ fn write_tokens(path: &Path, t: &Tokens) -> Result<()> {
     Ok(npy::write_npy_i64(path, &shape, &t.data)?)
 }
 
-fn decode(tokens: &Path, m: &ModelArgs, out: &Path) -> Result<()> {
+fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> {
     let t = read_tokens(tokens)?;
     let model = load(m)?;
     let n_embed = model.config().n_embed as i64;
@@ -340,12 +351,20 @@ fn decode(tokens: &Path, m: &ModelArgs, out: &Path) -> Result<()> {
     };
     let pb = progress(t.n, "decoding");
     let mut imgs = Vec::with_capacity(t.n);
-    for i in 0..t.n {
-        let cells = &t.data[i * t.h * t.w..(i + 1) * t.h * t.w];
-        let idx = Tensor::from_vec(cells.to_vec(), (1, t.h, t.w), &Device::Cpu)?;
+    let plane = t.h * t.w;
+    let step = batch.max(1);
+    for start in (0..t.n).step_by(step) {
+        let k = step.min(t.n - start);
+        let cells = &t.data[start * plane..(start + k) * plane];
+        let idx = Tensor::from_vec(cells.to_vec(), (k, t.h, t.w), &Device::Cpu)?;
         let x = model.decode_indices(&idx)?;
-        imgs.push(image_io::from_tensor_chw(&x, PixelRange::MinusOneOne)?);
-        pb.inc(1);
+        for i in 0..k {
+            imgs.push(image_io::from_tensor_chw(
+                &x.get(i)?,
+                PixelRange::MinusOneOne,
+            )?);
+        }
+        pb.inc(k as u64);
     }
     pb.finish_and_clear();
     // Write only after every image decoded, and remove partial results on failure.

@@ -160,6 +160,11 @@ fn several_images_are_one_batched_token_file() {
     for i in 0..3 {
         assert!(dir.path().join(format!("out_{i:03}.png")).is_file());
     }
+    // Images 1 and 2 hold the same tokens but are decoded in different batches (2 + 1).
+    assert_eq!(
+        read_png(&dir.path().join("out_001.png")),
+        read_png(&dir.path().join("out_002.png"))
+    );
 }
 
 /// The point of discrete tokens: position matters. Swapping two cells of the grid changes
