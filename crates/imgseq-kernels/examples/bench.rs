@@ -44,7 +44,10 @@ fn fwd(op: Op, inputs: &[Tensor]) -> f64 {
 /// Forward, then backward of Σ y (its gradient is a free broadcast of ones), so nearly all the
 /// time is the op's own forward and backward.
 fn fwd_bwd(op: Op, inputs: &[Tensor]) -> f64 {
-    let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+    let vars: Vec<Var> = inputs
+        .iter()
+        .map(|t| Var::from_tensor(t).unwrap())
+        .collect();
     let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
     time(|| {
         let _g = op(&ts)?.sum_all()?.backward()?;
@@ -63,7 +66,10 @@ fn row(name: &str, filter: &str, fast: Op, slow: Op, inputs: &[Tensor], bwd: boo
     );
     if bwd {
         let (s, f) = (fwd_bwd(slow, inputs), fwd_bwd(fast, inputs));
-        println!("{name:<44} fwd+bwd  candle {s:9.3} ms   ours {f:9.3} ms   x{:.2}", s / f);
+        println!(
+            "{name:<44} fwd+bwd  candle {s:9.3} ms   ours {f:9.3} ms   x{:.2}",
+            s / f
+        );
     }
 }
 

@@ -208,6 +208,26 @@ pub fn dot3<T: Real>(a: &[T], b: &[T], c: &[T]) -> T {
     hsum(acc) + s
 }
 
+/// Σ a·(x − m), lane-wise.
+#[inline(always)]
+pub fn dot_dev<T: Real>(a: &[T], x: &[T], m: T) -> T {
+    let n = a.len().min(x.len());
+    let (a, x) = (&a[..n], &x[..n]);
+    let mut acc = [T::ZERO; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cx = x.chunks_exact(LANES);
+    for (p, q) in (&mut ca).zip(&mut cx) {
+        let p: &[T; LANES] = p.try_into().unwrap();
+        let q: &[T; LANES] = q.try_into().unwrap();
+        acc = std::array::from_fn(|l| acc[l] + p[l] * (q[l] - m));
+    }
+    let mut s = T::ZERO;
+    for (p, q) in ca.remainder().iter().zip(cx.remainder()) {
+        s += *p * (*q - m);
+    }
+    hsum(acc) + s
+}
+
 /// Σ (a − m)², lane-wise.
 #[inline(always)]
 pub fn sum_sq_dev<T: Real>(a: &[T], m: T) -> T {

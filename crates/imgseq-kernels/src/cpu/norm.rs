@@ -126,23 +126,17 @@ multiversion! {
         for (ci, ((x, g), dx)) in x.chunks_exact(hw).zip(g.chunks_exact(hw)).zip(dx.chunks_exact_mut(hw)).enumerate() {
             let wc = w[ci];
             let bc = b[ci];
-            let mut sg = [T::ZERO; 8];
-            let mut sgx = [T::ZERO; 8];
-            for (i, ((x, g), dx)) in x.iter().zip(g).zip(dx.iter_mut()).enumerate() {
-                let xh = (*x - mean) * rstd;
-                let gp = if silu {
-                    let a = xh * wc + bc;
+            for ((x, g), dx) in x.iter().zip(g).zip(dx.iter_mut()) {
+                *dx = if silu {
+                    let a = (*x - mean) * rstd * wc + bc;
                     let s = T::ONE / (T::ONE + (-a).exp());
                     *g * s * (T::ONE + a * (T::ONE - s))
                 } else {
                     *g
                 };
-                *dx = gp;
-                sg[i % 8] += gp;
-                sgx[i % 8] += gp * xh;
             }
-            let sg = sum(&sg);
-            let sgx = sum(&sgx);
+            let sg = sum(dx);
+            let sgx = super::dot_dev(dx, x, mean) * rstd;
             dw[ci] = sgx;
             db[ci] = sg;
             a_sum += wc * sg;
