@@ -191,7 +191,7 @@ impl SelfAttention {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, n, hidden) = x.dims3()?;
         let (nh, d) = (self.num_heads, hidden / self.num_heads);
-        let heads = |t: Tensor| t.reshape((b, n, nh, d))?.transpose(1, 2)?.contiguous(); // (b, nh, n, d)
+        let heads = |t: Tensor| t.reshape((b, n, nh, d))?.transpose(1, 2); // (b, nh, n, d) strided view
         let q = heads(self.query.forward(x)?)?;
         let k = heads(self.key.forward(x)?)?;
         let v = heads(self.value.forward(x)?)?;
