@@ -131,6 +131,14 @@ fn gn_fwd<T: Real>(
     let b = cpu::slice::<T>(s3, l3)?;
     let c = l1.dims()[1];
     let hw = l1.dims()[2..].iter().product();
+    if w.len() != c || b.len() != c || op.groups == 0 || c % op.groups != 0 {
+        bail!(
+            "group_norm: {} groups, weight/bias of {} / {} for {c} channels",
+            op.groups,
+            w.len(),
+            b.len()
+        );
+    }
     let y = norm::group_norm(x, c, hw, op.groups, w, b, op.eps, op.silu);
     Ok((T::to_cpu_storage_owned(y), l1.shape().clone()))
 }

@@ -227,3 +227,18 @@ fn nearest_codebook_real_shape_and_f64_input() {
         .unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn bad_shapes_are_errors_not_panics() {
+    let x = rand(&[1, 8, 4, 4], 30, 1.0, DType::F32);
+    let short = rand(&[4], 31, 1.0, DType::F32);
+    assert!(ops::group_norm(&x, 4, &short, &short, 1e-6, true).is_err());
+    let w = rand(&[3, 5, 3, 3], 32, 1.0, DType::F32);
+    assert!(ops::conv2d(&x, &w, None, 1, Padding::same(1)).is_err());
+    let w = rand(&[3, 8, 3, 3], 33, 1.0, DType::F32);
+    assert!(ops::conv2d(&x, &w, Some(&short), 1, Padding::same(1)).is_err());
+    let lw = rand(&[5, 3], 34, 1.0, DType::F32);
+    assert!(ops::linear(&x, &lw, None).is_err());
+    let three = rand(&[3], 35, 1.0, DType::F32);
+    assert!(ops::layer_norm(&x, &three, &three, 1e-5).is_err());
+}
