@@ -7,6 +7,7 @@ pub mod fsutil;
 pub mod image_io;
 pub mod metrics;
 pub mod npy;
+pub mod optim;
 pub mod weights;
 
 pub use error::{Error, Result};
