@@ -131,7 +131,7 @@ fn gn_fwd<T: Real>(
     let b = cpu::slice::<T>(s3, l3)?;
     let c = l1.dims()[1];
     let hw = l1.dims()[2..].iter().product();
-    if w.len() != c || b.len() != c || op.groups == 0 || c % op.groups != 0 {
+    if w.len() != c || b.len() != c || op.groups == 0 || (c / op.groups) * op.groups != c {
         bail!(
             "group_norm: {} groups, weight/bias of {} / {} for {c} channels",
             op.groups,
