@@ -137,6 +137,19 @@ fn main() {
         &proj,
         true,
     );
+    let big = [
+        rand(&[1, 1, 576, 512], 14, 1.0),
+        rand(&[1, 1, 576, 512], 15, 1.0),
+        rand(&[1, 1, 576, 512], 16, 1.0),
+    ];
+    row(
+        "attention (1,1,576,512) VQGAN mid-block",
+        &filter,
+        &|t| ops::attention(&t[0], &t[1], &t[2], 512f64.powf(-0.5)),
+        &|t| reference::attention(&t[0], &t[1], &t[2], 512f64.powf(-0.5)),
+        &big,
+        false,
+    );
     let wl = rand(&[4 * c, c], 12, 0.2);
     let bl = rand(&[4 * c], 13, 0.2);
     row(
@@ -239,6 +252,17 @@ fn main() {
         &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), 2, Padding::TAMING_DOWN),
         &[xc.clone(), wd, bc.clone()],
         true,
+    );
+    let x24 = rand(&[1, 512, 24, 24], 28, 1.0);
+    let w24 = rand(&[512, 512, 3, 3], 29, 0.02);
+    let b24 = rand(&[512], 30, 0.1);
+    row(
+        "conv2d 3x3 512->512 @24^2",
+        &filter,
+        &|t| ops::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(1)),
+        &|t| reference::conv2d(&t[0], &t[1], Some(&t[2]), 1, Padding::same(1)),
+        &[x24, w24, b24],
+        false,
     );
     let w1 = rand(&[256, 128, 1, 1], 24, 0.05);
     let b1 = rand(&[256], 25, 0.1);

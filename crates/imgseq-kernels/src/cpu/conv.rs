@@ -228,66 +228,87 @@ pub fn conv2d<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T>
         (&padded[..], p.plane)
     };
     let wr = taps(w, g);
-    let tile = (65536 / g.co.max(1)).clamp(64, 2048).min(p.np);
-    let ntiles = p.np.div_ceil(tile);
+    // Column tiles of about 64K outputs (stays in L2), evened out so that the tasks split
+    // evenly over the threads. At low resolution (few output columns per weight) the per-tile
+    // re-packing of the weights would dominate: there, one tile per image and threaded GEMMs.
+    let t = super::threads();
+    let whole = p.np < 4 * g.co;
+    let (tile, ntiles) = if whole {
+        (p.np, 1)
+    } else {
+        let tile = (65536 / g.co.max(1)).clamp(64, 2048).min(p.np);
+        let ntiles = (g.b * p.np.div_ceil(tile)).div_ceil(t) * t;
+        let tile = p.np.div_ceil(ntiles.div_ceil(g.b).min(p.np));
+        (tile, p.np.div_ceil(tile))
+    };
+    let par = if whole {
+        Parallelism::Rayon(t)
+    } else {
+        Parallelism::None
+    };
     let outp = Ptr(out.as_mut_ptr());
     let out_plane = p.ho * p.wo;
-    (0..g.b * ntiles).into_par_iter().for_each_init(
-        || vec![T::ZERO; g.co * tile],
-        |buf, task| {
-            let (bi, ti) = (task / ntiles, task % ntiles);
-            let p0 = ti * tile;
-            let len = tile.min(p.np - p0);
-            for co in 0..g.co {
-                let v = bias.map_or(T::ZERO, |b| b[co]);
-                buf[co * len..(co + 1) * len].fill(v);
+    let run = |buf: &mut Vec<T>, task: usize| {
+        let (bi, ti) = (task / ntiles, task % ntiles);
+        let p0 = ti * tile;
+        let len = tile.min(p.np - p0);
+        for co in 0..g.co {
+            let v = bias.map_or(T::ZERO, |b| b[co]);
+            buf[co * len..(co + 1) * len].fill(v);
+        }
+        let img = &xp[bi * g.ci * plane..(bi + 1) * g.ci * plane];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let tap = i * g.kw + j;
+                let off = p0 + p.off(i, j);
+                debug_assert!((g.ci - 1) * plane + off + len - 1 < img.len());
+                // SAFETY: the strided rhs view stays inside `img` (plan() sizes hq for it).
+                unsafe {
+                    mm(
+                        g.co,
+                        len,
+                        g.ci,
+                        buf.as_mut_ptr(),
+                        (len, 1),
+                        true,
+                        wr[tap * g.co * g.ci..].as_ptr(),
+                        (g.ci, 1),
+                        img.as_ptr().add(off),
+                        (plane, 1),
+                        par,
+                    );
+                }
             }
-            let img = &xp[bi * g.ci * plane..(bi + 1) * g.ci * plane];
-            for i in 0..g.kh {
-                for j in 0..g.kw {
-                    let tap = i * g.kw + j;
-                    let off = p0 + p.off(i, j);
-                    debug_assert!((g.ci - 1) * plane + off + len - 1 < img.len());
-                    // SAFETY: the strided rhs view stays inside `img` (plan() sizes hq for it).
+        }
+        // Write the valid columns out.
+        let o = outp.get();
+        for co in 0..g.co {
+            let row = &buf[co * len..(co + 1) * len];
+            let mut q = p0;
+            while q < p0 + len {
+                let (y, x0) = (q / p.wq, q % p.wq);
+                let end = (q - x0 + p.wq).min(p0 + len);
+                if x0 < p.wo {
+                    let n = (p.wo - x0).min(end - q);
+                    // SAFETY: (bi, co, y, x0..x0+n) is inside out, and each task owns its
+                    // p-range, so no two tasks write the same element.
                     unsafe {
-                        mm(
-                            g.co,
-                            len,
-                            g.ci,
-                            buf.as_mut_ptr(),
-                            (len, 1),
-                            true,
-                            wr[tap * g.co * g.ci..].as_ptr(),
-                            (g.ci, 1),
-                            img.as_ptr().add(off),
-                            (plane, 1),
-                            Parallelism::None,
-                        );
+                        let dst = o.add(bi * g.co * out_plane + co * out_plane + y * p.wo + x0);
+                        std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
                     }
                 }
+                q = end;
             }
-            // Write the valid columns out.
-            let o = outp.get();
-            for co in 0..g.co {
-                let row = &buf[co * len..(co + 1) * len];
-                let mut q = p0;
-                while q < p0 + len {
-                    let (y, x0) = (q / p.wq, q % p.wq);
-                    let end = (q - x0 + p.wq).min(p0 + len);
-                    if x0 < p.wo {
-                        let n = (p.wo - x0).min(end - q);
-                        // SAFETY: (bi, co, y, x0..x0+n) is inside out, and each task owns its
-                        // p-range, so no two tasks write the same element.
-                        unsafe {
-                            let dst = o.add(bi * g.co * out_plane + co * out_plane + y * p.wo + x0);
-                            std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
-                        }
-                    }
-                    q = end;
-                }
-            }
-        },
-    );
+        }
+    };
+    if whole {
+        let mut buf = vec![T::ZERO; g.co * tile];
+        (0..g.b).for_each(|task| run(&mut buf, task));
+    } else {
+        (0..g.b * ntiles)
+            .into_par_iter()
+            .for_each_init(|| vec![T::ZERO; g.co * tile], run);
+    }
     out
 }
 
