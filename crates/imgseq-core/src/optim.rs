@@ -237,8 +237,16 @@ mod tests {
         assert_eq!(oc.step, 3);
         run(&c, &mut oc, 2);
         assert_eq!(
-            a.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            c.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            a.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            c.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
         );
 
         let mut bad = saved.clone();
@@ -246,7 +254,10 @@ mod tests {
         let e = oc.load_state(&bad).unwrap_err();
         assert_eq!(e, "missing optimizer tensor `w.exp_avg`");
         let mut bad = saved.clone();
-        bad.insert("w.exp_avg_sq".into(), Tensor::zeros(3, DType::F32, &dev).unwrap());
+        bad.insert(
+            "w.exp_avg_sq".into(),
+            Tensor::zeros(3, DType::F32, &dev).unwrap(),
+        );
         assert!(oc.load_state(&bad).unwrap_err().contains("has shape [3]"));
     }
 
