@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::{metrics, npy};
-use imgseq_vqgan::{load_model, VqModel};
+use imgseq_vqgan::{load_model, train, VqConfig, VqModel};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
@@ -68,6 +68,91 @@ pub enum VqCmd {
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
     },
+    /// Train a VQGAN on an image folder (random crops): L1 + L2 + image-gradient L1 +
+    /// codebook/commitment loss (β = 0.25), k-means codebook init, dead-code restarts; no
+    /// perceptual or adversarial loss. Checkpoints (model.safetensors, config.json,
+    /// train.json, optimizer.safetensors, state.json) go to --out; --resume continues.
+    Train(Box<TrainArgs>),
+    /// Mean PSNR, SSIM and codebook usage (% of codes used across the set) of a model's
+    /// reconstructions of every image in a folder (or a .txt list of image paths).
+    Eval {
+        /// Image folder or a text file with one image path per line.
+        data: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        pre: Preprocess,
+        /// Images per forward pass.
+        #[arg(long, default_value_t = 2)]
+        batch_size: usize,
+        /// Print the report as JSON (with per-image scores) on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `imgseq vq train` options. Without --resume every option has its default; with --resume
+/// the run's train.json is used and only --steps (and --data, if given) override it.
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Image folder (or a .txt list of image paths); required unless resuming.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Run folder for checkpoints.
+    #[arg(long, default_value = "runs/vq-small")]
+    out: PathBuf,
+    /// Architecture: a preset (`small`, `f16_1024`) or a config file (our config.json or
+    /// taming's model.yaml).
+    #[arg(long, default_value = "small")]
+    config: String,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Total optimiser steps [default: 20000].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Side of the square random crops (a multiple of the downsampling factor).
+    #[arg(long, default_value_t = 128)]
+    crop: usize,
+    /// Images are cached with their shorter side resized to this before cropping.
+    #[arg(long, default_value_t = 384)]
+    resize: usize,
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Peak learning rate (Adam β = 0.5, 0.9; warm-up then cosine decay to lr/10).
+    #[arg(long, default_value_t = 2e-4)]
+    lr: f64,
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Weight of the L1 reconstruction loss.
+    #[arg(long, default_value_t = 1.0)]
+    l1: f64,
+    /// Weight of the L2 reconstruction loss.
+    #[arg(long, default_value_t = 1.0)]
+    l2: f64,
+    /// Weight of the image-gradient L1 (sharpening) loss.
+    #[arg(long, default_value_t = 1.0)]
+    sharp: f64,
+    /// No random horizontal flips.
+    #[arg(long)]
+    no_flip: bool,
+    /// Encoder outputs for the k-means codebook init (0: taming's uniform init).
+    #[arg(long, default_value_t = 8192)]
+    kmeans_rows: usize,
+    /// A code unused for this many steps is re-seeded from an encoder output (0: never).
+    #[arg(long, default_value_t = 200)]
+    dead_after: usize,
+    /// Look for dead codes every this many steps.
+    #[arg(long, default_value_t = 25)]
+    restart_every: usize,
+    /// Checkpoint every this many steps (and at the end).
+    #[arg(long, default_value_t = 500)]
+    checkpoint_every: usize,
+    /// History point every this many steps (0: every 1% of the run).
+    #[arg(long, default_value_t = 0)]
+    log_every: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 /// Which model to use.
@@ -119,7 +204,112 @@ pub fn run(cmd: VqCmd) -> Result<()> {
             swaps,
             output,
         } => edit(&tokens, &swaps, &output),
+        VqCmd::Train(a) => train(&a),
+        VqCmd::Eval {
+            data,
+            model,
+            pre,
+            batch_size,
+            json,
+        } => eval(&data, &model, &pre, batch_size, json),
     }
+}
+
+fn model_config(spec: &str) -> Result<VqConfig> {
+    if let Some(c) = train::preset(spec) {
+        return Ok(c);
+    }
+    let p = Path::new(spec);
+    if !p.exists() {
+        bail!(
+            "--config {spec}: neither a preset ({}) nor an existing config file",
+            train::PRESETS.join(", ")
+        );
+    }
+    Ok(VqConfig::from_file(p)?)
+}
+
+fn train(a: &TrainArgs) -> Result<()> {
+    let state_file = a.out.join(train::STATE_FILE);
+    let (cfg, tc, resume) = if a.resume && state_file.is_file() {
+        let mut tc = train::TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
+        let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
+        if let Some(s) = a.steps {
+            tc.steps = s;
+        }
+        if let Some(d) = &a.data {
+            tc.data = d.clone();
+        }
+        (cfg, tc, true)
+    } else {
+        if a.resume {
+            eprintln!(
+                "{}: no checkpoint to resume yet, starting a new run",
+                a.out.display()
+            );
+        }
+        let Some(data) = &a.data else {
+            bail!("--data DIR is required (an image folder or a .txt list of images)");
+        };
+        let cfg = model_config(&a.config)?;
+        let mut tc = train::TrainConfig::default_for(data);
+        tc.steps = a.steps.unwrap_or(tc.steps);
+        tc.crop = a.crop;
+        tc.resize = a.resize;
+        tc.batch_size = a.batch_size;
+        tc.lr = a.lr;
+        tc.min_lr = a.lr / 10.0;
+        tc.warmup = a.warmup;
+        tc.l1 = a.l1;
+        tc.l2 = a.l2;
+        tc.sharp = a.sharp;
+        tc.hflip = !a.no_flip;
+        tc.kmeans_rows = a.kmeans_rows;
+        tc.dead_after = a.dead_after;
+        tc.restart_every = a.restart_every;
+        tc.checkpoint_every = a.checkpoint_every;
+        tc.log_every = a.log_every;
+        tc.seed = a.seed;
+        (cfg, tc, false)
+    };
+    let st = train::train(&cfg, &tc, &a.out, resume, true)?;
+    let last = st.history.last();
+    println!(
+        "step {}/{}: loss {:.4}, PSNR {:.2} dB, codes used {}/{}, {} codes restarted in all; \
+         {:.0} s of training",
+        st.step,
+        tc.steps,
+        last.map_or(f64::NAN, |p| p.loss),
+        last.map_or(f64::NAN, |p| p.psnr),
+        last.map_or(0, |p| p.codes_used),
+        cfg.n_embed,
+        st.restarts_total,
+        st.seconds
+    );
+    println!(
+        "wrote {}/{{model.safetensors, config.json, train.json, optimizer.safetensors, state.json}}",
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) -> Result<()> {
+    check_size(pre.size, None)?;
+    let paths = train::data_paths(data)?;
+    let model = load(m)?;
+    let r = train::evaluate(&model, &paths, pre.size, pre.upscale, batch, true)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!("images: {} at {}x{}", r.images, r.size, r.size);
+    println!("PSNR: {:.2} dB (mean)", r.psnr);
+    println!("SSIM: {:.4} (mean)", r.ssim);
+    println!(
+        "codebook usage: {} of {} codes ({:.1}%), perplexity {:.1}, {} tokens per image",
+        r.codes_used, r.n_embed, r.usage_percent, r.perplexity, r.tokens_per_image
+    );
+    Ok(())
 }
 
 /// Where the shipped default weights live: $IMGSEQ_WEIGHTS_DIR, else `<workspace>/weights`.
