@@ -1,0 +1,265 @@
+//! `imgseq vq train` / `imgseq vq eval` on tiny synthetic images with a tiny VQGAN
+//! (ch 32, two levels → f = 2, 32 codes of size 8): training lowers the loss, a resumed run
+//! ends exactly where an uninterrupted one does, and eval prints its figures.
+
+use image::{Rgb, RgbImage};
+use imgseq_vqgan::train::{self, TrainConfig};
+use imgseq_vqgan::VqConfig;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TINY: &str = r#"{"embed_dim": 8, "n_embed": 32, "ddconfig": {"ch": 32, "ch_mult": [1, 1],
+ "num_res_blocks": 1, "attn_resolutions": [], "z_channels": 8, "double_z": false,
+ "resolution": 32, "in_channels": 3, "out_ch": 3, "dropout": 0.0}}"#;
+
+/// Six 48×40 images of smooth colour ramps and a square, plus the tiny config.
+fn fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let imgs = dir.join("imgs");
+    std::fs::create_dir_all(imgs.join("sub")).unwrap();
+    for i in 0..6u32 {
+        let img = RgbImage::from_fn(48, 40, |x, y| {
+            let inside = (10..26).contains(&x) && (8..24).contains(&y) && i % 2 == 0;
+            if inside {
+                Rgb([230, 40, 40])
+            } else {
+                Rgb([
+                    ((x * 5 + i * 30) % 256) as u8,
+                    (y * 6) as u8,
+                    ((x + y) * 2 + i * 20) as u8,
+                ])
+            }
+        });
+        let sub = if i < 3 { "" } else { "sub" };
+        img.save(imgs.join(sub).join(format!("{i}.png"))).unwrap();
+    }
+    let cfg = dir.join("tiny.json");
+    std::fs::write(&cfg, TINY).unwrap();
+    (imgs, cfg)
+}
+
+fn tiny_tc(data: &Path, steps: usize) -> TrainConfig {
+    let mut tc = TrainConfig::default_for(data);
+    tc.crop = 16;
+    tc.resize = 32;
+    tc.batch_size = 4;
+    tc.steps = steps;
+    tc.lr = 2e-3;
+    tc.min_lr = 2e-3;
+    tc.warmup = 0;
+    tc.kmeans_rows = 256;
+    tc.kmeans_iters = 5;
+    tc.dead_after = 2;
+    tc.restart_every = 2;
+    tc.checkpoint_every = 2;
+    tc.log_every = 1;
+    tc
+}
+
+fn tensors(path: &Path) -> HashMap<String, Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap();
+    candle_core::safetensors::load_buffer(&bytes, &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| {
+            let v = t
+                .to_dtype(candle_core::DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            (k, v)
+        })
+        .collect()
+}
+
+fn assert_close(a: &HashMap<String, Vec<f32>>, b: &HashMap<String, Vec<f32>>, what: &str) {
+    let mut ka: Vec<_> = a.keys().collect();
+    let mut kb: Vec<_> = b.keys().collect();
+    ka.sort();
+    kb.sort();
+    assert_eq!(ka, kb, "{what}: different tensor names");
+    for (k, va) in a {
+        let vb = &b[k];
+        for (x, y) in va.iter().zip(vb) {
+            assert!(
+                (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
+                "{what}: `{k}` differs: {x} vs {y}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_few_steps_reduce_the_loss() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let st = train::train(
+        &cfg,
+        &tiny_tc(&imgs, 40),
+        &d.path().join("run"),
+        false,
+        false,
+    )
+    .unwrap();
+    assert_eq!(st.step, 40);
+    assert_eq!(st.history.len(), 40);
+    let mean = |s: &[train::LogPoint]| s.iter().map(|p| p.loss).sum::<f64>() / s.len() as f64;
+    let (first, last) = (mean(&st.history[..5]), mean(&st.history[35..]));
+    assert!(last < 0.8 * first, "loss {first:.4} → {last:.4}");
+    // The checkpoint loads with the ordinary loader (taming names, config.json beside).
+    let m = imgseq_vqgan::load_model(
+        d.path().join("run/model.safetensors"),
+        None,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    assert_eq!(m.config(), &cfg);
+}
+
+#[test]
+fn resume_continues_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let sa = train::train(&cfg, &tiny_tc(&imgs, 6), &a, false, false).unwrap();
+    // b: 4 steps, then a resume to 6 (the 2nd run only reads what the 1st saved).
+    let sb4 = train::train(&cfg, &tiny_tc(&imgs, 4), &b, false, false).unwrap();
+    assert_eq!(sb4.step, 4);
+    let opt4 = tensors(&b.join("optimizer.safetensors"));
+    let sb = train::train(&cfg, &tiny_tc(&imgs, 6), &b, true, false).unwrap();
+    assert_eq!(sb.step, 6);
+    assert_eq!(sb.history.len(), 6);
+    assert_eq!(sa.last_used, sb.last_used);
+    assert_eq!(sa.restarts_total, sb.restarts_total);
+    for (pa, pb) in sa.history.iter().zip(&sb.history) {
+        assert_eq!(pa.step, pb.step);
+        assert!(
+            (pa.loss - pb.loss).abs() < 1e-4 * (1.0 + pa.loss),
+            "{pa:?} vs {pb:?}"
+        );
+    }
+    assert_close(
+        &tensors(&a.join("model.safetensors")),
+        &tensors(&b.join("model.safetensors")),
+        "weights",
+    );
+    let (oa, ob) = (
+        tensors(&a.join("optimizer.safetensors")),
+        tensors(&b.join("optimizer.safetensors")),
+    );
+    assert_close(&oa, &ob, "optimizer");
+    assert_eq!(ob["step"], vec![6.0]);
+    assert_eq!(opt4["step"], vec![4.0]);
+    // Resuming a finished run does nothing.
+    let again = train::train(&cfg, &tiny_tc(&imgs, 6), &b, true, false).unwrap();
+    assert_eq!(again, sb);
+}
+
+fn imgseq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_imgseq"))
+        .args(args)
+        .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
+        .output()
+        .expect("run imgseq")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = imgseq(args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = imgseq(args);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    err
+}
+
+#[test]
+fn cli_train_resume_and_eval() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let out = d.path().join("run");
+    let (imgs_s, cfg_s, out_s) = (
+        imgs.display().to_string(),
+        cfg.display().to_string(),
+        out.display().to_string(),
+    );
+    let common = [
+        "--crop",
+        "16",
+        "--resize",
+        "32",
+        "--batch-size",
+        "2",
+        "--kmeans-rows",
+        "64",
+        "--checkpoint-every",
+        "2",
+    ];
+    let mut args = vec![
+        "vq", "train", "--data", &imgs_s, "--config", &cfg_s, "--out", &out_s,
+    ];
+    args.extend(["--steps", "3"]);
+    args.extend(common);
+    let s = ok(&args);
+    assert!(s.contains("step 3/3"), "{s}");
+    let s = ok(&["vq", "train", "--out", &out_s, "--resume", "--steps", "5"]);
+    assert!(s.contains("step 5/5"), "{s}");
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
+    assert_eq!(st["step"], 5);
+    assert!(out.join("train.json").is_file() && out.join("config.json").is_file());
+
+    let w = out.join("model.safetensors").display().to_string();
+    let s = ok(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
+    assert!(s.contains("images: 6 at 32x32"), "{s}");
+    assert!(s.contains("PSNR: ") && s.contains("SSIM: "), "{s}");
+    assert!(
+        s.contains("codebook usage: ") && s.contains("of 32 codes"),
+        "{s}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&ok(&[
+        "vq",
+        "eval",
+        &imgs_s,
+        "--weights",
+        &w,
+        "--size",
+        "32",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(j["images"], 6);
+    assert_eq!(j["tokens_per_image"], 256);
+    let used = j["codes_used"].as_u64().unwrap();
+    assert!(used >= 1 && used <= 32);
+    assert!(j["psnr"].as_f64().unwrap() > 5.0);
+
+    // Bad input: one line naming the problem.
+    let e = fails(&[
+        "vq",
+        "train",
+        "--out",
+        &d.path().join("new").display().to_string(),
+    ]);
+    assert!(e.contains("--data"), "{e}");
+    let e = fails(&[
+        "vq", "train", "--data", &imgs_s, "--config", "huge", "--out", &out_s,
+    ]);
+    assert!(e.contains("huge") && e.contains("small"), "{e}");
+    std::fs::write(imgs.join("broken.png"), "not a png").unwrap();
+    let e = fails(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
+    assert!(e.contains("broken.png"), "{e}");
+}
