@@ -992,7 +992,7 @@ mod tests {
         }
         let mut rng = StdRng::seed_from_u64(3);
         let c = kmeans(&rows, 2, 2, 10, &mut rng).unwrap();
-        let mut xs = vec![c[0], c[2]];
+        let mut xs = [c[0], c[2]];
         xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
         assert!(
             (xs[0] - 0.02).abs() < 1e-3 && (xs[1] - 10.02).abs() < 1e-3,
