@@ -244,7 +244,7 @@ fn cli_train_resume_and_eval() {
     assert_eq!(j["images"], 6);
     assert_eq!(j["tokens_per_image"], 256);
     let used = j["codes_used"].as_u64().unwrap();
-    assert!(used >= 1 && used <= 32);
+    assert!((1..=32).contains(&used));
     assert!(j["psnr"].as_f64().unwrap() > 5.0);
 
     // Bad input: one line naming the problem.
