@@ -287,15 +287,12 @@ pub struct Attention {
     pub scale: f64,
 }
 
-/// The (b, h, n, d) view of an attention operand; needs a unit stride on the last dim.
+/// The (b, h, n, d) view of an attention operand (any strides: the GEMMs take them as given).
 pub fn attn_view(l: &Layout) -> Result<(attn::View, attn::Dims)> {
     let dims = l.dims();
     let st = l.stride();
     if dims.len() != 4 {
         bail!("attention: expected (b, heads, n, d), got {:?}", dims);
-    }
-    if st[3] != 1 && dims[3] > 1 {
-        bail!("attention: last dim must have unit stride, got {:?}", st);
     }
     Ok((
         attn::View {
@@ -303,6 +300,7 @@ pub fn attn_view(l: &Layout) -> Result<(attn::View, attn::Dims)> {
             sb: st[0],
             sh: st[1],
             sn: st[2],
+            sd: st[3],
         },
         attn::Dims {
             b: dims[0],

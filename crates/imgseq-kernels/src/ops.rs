@@ -150,19 +150,11 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
 /// q, k, v: (b, heads, n, d) → (b, heads, n, d)
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
     if fast(&[q, k, v]) && q.rank() == 4 && q.dims() == k.dims() && q.dims() == v.dims() {
-        // The kernel reads any (b, h, n) strides as long as the last dim is dense.
-        let dense = |t: &Tensor| -> Result<Tensor> {
-            if t.dim(3)? <= 1 || t.stride()[3] == 1 {
-                Ok(t.clone())
-            } else {
-                t.contiguous()
-            }
-        };
-        let (q, k, v) = (dense(q)?, dense(k)?, dense(v)?);
-        // The kernel writes (b, n, h, d): the result is a (b, h, n, d) view of it, so the usual
+        // The kernel reads q/k/v through their strides (head-split or channel-major views
+        // need no copy). It writes (b, n, h, d): the result is a (b, h, n, d) view of it, so the usual
         // `.transpose(1, 2).reshape((b, n, h·d))` that merges the heads costs no copy.
         return q
-            .apply_op3(&k, &v, custom::Attention { scale })?
+            .apply_op3(k, v, custom::Attention { scale })?
             .transpose(1, 2);
     }
     reference::attention(q, k, v, scale)

@@ -197,6 +197,37 @@ fn attention_strided_views() {
 }
 
 #[test]
+fn attention_channel_major_views() {
+    // The VQGAN layout: (b, c, h·w) feature maps seen as (b, 1, h·w, c) — d has stride h·w.
+    let (b, c, hw) = (2, 6, 10);
+    let x = [
+        rand(&[b, c, hw], 31, 1.0, DType::F32),
+        rand(&[b, c, hw], 32, 1.0, DType::F32),
+        rand(&[b, c, hw], 33, 1.0, DType::F32),
+    ];
+    let seq = |t: &Tensor| t.transpose(1, 2)?.unsqueeze(1);
+    check_vs_reference(
+        &|t| ops::attention(&seq(&t[0])?, &seq(&t[1])?, &seq(&t[2])?, 0.4),
+        &|t| reference::attention(&seq(&t[0])?, &seq(&t[1])?, &seq(&t[2])?, 0.4),
+        &x,
+        TOL,
+        "attention on channel-major views",
+    );
+    check_finite_diff(
+        &|t| ops::attention(&seq(&t[0])?, &seq(&t[1])?, &seq(&t[2])?, 0.4),
+        &[
+            rand(&[1, 3, 4], 34, 1.0, DType::F64),
+            rand(&[1, 3, 4], 35, 1.0, DType::F64),
+            rand(&[1, 3, 4], 36, 1.0, DType::F64),
+        ],
+        1e-6,
+        1e-6,
+        12,
+        "attention channel-major",
+    );
+}
+
+#[test]
 fn attention_finite_diff() {
     check_finite_diff(
         &|t| ops::attention(&t[0], &t[1], &t[2], 0.8),

@@ -9,13 +9,14 @@ use crate::multiversion;
 use rayon::prelude::*;
 
 /// Where the rows of one (b, h, n, d) operand live in its storage: element (bi, hi, i, c) is at
-/// `start + bi·sb + hi·sh + i·sn + c`.
+/// `start + bi·sb + hi·sh + i·sn + c·sd`.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
     pub start: usize,
     pub sb: usize,
     pub sh: usize,
     pub sn: usize,
+    pub sd: usize,
 }
 
 impl View {
@@ -25,6 +26,7 @@ impl View {
             sb: h * n * d,
             sh: n * d,
             sn: d,
+            sd: 1,
         }
     }
     fn base(&self, bi: usize, hi: usize) -> usize {
@@ -74,15 +76,15 @@ multiversion! {
 fn probs<T: Real>(
     q: &[T],
     k: &[T],
-    sq: usize,
-    sk: usize,
+    sq: (usize, usize),
+    sk: (usize, usize),
     n: usize,
     d: usize,
     scale: T,
     s: &mut [T],
     par: gemm::Parallelism,
 ) {
-    assert!(q.len() > (n - 1) * sq + d - 1 && k.len() > (n - 1) * sk + d - 1 && s.len() >= n * n);
+    assert!(covers(q, sq, n, d) && covers(k, sk, n, d) && s.len() >= n * n);
     // SAFETY: all pointers cover the strided ranges checked above.
     unsafe {
         gemm(
@@ -93,16 +95,21 @@ fn probs<T: Real>(
             n,
             1,
             q.as_ptr(),
-            sq,
-            1,
+            sq.0,
+            sq.1,
             k.as_ptr(),
-            1,
-            sk,
+            sk.1,
+            sk.0,
             scale,
             par,
         )
     };
     softmax_rows(&mut s[..n * n], n);
+}
+
+/// Whether `x` holds an n×d operand with (row, col) strides `st`.
+fn covers<T>(x: &[T], st: (usize, usize), n: usize, d: usize) -> bool {
+    n == 0 || d == 0 || x.len() > (n - 1) * st.0 + (d - 1) * st.1
 }
 
 /// dst (m×n) = beta · lhs (m×k) · rhs (k×n), all with explicit (row, col) strides.
@@ -218,8 +225,18 @@ pub fn attention<T: Real>(
                 &k[kv.base(bi, hi)..],
                 &v[vv.base(bi, hi)..],
             );
-            assert!(v.len() > (n - 1) * vv.sn + d - 1 && o[0].len() >= (n - 1) * hd + hi * d + d);
-            probs(q, k, qv.sn, kv.sn, n, d, T::c(scale), sc, par);
+            assert!(covers(v, (vv.sn, vv.sd), n, d) && o[0].len() >= (n - 1) * hd + hi * d + d);
+            probs(
+                q,
+                k,
+                (qv.sn, qv.sd),
+                (kv.sn, kv.sd),
+                n,
+                d,
+                T::c(scale),
+                sc,
+                par,
+            );
             // SAFETY: o rows of the head are at hi·d + i·h·d, sc is n×n, v covers n strided rows.
             unsafe {
                 gemm(
@@ -234,7 +251,7 @@ pub fn attention<T: Real>(
                     1,
                     v.as_ptr(),
                     vv.sn,
-                    1,
+                    vv.sd,
                     T::ONE,
                     par,
                 )
@@ -279,8 +296,8 @@ pub fn attention_bwd<T: Real>(
                 &k[kv.base(bi, hi)..],
                 &v[vv.base(bi, hi)..],
             );
-            let (sq, sk, sv) = (qv.sn, kv.sn, vv.sn);
-            assert!(v.len() > (n - 1) * sv + d - 1);
+            let (sq, sk, sv) = ((qv.sn, qv.sd), (kv.sn, kv.sd), (vv.sn, vv.sd));
+            assert!(covers(v, sv, n, d));
             let g = &g[bi * per_batch + hi * d..];
             assert!(g.len() >= (n - 1) * hd + d);
             let (p, dp) = sc.split_at_mut(n * n);
@@ -320,8 +337,8 @@ pub fn attention_bwd<T: Real>(
                     hd,
                     1,
                     v.as_ptr(),
-                    1,
-                    sv,
+                    sv.1,
+                    sv.0,
                     T::ONE,
                     par,
                 );
@@ -340,8 +357,8 @@ pub fn attention_bwd<T: Real>(
                     n,
                     1,
                     k.as_ptr(),
-                    sk,
-                    1,
+                    sk.0,
+                    sk.1,
                     T::ONE,
                     par,
                 );
@@ -356,8 +373,8 @@ pub fn attention_bwd<T: Real>(
                     1,
                     n,
                     q.as_ptr(),
-                    sq,
-                    1,
+                    sq.0,
+                    sq.1,
                     T::ONE,
                     par,
                 );
