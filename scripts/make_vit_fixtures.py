@@ -11,12 +11,14 @@ Writes
       pixel_values (2,3,32,32), hidden_states.{0..L} (2,65,32), last_hidden_state, logits (2,5)
       pixel_values_48 (1,3,48,48) with interpolate_pos_encoding=True:
       embeddings_48 (1,145,32), logits_48 (1,5)
+      labels (2,), loss (1,), grad.<param> for every parameter (mean cross-entropy)
 """
 import os
 import sys
+import tempfile
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import ViTConfig, ViTForImageClassification
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "vit")
@@ -68,6 +70,24 @@ def main():
     }
     for i, h in enumerate(out.hidden_states):
         tensors[f"hidden_states.{i}"] = h
+    # Gradients of the mean cross-entropy w.r.t. every parameter: checks the whole backward
+    # pass (our kernels' custom backwards included) against PyTorch autograd.
+    labels = torch.tensor([1, 3])
+    model.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits, labels)
+    loss.backward()
+    tensors["labels"] = labels.to(torch.int64)
+    tensors["loss"] = loss.detach().reshape(1)
+    # transformers 5 names modules internally differently from the checkpoint keys it saves
+    # (e.g. `vit.layers.0.attention.k_proj` vs `vit.encoder.layer.0.attention.attention.key`);
+    # saving the gradients through save_pretrained gives them the checkpoint names.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.grad)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        for name, g in load_file(os.path.join(d, "model.safetensors")).items():
+            tensors[f"grad.{name}"] = g
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(ROOT, "tiny_io.safetensors"))
     print("wrote", os.path.abspath(ROOT), file=sys.stderr)
 

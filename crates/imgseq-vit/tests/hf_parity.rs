@@ -98,3 +98,46 @@ fn unexpected_extra_tensor_is_an_error() {
     let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
     assert!(err.contains("vit.pooler.dense.weight"), "{err}");
 }
+
+/// The whole backward pass (custom kernels' backwards included) against PyTorch autograd:
+/// gradients of the mean cross-entropy w.r.t. every parameter.
+#[test]
+fn hf_vit_training_gradients_match_pytorch_autograd() {
+    use candle_nn::{VarBuilder, VarMap};
+    let dev = Device::Cpu;
+    let cfg = imgseq_vit::ViTConfig::load(fixtures().join("tiny/config.json")).unwrap();
+    let weights = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let vars = VarMap::new();
+    let model =
+        imgseq_vit::ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, candle_core::DType::F32, &dev))
+            .unwrap();
+    let data = vars.data().lock().unwrap().clone();
+    assert_eq!(data.len(), weights.len(), "trainable variables vs checkpoint tensors");
+    for (name, var) in &data {
+        var.set(&weights[name]).unwrap();
+    }
+    let labels = io["labels"].to_dtype(candle_core::DType::U32).unwrap();
+    let logits = model.forward(&io["pixel_values"], false).unwrap();
+    let loss = imgseq_vit::train::cross_entropy_smoothed(&logits, &labels, 0.0).unwrap();
+    let want_loss = io["loss"].to_vec1::<f32>().unwrap()[0];
+    assert!((loss.to_scalar::<f32>().unwrap() - want_loss).abs() < 1e-5 * want_loss.abs().max(1.0));
+    let grads = loss.backward().unwrap();
+    let max_abs = |t: &Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let mut worst = (0f32, String::new());
+    for (name, var) in &data {
+        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {name}"));
+        let want = &io[&format!("grad.{name}")];
+        if name.ends_with("attention.key.bias") {
+            // Adding a constant to every key shifts all scores of a query equally: softmax is
+            // invariant, so this gradient is exactly zero in theory (rounding noise in both).
+            assert!(max_abs(want) < 1e-6 && max_abs(g) < 1e-5, "{name}: {} vs {}", max_abs(g), max_abs(want));
+            continue;
+        }
+        let e = rel_err(g, want);
+        if e > worst.0 {
+            worst = (e, name.clone());
+        }
+    }
+    assert!(worst.0 <= 1e-4, "grad.{}: rel err {}", worst.1, worst.0);
+}
