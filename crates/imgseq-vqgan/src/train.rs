@@ -811,7 +811,10 @@ pub fn train(
             psnr_sum / n_acc as f64,
             cfg.n_embed
         ));
-        if state.step % log_every == 0 || state.step == tc.steps {
+        let tenth_done = state.step % tenth == 0 || state.step == tc.steps;
+        // A history point every `log_every` steps and at every tenth of the run (the log
+        // lines printed when stderr is not a terminal).
+        if state.step % log_every == 0 || tenth_done {
             let p = LogPoint {
                 step: state.step,
                 loss: loss_sum / n_acc as f64,
@@ -822,7 +825,7 @@ pub fn train(
                 img_per_s: (n_acc * tc.batch_size) as f64 / t_win.elapsed().as_secs_f64().max(1e-9),
                 lr: opt.lr,
             };
-            if pb.is_hidden() && (state.step % tenth == 0 || state.step == tc.steps) {
+            if pb.is_hidden() && tenth_done {
                 let left = (tc.steps - state.step) as f64 * tc.batch_size as f64 / ips.max(1e-9);
                 eprintln!(
                     "step {}/{}: loss {:.4} PSNR {:.2} dB, codes used {}/{} (perplexity {:.0}), {} restarted, {:.1} img/s, ETA {:.0} min",
