@@ -5,7 +5,8 @@ packages, for `imgseq vq train` / `imgseq vq eval`.
     python3 scripts/make_photo_split.py        # writes data/photos/{train,test,excluded}.txt
 
 * Files come from `dpkg -L plasma-workspace-wallpapers gnome-backgrounds ukui-wallpapers`
-  (only .jpg / .png). Preview `screenshot.*` files are dropped.
+  (only .jpg / .png; gnome-backgrounds ships only .webp / .svg artwork — adwaita, grid,
+  pixels, truchet, ... — so it contributes nothing). Preview `screenshot.*` files are dropped.
 * KDE wallpapers ship one picture at many resolutions (`contents/images/1920x1080.jpg`, ...):
   each picture is kept once, at its largest resolution, so the same picture can never be in
   both lists. Dark variants (`images_dark`) count as separate pictures.
