@@ -1007,6 +1007,25 @@ mod tests {
     }
 
     #[test]
+    fn data_lists_resolve_relative_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let list = d.path().join("l.txt");
+        std::fs::write(&list, "# comment\n\na/x.png\n/abs/y.jpg\n").unwrap();
+        let p = data_paths(&list).unwrap();
+        assert_eq!(
+            p,
+            vec![d.path().join("a/x.png"), PathBuf::from("/abs/y.jpg")]
+        );
+        std::fs::write(&list, "# nothing\n").unwrap();
+        let e = data_paths(&list).unwrap_err().to_string();
+        assert!(e.contains("l.txt") && e.contains("empty"), "{e}");
+        let e = data_paths(&d.path().join("missing.txt"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.txt"), "{e}");
+    }
+
+    #[test]
     fn presets() {
         let s = preset("small").unwrap();
         s.validate(Path::new("small")).unwrap();
