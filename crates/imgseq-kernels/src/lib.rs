@@ -12,5 +12,7 @@ pub mod cpu;
 pub mod custom;
 pub mod ops;
 pub mod reference;
+pub mod runtime;
 
 pub use ops::Padding;
+pub use runtime::tune_allocator;

@@ -10,12 +10,7 @@ use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {
-    // Same allocator settings as the imgseq binary (see its `tune_allocator`).
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TOP_PAD, 128 << 20);
-    }
+    imgseq_kernels::tune_allocator();
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("number")).collect();
     let (tb, ib, steps) = (*args.first().unwrap_or(&128), *args.get(1).unwrap_or(&256), *args.get(2).unwrap_or(&20));
     let dev = Device::Cpu;

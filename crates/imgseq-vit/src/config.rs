@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use imgseq_core::data::idx::FASHION_MNIST_CLASSES;
 use imgseq_core::{Error, Result};
 
 /// Hyper-parameters of a ViT (HF `ViTConfig` field names).
@@ -58,20 +59,6 @@ fn default_model_type() -> String {
     "vit".into()
 }
 
-/// Fashion-MNIST class names in label order.
-pub const FASHION_MNIST_LABELS: [&str; 10] = [
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-];
-
 impl ViTConfig {
     /// The seed model: 32×32 input, 4×4 patches → 64 patches + CLS = 65 tokens of width 48,
     /// 4 layers, 4 heads, MLP 192 (~0.12 M parameters with a 10-class head).
@@ -101,7 +88,7 @@ impl ViTConfig {
 
     /// The shipped default's configuration: seed shapes, 1 channel, Fashion-MNIST classes.
     pub fn fashion_mnist() -> Self {
-        Self::seed(1, &FASHION_MNIST_LABELS)
+        Self::seed(1, &FASHION_MNIST_CLASSES)
     }
 
     pub fn num_labels(&self) -> usize {

@@ -36,11 +36,7 @@ fn time<F: FnMut() -> candle_core::Result<()>>(warmup: usize, reps: usize, mut f
 }
 
 fn main() -> anyhow::Result<()> {
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TOP_PAD, 128 << 20);
-    }
+    imgseq_kernels::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dev = Device::Cpu;
     let what = args.first().map(String::as_str).unwrap_or("");

@@ -36,20 +36,8 @@ enum Cmd {
     Weights(weights_cmd::WeightsCmd),
 }
 
-/// glibc returns every freed block above its mmap threshold to the kernel, so each large
-/// temporary tensor costs fresh zeroed pages (a quarter of the ViT training step went to page
-/// faults). Keep up to 32 MiB blocks in the heap and do not trim it eagerly.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TOP_PAD, 128 << 20);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_allocator();
+    imgseq_kernels::tune_allocator();
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
         // Both rayon (our kernels) and candle's gemm read the global pool.

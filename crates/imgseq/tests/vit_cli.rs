@@ -259,3 +259,27 @@ fn forward_on_npy_writes_logits_and_rejects_wrong_shapes() {
     assert!(e.contains("bad.npy"), "{e}");
     assert!(!o2.exists());
 }
+
+/// Guards the committed default: `imgseq vit eval` without `--weights` finds
+/// `weights/vit-fashion-mnist` and still classifies real Fashion-MNIST test images well.
+/// Skipped (with a note) where the Debian package dataset-fashion-mnist is not installed.
+#[test]
+fn shipped_default_vit_classifies_real_fashion_mnist() {
+    if !Path::new("/usr/share/datasets/fashion-mnist").is_dir() {
+        eprintln!("skipped: install the Debian package dataset-fashion-mnist to run this test");
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_imgseq"))
+        .args(["vit", "eval", "--limit", "2000"])
+        .env_remove("IMGSEQ_WEIGHTS_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let acc: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("accuracy: "))
+        .and_then(|v| v.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no accuracy line in {out}"));
+    assert!(acc > 80.0, "shipped model accuracy {acc}% on the first 2000 test images");
+}
