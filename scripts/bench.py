@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,15 @@ def peak_flops(threads):
             mhz = float(line.split(":")[1])
             break
     return threads * 2 * lanes * 2 * mhz * 1e6, lanes, mhz
+
+
+def peak_rss_mb():
+    """VmHWM of this process. Not getrusage: on Linux ru_maxrss survives execve, so a child
+    would report its (large) parent's peak."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
 
 
 def rust(bin_path, *args):
@@ -139,8 +147,7 @@ def child(workload, d, *args):
         ms = timeit(conv, 2, reps)
     else:
         raise SystemExit(f"unknown workload {workload}")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"ms": ms, "peak_rss_mb": rss}))
+    print(json.dumps({"ms": ms, "peak_rss_mb": peak_rss_mb()}))
 
 
 # ---------------------------------------------------------------- setup + report

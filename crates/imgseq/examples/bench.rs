@@ -18,10 +18,15 @@ use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::path::Path;
 use std::time::Instant;
 
+/// Peak resident set of this process (VmHWM). Not `getrusage`: on Linux `ru_maxrss` survives
+/// `execve`, so a child started by a big Python parent would report the parent's peak.
 fn peak_rss_mb() -> f64 {
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    u.ru_maxrss as f64 / 1024.0
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn time<F: FnMut() -> candle_core::Result<()>>(warmup: usize, reps: usize, mut f: F) -> candle_core::Result<f64> {
