@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The file could not be opened, read or written.
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The file could not be opened, read or written. (The I/O error is part of the message,
+    /// not a `source`, so that `anyhow`'s `{:#}` chain does not print it twice.)
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
     /// The file was read but its content is not what it should be.
     #[error("{}: {msg}", path.display())]
     Format { path: PathBuf, msg: String },
@@ -30,8 +31,8 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
-        Error::Io { path: path.as_ref().to_path_buf(), source }
+    pub fn io(path: impl AsRef<Path>, err: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().to_path_buf(), err }
     }
     pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
         Error::Format { path: path.as_ref().to_path_buf(), msg: msg.into() }
