@@ -32,13 +32,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn io(path: impl AsRef<Path>, err: std::io::Error) -> Self {
-        Error::Io { path: path.as_ref().to_path_buf(), err }
+        Error::Io {
+            path: path.as_ref().to_path_buf(),
+            err,
+        }
     }
     pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
-        Error::Format { path: path.as_ref().to_path_buf(), msg: msg.into() }
+        Error::Format {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
     }
     pub fn weights(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
-        Error::Weights { path: path.as_ref().to_path_buf(), msg: msg.into() }
+        Error::Weights {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())

@@ -54,17 +54,28 @@ impl AuditedWeights {
 
     /// All tensors, sorted by name, with their shapes.
     pub fn shapes(&self) -> BTreeMap<String, Vec<usize>> {
-        self.inner.tensors.iter().map(|(k, v)| (k.clone(), v.dims().to_vec())).collect()
+        self.inner
+            .tensors
+            .iter()
+            .map(|(k, v)| (k.clone(), v.dims().to_vec()))
+            .collect()
     }
 
     /// Direct access to one tensor (marks it used).
     pub fn get(&self, name: &str) -> Result<Tensor> {
         match self.inner.tensors.get(name) {
             Some(t) => {
-                self.inner.used.lock().expect("poisoned").insert(name.to_string());
+                self.inner
+                    .used
+                    .lock()
+                    .expect("poisoned")
+                    .insert(name.to_string());
                 Ok(t.clone())
             }
-            None => Err(Error::weights(&self.inner.path, format!("missing tensor `{name}`"))),
+            None => Err(Error::weights(
+                &self.inner.path,
+                format!("missing tensor `{name}`"),
+            )),
         }
     }
 
@@ -89,10 +100,17 @@ impl AuditedWeights {
         unused.sort();
         let n = unused.len();
         let shown: Vec<&str> = unused.iter().take(5).map(|s| s.as_str()).collect();
-        let more = if n > 5 { format!(" (and {} more)", n - 5) } else { String::new() };
+        let more = if n > 5 {
+            format!(" (and {} more)", n - 5)
+        } else {
+            String::new()
+        };
         Err(Error::weights(
             &self.inner.path,
-            format!("{n} unexpected tensor(s) not used by the model: {}{more}", shown.join(", ")),
+            format!(
+                "{n} unexpected tensor(s) not used by the model: {}{more}",
+                shown.join(", ")
+            ),
         ))
     }
 }
@@ -106,7 +124,9 @@ impl SimpleBackend for AuditedWeights {
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
-        let t = self.get(name).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let t = self
+            .get(name)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         if t.shape() != &s {
             return Err(candle_core::Error::Msg(format!(
                 "{}: tensor `{name}` has shape {:?}, the model expects {:?}",
@@ -119,7 +139,9 @@ impl SimpleBackend for AuditedWeights {
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-        let t = self.get(name).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let t = self
+            .get(name)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         t.to_dtype(dtype)?.to_device(dev)
     }
 
@@ -147,9 +169,18 @@ mod tests {
     fn store() -> AuditedWeights {
         let dev = Device::Cpu;
         let mut m = HashMap::new();
-        m.insert("a.weight".to_string(), Tensor::zeros((2, 3), DType::F32, &dev).unwrap());
-        m.insert("a.bias".to_string(), Tensor::zeros(2, DType::F32, &dev).unwrap());
-        m.insert("loss.x".to_string(), Tensor::zeros(1, DType::F32, &dev).unwrap());
+        m.insert(
+            "a.weight".to_string(),
+            Tensor::zeros((2, 3), DType::F32, &dev).unwrap(),
+        );
+        m.insert(
+            "a.bias".to_string(),
+            Tensor::zeros(2, DType::F32, &dev).unwrap(),
+        );
+        m.insert(
+            "loss.x".to_string(),
+            Tensor::zeros(1, DType::F32, &dev).unwrap(),
+        );
         AuditedWeights::new("w.safetensors", m)
     }
 
@@ -171,7 +202,10 @@ mod tests {
         let vb = w.var_builder(DType::F32, &Device::Cpu);
         let err = vb.pp("a").get((3, 2), "weight").unwrap_err();
         let e = model_error(w.path(), err).to_string();
-        assert!(e.contains("w.safetensors") && e.contains("a.weight") && e.contains("[2, 3]"), "{e}");
+        assert!(
+            e.contains("w.safetensors") && e.contains("a.weight") && e.contains("[2, 3]"),
+            "{e}"
+        );
         assert_eq!(e.lines().count(), 1);
     }
 

@@ -4,23 +4,33 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use imgseq_vit::optim::AdamW;
+use imgseq_core::optim::AdamW;
 use imgseq_vit::train::{cross_entropy_smoothed, init_weights};
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::time::Instant;
 
 fn main() -> candle_core::Result<()> {
     imgseq_kernels::tune_allocator();
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("number")).collect();
-    let (tb, ib, steps) = (*args.first().unwrap_or(&128), *args.get(1).unwrap_or(&256), *args.get(2).unwrap_or(&20));
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("number"))
+        .collect();
+    let (tb, ib, steps) = (
+        *args.first().unwrap_or(&128),
+        *args.get(1).unwrap_or(&256),
+        *args.get(2).unwrap_or(&20),
+    );
     let dev = Device::Cpu;
     let cfg = ViTConfig::seed(3, &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]);
     let vars = VarMap::new();
-    let model = ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &dev))?;
+    let model =
+        ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &dev))?;
     init_weights(&vars, 0.02, 0).unwrap();
     let named = {
         let d = vars.data().lock().unwrap();
-        d.iter().map(|(k, v)| (k.clone(), v.clone(), v.as_tensor().rank() >= 2)).collect()
+        d.iter()
+            .map(|(k, v)| (k.clone(), v.clone(), v.as_tensor().rank() >= 2))
+            .collect()
     };
     let mut opt = AdamW::new(named, 1e-3, 0.05)?;
     let x = Tensor::randn(0f32, 1., (tb, 3, 32, 32), &dev)?;
@@ -37,7 +47,11 @@ fn main() -> candle_core::Result<()> {
         step(&mut opt)?;
     }
     let dt = t0.elapsed().as_secs_f64() / steps as f64;
-    println!("train step batch {tb}: {:.1} ms, {:.0} img/s", dt * 1e3, tb as f64 / dt);
+    println!(
+        "train step batch {tb}: {:.1} ms, {:.0} img/s",
+        dt * 1e3,
+        tb as f64 / dt
+    );
     let xi = Tensor::randn(0f32, 1., (ib, 3, 32, 32), &dev)?;
     let _ = model.forward(&xi, false)?.detach();
     let t0 = Instant::now();
@@ -45,6 +59,10 @@ fn main() -> candle_core::Result<()> {
         let _ = model.forward(&xi, false)?.detach();
     }
     let dt = t0.elapsed().as_secs_f64() / steps as f64;
-    println!("inference batch {ib}: {:.1} ms, {:.0} img/s", dt * 1e3, ib as f64 / dt);
+    println!(
+        "inference batch {ib}: {:.1} ms, {:.0} img/s",
+        dt * 1e3,
+        ib as f64 / dt
+    );
     Ok(())
 }

@@ -26,24 +26,37 @@ impl ModelFiles {
     /// `path` is a checkpoint folder, or a `.safetensors` file with `config.json` beside it.
     pub fn locate(path: &Path) -> Result<Self> {
         if path.is_dir() {
-            return Ok(Self { config: path.join(CONFIG_FILE), weights: path.join(WEIGHTS_FILE) });
+            return Ok(Self {
+                config: path.join(CONFIG_FILE),
+                weights: path.join(WEIGHTS_FILE),
+            });
         }
         if !path.exists() {
-            return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")));
+            return Err(Error::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+            ));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
-        Ok(Self { config: dir.join(CONFIG_FILE), weights: path.to_path_buf() })
+        Ok(Self {
+            config: dir.join(CONFIG_FILE),
+            weights: path.to_path_buf(),
+        })
     }
 }
 
 /// Loads a classifier strictly: every tensor the model needs must be in the file with the
 /// right shape, and every tensor in the file must be used.
-pub fn load_classifier(path: &Path, device: &Device) -> Result<(ViTConfig, ViTForImageClassification)> {
+pub fn load_classifier(
+    path: &Path,
+    device: &Device,
+) -> Result<(ViTConfig, ViTForImageClassification)> {
     let files = ModelFiles::locate(path)?;
     let cfg = ViTConfig::load(&files.config)?;
     let weights = AuditedWeights::from_safetensors(&files.weights, device)?;
     let vb = weights.var_builder(DType::F32, device);
-    let model = ViTForImageClassification::new(&cfg, vb).map_err(|e| model_error(&files.weights, e))?;
+    let model =
+        ViTForImageClassification::new(&cfg, vb).map_err(|e| model_error(&files.weights, e))?;
     weights.finish(&[])?;
     Ok((cfg, model))
 }
@@ -53,7 +66,9 @@ pub fn save_classifier(dir: &Path, cfg: &ViTConfig, vars: &VarMap) -> Result<()>
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tensors: HashMap<String, Tensor> = {
         let data = vars.data().lock().expect("poisoned");
-        data.iter().map(|(k, v)| (k.clone(), v.as_tensor().clone())).collect()
+        data.iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect()
     };
     save_tensors(&dir.join(WEIGHTS_FILE), &tensors)?;
     cfg.save(dir.join(CONFIG_FILE))

@@ -63,8 +63,16 @@ impl ViTConfig {
     /// The seed model: 32×32 input, 4×4 patches → 64 patches + CLS = 65 tokens of width 48,
     /// 4 layers, 4 heads, MLP 192 (~0.12 M parameters with a 10-class head).
     pub fn seed(num_channels: usize, labels: &[&str]) -> Self {
-        let id2label = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.to_string())).collect();
-        let label2id = labels.iter().enumerate().map(|(i, l)| (l.to_string(), i)).collect();
+        let id2label = labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i.to_string(), l.to_string()))
+            .collect();
+        let label2id = labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.to_string(), i))
+            .collect();
         Self {
             image_size: 32,
             patch_size: 4,
@@ -111,23 +119,34 @@ impl ViTConfig {
 
     /// Class name of label `i` (or the index as text when the config has no names).
     pub fn label(&self, i: usize) -> String {
-        self.id2label.get(&i.to_string()).cloned().unwrap_or_else(|| i.to_string())
+        self.id2label
+            .get(&i.to_string())
+            .cloned()
+            .unwrap_or_else(|| i.to_string())
     }
 
     /// Checks the relations between fields that the model relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("invalid ViT config: {m}")));
-        if self.patch_size == 0 || self.image_size % self.patch_size != 0 {
-            return bad(format!("image_size {} is not a multiple of patch_size {}", self.image_size, self.patch_size));
+        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
+            return bad(format!(
+                "image_size {} is not a multiple of patch_size {}",
+                self.image_size, self.patch_size
+            ));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return bad(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
             ));
         }
         if self.hidden_act != "gelu" {
-            return bad(format!("hidden_act `{}` is not supported (only \"gelu\", exact erf)", self.hidden_act));
+            return bad(format!(
+                "hidden_act `{}` is not supported (only \"gelu\", exact erf)",
+                self.hidden_act
+            ));
         }
         if self.num_labels() == 0 {
             return bad("id2label is empty (the classifier needs at least one label)".into());
@@ -146,7 +165,8 @@ impl ViTConfig {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let cfg: Self = serde_json::from_str(&text)
             .map_err(|e| Error::format(path, format!("not a valid ViT config.json ({e})")))?;
-        cfg.validate().map_err(|e| Error::format(path, e.to_string()))?;
+        cfg.validate()
+            .map_err(|e| Error::format(path, e.to_string()))?;
         Ok(cfg)
     }
 

@@ -5,7 +5,9 @@
 //! `imgseq_core::data::augment`, and pixels are normalised as `(x/255 − mean)/std`.
 
 use candle_core::{Device, Tensor};
-use imgseq_core::data::{batch_tensors, Augment as CoreAugment, Dataset, Normalize as CoreNormalize};
+use imgseq_core::data::{
+    batch_tensors, Augment as CoreAugment, Dataset, Normalize as CoreNormalize,
+};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -24,13 +26,20 @@ pub struct Augment {
 
 impl Default for Augment {
     fn default() -> Self {
-        Self { shift: 2, hflip: true, erase_prob: 0.25 }
+        Self {
+            shift: 2,
+            hflip: true,
+            erase_prob: 0.25,
+        }
     }
 }
 
 impl Augment {
     fn to_core(&self) -> CoreAugment {
-        CoreAugment { hflip: self.hflip, ..CoreAugment::standard(self.shift, self.erase_prob) }
+        CoreAugment {
+            hflip: self.hflip,
+            ..CoreAugment::standard(self.shift, self.erase_prob)
+        }
     }
 }
 
@@ -54,7 +63,9 @@ pub fn pad_to(ds: Dataset, size: usize) -> Result<Dataset> {
         return Ok(ds);
     }
     if h > size || w > size {
-        return Err(Error::invalid(format!("images are {h}x{w}, larger than the model's {size}x{size}")));
+        return Err(Error::invalid(format!(
+            "images are {h}x{w}, larger than the model's {size}x{size}"
+        )));
     }
     let (oy, ox) = ((size - h) / 2, (size - w) / 2);
     let mut images = vec![0u8; ds.n * c * size * size];
@@ -88,7 +99,11 @@ pub fn channel_stats(ds: &Dataset) -> (Vec<f32>, Vec<f32>) {
     }
     let cnt = (ds.n * h * w).max(1) as f64;
     let mean: Vec<f32> = sum.iter().map(|s| (s / cnt) as f32).collect();
-    let std = sq.iter().zip(&mean).map(|(q, m)| (q / cnt - (*m as f64).powi(2)).max(1e-12).sqrt() as f32).collect();
+    let std = sq
+        .iter()
+        .zip(&mean)
+        .map(|(q, m)| (q / cnt - (*m as f64).powi(2)).max(1e-12).sqrt() as f32)
+        .collect();
     (mean, std)
 }
 
@@ -115,13 +130,22 @@ mod tests {
         let mut images = vec![0u8; 2 * 28 * 28];
         images[0] = 255; // image 0: top-left pixel
         images[28 * 28 + 27] = 255; // image 1: top-right pixel
-        Dataset::new(images, vec![0, 1], (1, 28, 28), vec!["a".into(), "b".into()]).unwrap()
+        Dataset::new(
+            images,
+            vec![0, 1],
+            (1, 28, 28),
+            vec!["a".into(), "b".into()],
+        )
+        .unwrap()
     }
 
     #[test]
     fn fashion_28px_is_centred_in_32px() {
         let ds = pad_to(set(), 32).unwrap();
-        let norm = Normalize { image_mean: vec![0.0], image_std: vec![1.0] };
+        let norm = Normalize {
+            image_mean: vec![0.0],
+            image_std: vec![1.0],
+        };
         let (b, y) = make_batch(&ds, &[0, 1], &norm, None, &Device::Cpu).unwrap();
         assert_eq!(y.to_vec1::<u32>().unwrap(), vec![0, 1]);
         let v = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -133,11 +157,21 @@ mod tests {
     #[test]
     fn augmentation_is_reproducible_with_a_seed() {
         let ds = pad_to(set(), 32).unwrap();
-        let norm = Normalize { image_mean: vec![0.5], image_std: vec![0.5] };
+        let norm = Normalize {
+            image_mean: vec![0.5],
+            image_std: vec![0.5],
+        };
         let a = Augment::default();
         let (b1, _) = make_batch(&ds, &[0, 1], &norm, Some((&a, 7)), &Device::Cpu).unwrap();
         let (b2, _) = make_batch(&ds, &[0, 1], &norm, Some((&a, 7)), &Device::Cpu).unwrap();
-        let d = (b1 - b2).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+        let d = (b1 - b2)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert_eq!(d, 0.0);
     }
 }

@@ -40,9 +40,17 @@ pub fn bicubic_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<
     let dev = grid.device();
     let mh = Tensor::from_vec(bicubic_matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
     let mw = Tensor::from_vec(bicubic_matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
-    let rows = mh.matmul(&grid.reshape((h, w * c))?)?.reshape((new_h, w, c))?; // (new_h, w, c)
-    let cols = rows.transpose(0, 1)?.contiguous()?.reshape((w, new_h * c))?; // (w, new_h·c)
-    mw.matmul(&cols)?.reshape((new_w, new_h, c))?.transpose(0, 1)?.contiguous() // (new_h, new_w, c)
+    let rows = mh
+        .matmul(&grid.reshape((h, w * c))?)?
+        .reshape((new_h, w, c))?; // (new_h, w, c)
+    let cols = rows
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((w, new_h * c))?; // (w, new_h·c)
+    mw.matmul(&cols)?
+        .reshape((new_w, new_h, c))?
+        .transpose(0, 1)?
+        .contiguous() // (new_h, new_w, c)
 }
 
 #[cfg(test)]

@@ -16,5 +16,4 @@ pub mod model;
 pub use config::ViTConfig;
 pub use model::{Embeddings, ViTForImageClassification, ViTModel};
 pub mod data;
-pub mod optim;
 pub mod train;

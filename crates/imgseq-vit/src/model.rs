@@ -23,9 +23,26 @@ pub struct Linear {
 }
 
 impl Linear {
-    fn new(in_dim: usize, out_dim: usize, bias: bool, init_std: f64, vb: VarBuilder) -> Result<Self> {
-        let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0., stdev: init_std })?;
-        let bias = if bias { Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.))?) } else { None };
+    fn new(
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+        init_std: f64,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let weight = vb.get_with_hints(
+            (out_dim, in_dim),
+            "weight",
+            Init::Randn {
+                mean: 0.,
+                stdev: init_std,
+            },
+        )?;
+        let bias = if bias {
+            Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.))?)
+        } else {
+            None
+        };
         Ok(Self { weight, bias })
     }
 }
@@ -72,9 +89,20 @@ impl PatchEmbeddings {
         let vb = vb.pp("projection");
         let (h, c, p) = (cfg.hidden_size, cfg.num_channels, cfg.patch_size);
         let fan_in = (c * p * p) as f64;
-        let weight = vb.get_with_hints((h, c, p, p), "weight", Init::Randn { mean: 0., stdev: (1. / fan_in).sqrt() })?;
+        let weight = vb.get_with_hints(
+            (h, c, p, p),
+            "weight",
+            Init::Randn {
+                mean: 0.,
+                stdev: (1. / fan_in).sqrt(),
+            },
+        )?;
         let bias = vb.get_with_hints(h, "bias", Init::Const(0.))?;
-        Ok(Self { weight, bias, patch_size: p })
+        Ok(Self {
+            weight,
+            bias,
+            patch_size: p,
+        })
     }
 
     /// # Shapes
@@ -111,12 +139,23 @@ pub struct Embeddings {
 
 impl Embeddings {
     pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
-        let init = Init::Randn { mean: 0., stdev: cfg.initializer_range };
+        let init = Init::Randn {
+            mean: 0.,
+            stdev: cfg.initializer_range,
+        };
         let cls_token = vb.get_with_hints((1, 1, cfg.hidden_size), "cls_token", init)?;
-        let position_embeddings =
-            vb.get_with_hints((1, cfg.num_tokens(), cfg.hidden_size), "position_embeddings", init)?;
+        let position_embeddings = vb.get_with_hints(
+            (1, cfg.num_tokens(), cfg.hidden_size),
+            "position_embeddings",
+            init,
+        )?;
         let patch_embeddings = PatchEmbeddings::new(cfg, vb.pp("patch_embeddings"))?;
-        Ok(Self { cls_token, position_embeddings, patch_embeddings, patch_size: cfg.patch_size })
+        Ok(Self {
+            cls_token,
+            position_embeddings,
+            patch_embeddings,
+            patch_size: cfg.patch_size,
+        })
     }
 
     /// The seed's three steps: patch conv → prepend CLS → add positions.
@@ -130,7 +169,9 @@ impl Embeddings {
     pub fn forward(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<Tensor> {
         let (b, _c, h, w) = pixel_values.dims4()?;
         let patches = self.patch_embeddings.forward(pixel_values)?; // (b, 64, 48)
-        let cls = self.cls_token.broadcast_as((b, 1, self.cls_token.dim(2)?))?; // (b, 1, 48)
+        let cls = self
+            .cls_token
+            .broadcast_as((b, 1, self.cls_token.dim(2)?))?; // (b, 1, 48)
         let tokens = Tensor::cat(&[&cls, &patches], 1)?; // (b, 65, 48)
         tokens.broadcast_add(&self.positions(h, w, interpolate_pos_encoding)?) // (b, 65, 48)
     }
@@ -138,7 +179,7 @@ impl Embeddings {
     /// The position vectors for an `h`×`w` input: (1, 1 + (h/p)·(w/p), hidden).
     pub fn positions(&self, h: usize, w: usize, interpolate: bool) -> Result<Tensor> {
         let p = self.patch_size;
-        if h % p != 0 || w % p != 0 {
+        if !h.is_multiple_of(p) || !w.is_multiple_of(p) {
             candle_core::bail!("input {h}x{w} is not a multiple of the patch size {p}")
         }
         let (gh, gw) = (h / p, w / p);
@@ -156,7 +197,10 @@ impl Embeddings {
         }
         let hidden = self.position_embeddings.dim(2)?;
         let cls_pos = self.position_embeddings.narrow(1, 0, 1)?; // (1, 1, hidden)
-        let grid = self.position_embeddings.narrow(1, 1, n_pos)?.reshape((side, side, hidden))?;
+        let grid = self
+            .position_embeddings
+            .narrow(1, 1, n_pos)?
+            .reshape((side, side, hidden))?;
         let resized = bicubic_resize_grid(&grid, gh, gw)?; // (gh, gw, hidden)
         Tensor::cat(&[cls_pos, resized.reshape((1, gh * gw, hidden))?], 1)
     }
@@ -213,7 +257,11 @@ pub struct Layer {
 
 impl Layer {
     fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
-        let (h, m, std) = (cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range);
+        let (h, m, std) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.initializer_range,
+        );
         Ok(Self {
             layernorm_before: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
             attention: SelfAttention::new(cfg, vb.pp("attention"))?,
@@ -227,7 +275,11 @@ impl Layer {
     /// (b, n, hidden) → (b, n, hidden)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = (x + self.attention.forward(&self.layernorm_before.forward(x)?)?)?; // (b, n, 48)
-        let mlp = ops::gelu(&self.intermediate.forward(&self.layernorm_after.forward(&x)?)?)?; // (b, n, 192)
+        let mlp = ops::gelu(
+            &self
+                .intermediate
+                .forward(&self.layernorm_after.forward(&x)?)?,
+        )?; // (b, n, 192)
         x + self.output.forward(&mlp)? // (b, n, 48)
     }
 }
@@ -252,15 +304,23 @@ impl ViTModel {
     pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
         let embeddings = Embeddings::new(cfg, vb.pp("embeddings"))?;
         let vbl = vb.pp("encoder").pp("layer");
-        let layers = (0..cfg.num_hidden_layers).map(|i| Layer::new(cfg, vbl.pp(i))).collect::<Result<Vec<_>>>()?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::new(cfg, vbl.pp(i)))
+            .collect::<Result<Vec<_>>>()?;
         let layernorm = LayerNorm::new(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("layernorm"))?;
-        Ok(Self { embeddings, layers, layernorm })
+        Ok(Self {
+            embeddings,
+            layers,
+            layernorm,
+        })
     }
 
     /// # Shapes
     /// (b, c, h, w) → last_hidden_state (b, n, hidden)
     pub fn forward(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<Tensor> {
-        let mut x = self.embeddings.forward(pixel_values, interpolate_pos_encoding)?;
+        let mut x = self
+            .embeddings
+            .forward(pixel_values, interpolate_pos_encoding)?;
         for layer in &self.layers {
             x = layer.forward(&x)?;
         }
@@ -268,14 +328,25 @@ impl ViTModel {
     }
 
     /// Like [`forward`](Self::forward) but keeps every intermediate hidden state.
-    pub fn forward_all(&self, pixel_values: &Tensor, interpolate_pos_encoding: bool) -> Result<ViTOutput> {
-        let mut hidden_states = vec![self.embeddings.forward(pixel_values, interpolate_pos_encoding)?];
+    pub fn forward_all(
+        &self,
+        pixel_values: &Tensor,
+        interpolate_pos_encoding: bool,
+    ) -> Result<ViTOutput> {
+        let mut hidden_states = vec![self
+            .embeddings
+            .forward(pixel_values, interpolate_pos_encoding)?];
         for layer in &self.layers {
             let next = layer.forward(hidden_states.last().expect("non-empty"))?;
             hidden_states.push(next);
         }
-        let last_hidden_state = self.layernorm.forward(hidden_states.last().expect("non-empty"))?;
-        Ok(ViTOutput { hidden_states, last_hidden_state })
+        let last_hidden_state = self
+            .layernorm
+            .forward(hidden_states.last().expect("non-empty"))?;
+        Ok(ViTOutput {
+            hidden_states,
+            last_hidden_state,
+        })
     }
 }
 
@@ -289,8 +360,13 @@ pub struct ViTForImageClassification {
 impl ViTForImageClassification {
     pub fn new(cfg: &ViTConfig, vb: VarBuilder) -> Result<Self> {
         let vit = ViTModel::new(cfg, vb.pp("vit"))?;
-        let classifier =
-            Linear::new(cfg.hidden_size, cfg.num_labels(), true, cfg.initializer_range, vb.pp("classifier"))?;
+        let classifier = Linear::new(
+            cfg.hidden_size,
+            cfg.num_labels(),
+            true,
+            cfg.initializer_range,
+            vb.pp("classifier"),
+        )?;
         Ok(Self { vit, classifier })
     }
 

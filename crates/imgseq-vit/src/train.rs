@@ -19,7 +19,7 @@ use crate::checkpoint::{load_tensors, save_classifier, save_tensors, WEIGHTS_FIL
 use crate::config::ViTConfig;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
 use crate::model::ViTForImageClassification;
-use crate::optim::{warmup_cosine, AdamW};
+use imgseq_core::optim::{warmup_cosine, AdamW};
 
 /// Everything that defines a training run (saved as `training.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,7 +65,8 @@ impl TrainConfig {
 
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        serde_json::from_str(&text).map_err(|e| Error::format(path, format!("not a valid training.json ({e})")))
+        serde_json::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not a valid training.json ({e})")))
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -111,7 +112,9 @@ pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
         } else if name.ends_with("bias") {
             vec![0.0; n]
         } else {
-            (0..n).map(|_| (normal(&mut rng).clamp(-2.0, 2.0) * std) as f32).collect()
+            (0..n)
+                .map(|_| (normal(&mut rng).clamp(-2.0, 2.0) * std) as f32)
+                .collect()
         };
         var.set(&Tensor::from_vec(vals, shape, var.as_tensor().device())?)?;
     }
@@ -124,7 +127,9 @@ fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
     let mut v: Vec<(String, Var, bool)> = data
         .iter()
         .map(|(k, var)| {
-            let decay = var.as_tensor().rank() >= 2 && !k.contains("embeddings.cls_token") && !k.contains("position_embeddings");
+            let decay = var.as_tensor().rank() >= 2
+                && !k.contains("embeddings.cls_token")
+                && !k.contains("position_embeddings");
             (k.clone(), var.clone(), decay)
         })
         .collect();
@@ -133,7 +138,11 @@ fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
 }
 
 /// Cross-entropy with label smoothing ε: (1−ε)·NLL + ε·mean over classes of −log p.
-pub fn cross_entropy_smoothed(logits: &Tensor, labels: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+pub fn cross_entropy_smoothed(
+    logits: &Tensor,
+    labels: &Tensor,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
     let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?; // (b, k)
     let nll = logp.gather(&labels.unsqueeze(1)?, 1)?.neg()?.mean_all()?;
     if eps == 0.0 {
@@ -159,15 +168,24 @@ pub fn evaluate(
     let k = cfg.num_labels();
     let mut confusion = vec![vec![0usize; k]; k];
     let dev = Device::Cpu;
-    let pb = if progress { bar(set.n as u64, "eval") } else { ProgressBar::hidden() };
+    let pb = if progress {
+        bar(set.n as u64, "eval")
+    } else {
+        ProgressBar::hidden()
+    };
     let idx: Vec<usize> = (0..set.n).collect();
     for chunk in idx.chunks(batch_size) {
         let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
-        let pred = model.forward(&x, false)?.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        let pred = model
+            .forward(&x, false)?
+            .argmax(D::Minus1)?
+            .to_vec1::<u32>()?;
         for (&i, p) in chunk.iter().zip(pred) {
             let t = set.labels[i] as usize;
             if t >= k {
-                return Err(Error::invalid(format!("label {t} out of range for a {k}-class model")));
+                return Err(Error::invalid(format!(
+                    "label {t} out of range for a {k}-class model"
+                )));
             }
             confusion[t][p as usize] += 1;
         }
@@ -178,10 +196,19 @@ pub fn evaluate(
     let per_class = (0..k)
         .map(|i| {
             let tot: usize = confusion[i].iter().sum();
-            if tot == 0 { f64::NAN } else { confusion[i][i] as f64 / tot as f64 }
+            if tot == 0 {
+                f64::NAN
+            } else {
+                confusion[i][i] as f64 / tot as f64
+            }
         })
         .collect();
-    Ok(EvalReport { accuracy: correct as f64 / set.n.max(1) as f64, per_class, confusion, n: set.n })
+    Ok(EvalReport {
+        accuracy: correct as f64 / set.n.max(1) as f64,
+        per_class,
+        confusion,
+        n: set.n,
+    })
 }
 
 fn bar(len: u64, prefix: &str) -> ProgressBar {
@@ -209,7 +236,12 @@ pub fn train(
     if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
         return Err(Error::invalid(format!(
             "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
-            train_set.channels, train_set.height, train_set.width, model_cfg.num_channels, model_cfg.image_size, model_cfg.image_size
+            train_set.channels,
+            train_set.height,
+            train_set.width,
+            model_cfg.num_channels,
+            model_cfg.image_size,
+            model_cfg.image_size
         )));
     }
     let dev = Device::Cpu;
@@ -222,20 +254,28 @@ pub fn train(
     let mut state = TrainState::default();
     if resume && state_path.exists() {
         let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
-        state = serde_json::from_str(&text).map_err(|e| Error::format(&state_path, e.to_string()))?;
+        state =
+            serde_json::from_str(&text).map_err(|e| Error::format(&state_path, e.to_string()))?;
         let saved = load_tensors(&out.join(WEIGHTS_FILE), &dev)?;
         let data = vars.data().lock().expect("poisoned");
         for (name, var) in data.iter() {
-            let t = saved
-                .get(name)
-                .ok_or_else(|| Error::weights(out.join(WEIGHTS_FILE), format!("missing tensor `{name}`")))?;
-            var.set(t).map_err(|e| Error::weights(out.join(WEIGHTS_FILE), format!("`{name}`: {e}")))?;
+            let t = saved.get(name).ok_or_else(|| {
+                Error::weights(out.join(WEIGHTS_FILE), format!("missing tensor `{name}`"))
+            })?;
+            var.set(t)
+                .map_err(|e| Error::weights(out.join(WEIGHTS_FILE), format!("`{name}`: {e}")))?;
         }
         drop(data);
         let opt_path = out.join("optimizer.safetensors");
         let st = load_tensors(&opt_path, &dev)?;
-        opt.load_state(&st).map_err(|m| Error::format(&opt_path, m))?;
-        eprintln!("resuming {} after epoch {} (step {})", out.display(), state.epochs_done, state.steps_done);
+        opt.load_state(&st)
+            .map_err(|m| Error::format(&opt_path, m))?;
+        eprintln!(
+            "resuming {} after epoch {} (step {})",
+            out.display(),
+            state.epochs_done,
+            state.steps_done
+        );
     } else {
         init_weights(&vars, model_cfg.initializer_range, tc.seed)?;
     }
@@ -246,16 +286,27 @@ pub fn train(
     let warmup = (tc.warmup_epochs * steps_per_epoch as f64) as usize;
     for epoch in state.epochs_done..tc.epochs {
         // Per-epoch RNG derived from the seed: a resumed run sees the same data order.
-        let mut rng = rand::rngs::StdRng::seed_from_u64(tc.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(
+            tc.seed.wrapping_mul(1_000_003).wrapping_add(epoch as u64),
+        );
         let mut order: Vec<usize> = (0..train_set.n).collect();
         order.shuffle(&mut rng);
-        let pb = bar((steps_per_epoch * tc.batch_size) as u64, &format!("epoch {}/{}", epoch + 1, tc.epochs));
+        let pb = bar(
+            (steps_per_epoch * tc.batch_size) as u64,
+            &format!("epoch {}/{}", epoch + 1, tc.epochs),
+        );
         let t0 = Instant::now();
         let (mut loss_sum, mut loss_n) = (0.0, 0usize);
         for s in 0..steps_per_epoch {
             let idx = &order[s * tc.batch_size..(s + 1) * tc.batch_size];
             let seed = imgseq_core::data::augment::mix_seed(&[tc.seed, epoch as u64, s as u64]);
-            let (x, y) = make_batch(train_set, idx, &tc.normalize, Some((&tc.augment, seed)), &dev)?;
+            let (x, y) = make_batch(
+                train_set,
+                idx,
+                &tc.normalize,
+                Some((&tc.augment, seed)),
+                &dev,
+            )?;
             let logits = model.forward(&x, false)?;
             let loss = cross_entropy_smoothed(&logits, &y, tc.label_smoothing)?;
             let grads = loss.backward()?;
@@ -264,7 +315,10 @@ pub fn train(
             state.steps_done += 1;
             let l = loss.to_scalar::<f32>()? as f64;
             if !l.is_finite() {
-                return Err(Error::invalid(format!("training diverged: loss is {l} at step {}", state.steps_done)));
+                return Err(Error::invalid(format!(
+                    "training diverged: loss is {l} at step {}",
+                    state.steps_done
+                )));
             }
             loss_sum += l;
             loss_n += 1;
@@ -272,10 +326,21 @@ pub fn train(
             let tenth = (s + 1) % (steps_per_epoch / 10).max(1) == 0;
             if s % 10 == 0 || tenth {
                 let ips = ((s + 1) * tc.batch_size) as f64 / t0.elapsed().as_secs_f64();
-                let msg = format!("loss {:.4} lr {:.2e} {:.0} img/s", loss_sum / loss_n as f64, opt.lr, ips);
+                let msg = format!(
+                    "loss {:.4} lr {:.2e} {:.0} img/s",
+                    loss_sum / loss_n as f64,
+                    opt.lr,
+                    ips
+                );
                 // Without a terminal (logs, CI) the bar is hidden: print a line every ~10%.
                 if pb.is_hidden() && tenth {
-                    eprintln!("epoch {}/{} step {}/{}: {msg}", epoch + 1, tc.epochs, s + 1, steps_per_epoch);
+                    eprintln!(
+                        "epoch {}/{} step {}/{}: {msg}",
+                        epoch + 1,
+                        tc.epochs,
+                        s + 1,
+                        steps_per_epoch
+                    );
                 }
                 pb.set_message(msg);
             }

@@ -13,8 +13,25 @@ fn fixtures() -> PathBuf {
 /// max |a − b| / max |b|
 fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
-    let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let diff = (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let scale = b
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
     diff / scale.max(1e-12)
 }
 
@@ -69,9 +86,16 @@ fn weights_with_missing_key_name_the_file_and_key() {
     let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
     t.remove("vit.layernorm.bias");
     imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
-    std::fs::copy(fixtures().join("tiny/config.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(
+        fixtures().join("tiny/config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
     let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
-    assert!(err.contains("model.safetensors") && err.contains("vit.layernorm.bias"), "{err}");
+    assert!(
+        err.contains("model.safetensors") && err.contains("vit.layernorm.bias"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1);
 }
 
@@ -79,12 +103,19 @@ fn weights_with_missing_key_name_the_file_and_key() {
 fn config_and_weights_that_disagree_are_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let dev = Device::Cpu;
-    std::fs::copy(fixtures().join("tiny/model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+    std::fs::copy(
+        fixtures().join("tiny/model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
     let mut cfg = imgseq_vit::ViTConfig::load(fixtures().join("tiny/config.json")).unwrap();
     cfg.hidden_size = 48;
     cfg.save(dir.path().join("config.json")).unwrap();
     let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
-    assert!(err.contains("model.safetensors") && err.contains("shape"), "{err}");
+    assert!(
+        err.contains("model.safetensors") && err.contains("shape"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -92,9 +123,16 @@ fn unexpected_extra_tensor_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let dev = Device::Cpu;
     let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
-    t.insert("vit.pooler.dense.weight".into(), Tensor::zeros((32, 32), candle_core::DType::F32, &dev).unwrap());
+    t.insert(
+        "vit.pooler.dense.weight".into(),
+        Tensor::zeros((32, 32), candle_core::DType::F32, &dev).unwrap(),
+    );
     imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
-    std::fs::copy(fixtures().join("tiny/config.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(
+        fixtures().join("tiny/config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
     let err = load_classifier(dir.path(), &dev).err().unwrap().to_string();
     assert!(err.contains("vit.pooler.dense.weight"), "{err}");
 }
@@ -109,11 +147,17 @@ fn hf_vit_training_gradients_match_pytorch_autograd() {
     let weights = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
     let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
     let vars = VarMap::new();
-    let model =
-        imgseq_vit::ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, candle_core::DType::F32, &dev))
-            .unwrap();
+    let model = imgseq_vit::ViTForImageClassification::new(
+        &cfg,
+        VarBuilder::from_varmap(&vars, candle_core::DType::F32, &dev),
+    )
+    .unwrap();
     let data = vars.data().lock().unwrap().clone();
-    assert_eq!(data.len(), weights.len(), "trainable variables vs checkpoint tensors");
+    assert_eq!(
+        data.len(),
+        weights.len(),
+        "trainable variables vs checkpoint tensors"
+    );
     for (name, var) in &data {
         var.set(&weights[name]).unwrap();
     }
@@ -123,15 +167,31 @@ fn hf_vit_training_gradients_match_pytorch_autograd() {
     let want_loss = io["loss"].to_vec1::<f32>().unwrap()[0];
     assert!((loss.to_scalar::<f32>().unwrap() - want_loss).abs() < 1e-5 * want_loss.abs().max(1.0));
     let grads = loss.backward().unwrap();
-    let max_abs = |t: &Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let max_abs = |t: &Tensor| {
+        t.abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    };
     let mut worst = (0f32, String::new());
     for (name, var) in &data {
-        let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {name}"));
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("no gradient for {name}"));
         let want = &io[&format!("grad.{name}")];
         if name.ends_with("attention.key.bias") {
             // Adding a constant to every key shifts all scores of a query equally: softmax is
             // invariant, so this gradient is exactly zero in theory (rounding noise in both).
-            assert!(max_abs(want) < 1e-6 && max_abs(g) < 1e-5, "{name}: {} vs {}", max_abs(g), max_abs(want));
+            assert!(
+                max_abs(want) < 1e-6 && max_abs(g) < 1e-5,
+                "{name}: {} vs {}",
+                max_abs(g),
+                max_abs(want)
+            );
             continue;
         }
         let e = rel_err(g, want);

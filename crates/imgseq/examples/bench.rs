@@ -10,9 +10,9 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
+use imgseq_core::optim::AdamW;
 use imgseq_kernels::ops;
 use imgseq_vit::checkpoint::load_tensors;
-use imgseq_vit::optim::AdamW;
 use imgseq_vit::train::cross_entropy_smoothed;
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::path::Path;
@@ -29,7 +29,11 @@ fn peak_rss_mb() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-fn time<F: FnMut() -> candle_core::Result<()>>(warmup: usize, reps: usize, mut f: F) -> candle_core::Result<f64> {
+fn time<F: FnMut() -> candle_core::Result<()>>(
+    warmup: usize,
+    reps: usize,
+    mut f: F,
+) -> candle_core::Result<f64> {
     for _ in 0..warmup {
         f()?;
     }
@@ -53,10 +57,16 @@ fn main() -> anyhow::Result<()> {
             let cfg = ViTConfig::load(dir.join("config.json"))?;
             let init = load_tensors(&dir.join("model.safetensors"), &dev)?;
             let vars = VarMap::new();
-            let model = ViTForImageClassification::new(&cfg, VarBuilder::from_varmap(&vars, DType::F32, &dev))?;
+            let model = ViTForImageClassification::new(
+                &cfg,
+                VarBuilder::from_varmap(&vars, DType::F32, &dev),
+            )?;
             let named = {
                 let d = vars.data().lock().unwrap();
-                let mut v: Vec<_> = d.iter().map(|(k, var)| (k.clone(), var.clone(), var.as_tensor().rank() >= 2)).collect();
+                let mut v: Vec<_> = d
+                    .iter()
+                    .map(|(k, var)| (k.clone(), var.clone(), var.as_tensor().rank() >= 2))
+                    .collect();
                 v.sort_by(|a, b| a.0.cmp(&b.0));
                 v
             };
@@ -81,7 +91,11 @@ fn main() -> anyhow::Result<()> {
         }
         "vq" => {
             let reps = num(2, 2);
-            let model = imgseq_vqgan::load::load_model(dir.join("model.safetensors"), Some(&dir.join("config.json")), &dev)?;
+            let model = imgseq_vqgan::load::load_model(
+                dir.join("model.safetensors"),
+                Some(&dir.join("config.json")),
+                &dev,
+            )?;
             let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].clone();
             let mut idx = None;
@@ -104,7 +118,9 @@ fn main() -> anyhow::Result<()> {
             let reps = num(2, 10);
             let t = load_tensors(&dir.join("conv.safetensors"), &dev)?;
             let (x, w, b) = (&t["x"], &t["weight"], &t["bias"]);
-            time(2, reps, || ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ()))?
+            time(2, reps, || {
+                ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
+            })?
         }
         other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, conv)"),
     };

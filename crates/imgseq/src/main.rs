@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "imgseq", version, about = "Turn images into transformer-ready sequences and back")]
+#[command(
+    name = "imgseq",
+    version,
+    about = "Turn images into transformer-ready sequences and back"
+)]
 struct Cli {
     /// Number of CPU threads (default: all cores).
     #[arg(long, global = true)]

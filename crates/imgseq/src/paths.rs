@@ -17,7 +17,11 @@ pub fn default_model(name: &str) -> Result<PathBuf> {
             candidates.push(anc.join("weights").join(name));
         }
     }
-    candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../weights").join(name));
+    candidates.push(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../weights")
+            .join(name),
+    );
     for c in &candidates {
         if c.is_dir() {
             return Ok(c.clone());

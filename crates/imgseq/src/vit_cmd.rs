@@ -192,25 +192,50 @@ pub struct Loaded {
 
 pub fn load(path: &Path) -> Result<Loaded> {
     let (cfg, model) = load_classifier(path, &Device::Cpu)?;
-    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().unwrap_or(Path::new(".")).to_path_buf() };
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
     let tc_path = dir.join("training.json");
     let (input_size, normalize) = if tc_path.exists() {
         let tc = TrainConfig::load(&tc_path)?;
         (tc.input_size.unwrap_or(cfg.image_size), tc.normalize)
     } else {
         // HF ViTImageProcessor defaults.
-        (cfg.image_size, Normalize { image_mean: vec![0.5; cfg.num_channels], image_std: vec![0.5; cfg.num_channels] })
+        (
+            cfg.image_size,
+            Normalize {
+                image_mean: vec![0.5; cfg.num_channels],
+                image_std: vec![0.5; cfg.num_channels],
+            },
+        )
     };
-    Ok(Loaded { cfg, model, input_size, normalize })
+    Ok(Loaded {
+        cfg,
+        model,
+        input_size,
+        normalize,
+    })
 }
 
 /// Loads images, converts channels, letterboxes them to `content` pixels (black fill), and
 /// centres them on the model's `size`×`size` canvas.
-fn image_set(paths: &[PathBuf], channels: usize, content: usize, size: usize, invert: bool) -> Result<ImageSet> {
+fn image_set(
+    paths: &[PathBuf],
+    channels: usize,
+    content: usize,
+    size: usize,
+    invert: bool,
+) -> Result<ImageSet> {
     let mut images = Vec::new();
     for p in paths {
         let img = load_image(p, channels)?;
-        let img = fit_dynamic(&img, content as u32, Fit::Letterbox(if invert { 255 } else { 0 }))?;
+        let img = fit_dynamic(
+            &img,
+            content as u32,
+            Fit::Letterbox(if invert { 255 } else { 0 }),
+        )?;
         let (w, h) = (img.width() as usize, img.height() as usize);
         let raw = img.into_bytes(); // HWC interleaved
         let mut chw = vec![0u8; raw.len()];
@@ -224,25 +249,45 @@ fn image_set(paths: &[PathBuf], channels: usize, content: usize, size: usize, in
         }
         images.extend(chw);
     }
-    let ds = ImageSet::new(images, vec![0; paths.len()], (channels, content, content), vec!["?".into()])?;
+    let ds = ImageSet::new(
+        images,
+        vec![0; paths.len()],
+        (channels, content, content),
+        vec!["?".into()],
+    )?;
     Ok(pad_to(ds, size)?)
 }
 
 fn embed(a: EmbedArgs) -> Result<()> {
     let m = load(&a.w.resolve()?)?;
     let size = a.size.unwrap_or(m.cfg.image_size);
-    if size % m.cfg.patch_size != 0 {
-        bail!("--size {size} is not a multiple of the patch size {}", m.cfg.patch_size);
+    if !size.is_multiple_of(m.cfg.patch_size) {
+        bail!(
+            "--size {size} is not a multiple of the patch size {}",
+            m.cfg.patch_size
+        );
     }
     // Content scales with the requested size (28 of 32 for Fashion-MNIST).
     let content = m.input_size * size / m.cfg.image_size;
-    let set = image_set(std::slice::from_ref(&a.image), m.cfg.num_channels, content, size, a.invert)?;
+    let set = image_set(
+        std::slice::from_ref(&a.image),
+        m.cfg.num_channels,
+        content,
+        size,
+        a.invert,
+    )?;
     let (x, _) = make_batch(&set, &[0], &m.normalize, None, &Device::Cpu)?; // (1, c, size, size)
     let interpolate = size != m.cfg.image_size;
     let tokens = m.model.vit.embeddings.forward(&x, interpolate)?; // (1, 65, 48)
     let pos = m.model.vit.embeddings.positions(size, size, interpolate)?; // (1, 65, 48)
     let (_, n, hdim) = tokens.dims3()?;
-    println!("image: {} -> {}x{}x{} input", a.image.display(), m.cfg.num_channels, size, size);
+    println!(
+        "image: {} -> {}x{}x{} input",
+        a.image.display(),
+        m.cfg.num_channels,
+        size,
+        size
+    );
     println!(
         "patches: {}x{} of {}x{} px = {} + 1 CLS = {n} tokens",
         size / m.cfg.patch_size,
@@ -266,17 +311,28 @@ fn embed(a: EmbedArgs) -> Result<()> {
 
 /// Loads one split at `input` pixels with `channels`, optionally truncated, centred on the
 /// model's `size`×`size` canvas.
-fn load_split(d: &DataArgs, train: bool, input: usize, channels: usize, size: usize) -> Result<ImageSet> {
+fn load_split(
+    d: &DataArgs,
+    train: bool,
+    input: usize,
+    channels: usize,
+    size: usize,
+) -> Result<ImageSet> {
     use imgseq_core::data::{cifar10, fashion_mnist, image_folder, Split};
     let split = if train { Split::Train } else { Split::Test };
     let mut set = match d.dataset {
         DatasetKind::FashionMnist => fashion_mnist(d.data.as_deref(), split)?,
         DatasetKind::Cifar10 => {
-            let dir = d.data.as_deref().context("--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)")?;
+            let dir = d.data.as_deref().context(
+                "--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)",
+            )?;
             cifar10(dir, split)?
         }
         DatasetKind::Folder => {
-            let dir = d.data.as_deref().context("--data DIR is required for an image folder")?;
+            let dir = d
+                .data
+                .as_deref()
+                .context("--data DIR is required for an image folder")?;
             let sub = dir.join(if train { "train" } else { "test" });
             image_folder(&sub, input as u32, channels, Fit::Letterbox(0))?
         }
@@ -322,7 +378,10 @@ fn train(a: TrainArgs) -> Result<()> {
         let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
         let cfg = ViTConfig::seed(channels, &names);
         let (mean, std) = channel_stats(&tr);
-        let mut tc = TrainConfig::fashion_mnist_default(Normalize { image_mean: mean, image_std: std });
+        let mut tc = TrainConfig::fashion_mnist_default(Normalize {
+            image_mean: mean,
+            image_std: std,
+        });
         tc.dataset = match a.data.dataset {
             DatasetKind::FashionMnist => "fashion-mnist",
             DatasetKind::Cifar10 => "cifar-10",
@@ -347,7 +406,11 @@ fn train(a: TrainArgs) -> Result<()> {
         tc.epochs = a.epochs.max(tc.epochs);
     }
     if train_set.n < tc.batch_size {
-        bail!("the training set has {} images, fewer than one batch of {}", train_set.n, tc.batch_size);
+        bail!(
+            "the training set has {} images, fewer than one batch of {}",
+            train_set.n,
+            tc.batch_size
+        );
     }
     eprintln!(
         "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
@@ -369,7 +432,13 @@ fn train(a: TrainArgs) -> Result<()> {
 }
 
 fn param_count(cfg: &ViTConfig) -> usize {
-    let (h, m, c, p, l) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_channels, cfg.patch_size, cfg.num_hidden_layers);
+    let (h, m, c, p, l) = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_channels,
+        cfg.patch_size,
+        cfg.num_hidden_layers,
+    );
     let emb = h + cfg.num_tokens() * h + h * c * p * p + h;
     let layer = 4 * (h * h + h) + 2 * 2 * h + (h * m + m) + (m * h + h);
     emb + l * layer + 2 * h + h * cfg.num_labels() + cfg.num_labels()
@@ -378,7 +447,13 @@ fn param_count(cfg: &ViTConfig) -> usize {
 fn eval(a: EvalArgs) -> Result<()> {
     let path = a.w.resolve()?;
     let m = load(&path)?;
-    let set = load_split(&a.data, false, m.input_size, m.cfg.num_channels, m.cfg.image_size)?;
+    let set = load_split(
+        &a.data,
+        false,
+        m.input_size,
+        m.cfg.num_channels,
+        m.cfg.image_size,
+    )?;
     let r = evaluate(&m.model, &m.cfg, &set, &m.normalize, 500, true)?;
     println!("model: {}", path.display());
     println!("test images: {}", r.n);
@@ -386,7 +461,12 @@ fn eval(a: EvalArgs) -> Result<()> {
     println!("per-class accuracy:");
     let k = m.cfg.num_labels();
     for i in 0..k {
-        println!("  {:>2} {:<14} {:6.2}%", i, m.cfg.label(i), 100.0 * r.per_class[i]);
+        println!(
+            "  {:>2} {:<14} {:6.2}%",
+            i,
+            m.cfg.label(i),
+            100.0 * r.per_class[i]
+        );
     }
     println!("confusion matrix (rows: true, columns: predicted):");
     print!("     ");
@@ -410,7 +490,13 @@ fn eval(a: EvalArgs) -> Result<()> {
 
 fn classify(a: ClassifyArgs) -> Result<()> {
     let m = load(&a.w.resolve()?)?;
-    let set = image_set(&a.images, m.cfg.num_channels, m.input_size, m.cfg.image_size, a.invert)?;
+    let set = image_set(
+        &a.images,
+        m.cfg.num_channels,
+        m.input_size,
+        m.cfg.image_size,
+        a.invert,
+    )?;
     let idx: Vec<usize> = (0..set.n).collect();
     let (x, _) = make_batch(&set, &idx, &m.normalize, None, &Device::Cpu)?;
     let probs = imgseq_vit::model::probabilities(&m.model.forward(&x, false)?)?;
@@ -419,7 +505,10 @@ fn classify(a: ClassifyArgs) -> Result<()> {
         let row = probs.get(i)?.to_vec1::<f32>()?;
         let mut order: Vec<usize> = (0..row.len()).collect();
         order.sort_by(|&x, &y| row[y].total_cmp(&row[x]));
-        let top: Vec<String> = order[..k].iter().map(|&j| format!("{} {:.3}", m.cfg.label(j), row[j])).collect();
+        let top: Vec<String> = order[..k]
+            .iter()
+            .map(|&j| format!("{} {:.3}", m.cfg.label(j), row[j]))
+            .collect();
         println!("{}: {}", p.display(), top.join(", "));
     }
     Ok(())
@@ -442,8 +531,20 @@ fn forward(a: ForwardArgs) -> Result<()> {
         .forward(&x, a.interpolate_pos_encoding)
         .with_context(|| format!("{}: cannot run the model on this input", a.input.display()))?;
     let dims = logits.dims().to_vec();
-    write_npy_f32(&a.output, &dims, &logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)?;
+    write_npy_f32(
+        &a.output,
+        &dims,
+        &logits
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?,
+    )?;
     let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
-    println!("logits {:?} -> {}; predictions {:?}", dims, a.output.display(), pred);
+    println!(
+        "logits {:?} -> {}; predictions {:?}",
+        dims,
+        a.output.display(),
+        pred
+    );
     Ok(())
 }

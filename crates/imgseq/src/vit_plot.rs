@@ -15,8 +15,13 @@ const GAP: u32 = 3;
 
 /// Viridis-like colour map: t in [0, 1] → RGB (5 anchor colours, linear in between).
 fn colormap(t: f32) -> Rgb<u8> {
-    const STOPS: [[f32; 3]; 5] =
-        [[68., 1., 84.], [59., 82., 139.], [33., 145., 140.], [94., 201., 98.], [253., 231., 37.]];
+    const STOPS: [[f32; 3]; 5] = [
+        [68., 1., 84.],
+        [59., 82., 139.],
+        [33., 145., 140.],
+        [94., 201., 98.],
+        [253., 231., 37.],
+    ];
     let t = t.clamp(0.0, 1.0) * 4.0;
     let i = (t.floor() as usize).min(3);
     let f = t - i as f32;
@@ -26,11 +31,24 @@ fn colormap(t: f32) -> Rgb<u8> {
 
 /// Cosine-similarity maps of a (n, d) set of position vectors on a `side`×`side` grid.
 pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
-    let norms: Vec<f32> = (0..n).map(|i| pos[i * d..(i + 1) * d].iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12)).collect();
+    let norms: Vec<f32> = (0..n)
+        .map(|i| {
+            pos[i * d..(i + 1) * d]
+                .iter()
+                .map(|x| x * x)
+                .sum::<f32>()
+                .sqrt()
+                .max(1e-12)
+        })
+        .collect();
     let mut sim = vec![0f32; n * n];
     for i in 0..n {
         for j in 0..n {
-            let dot: f32 = pos[i * d..(i + 1) * d].iter().zip(&pos[j * d..(j + 1) * d]).map(|(a, b)| a * b).sum();
+            let dot: f32 = pos[i * d..(i + 1) * d]
+                .iter()
+                .zip(&pos[j * d..(j + 1) * d])
+                .map(|(a, b)| a * b)
+                .sum();
             sim[i * n + j] = dot / (norms[i] * norms[j]);
         }
     }
@@ -44,7 +62,10 @@ pub fn plot_positions(weights: &Path, output: &Path) -> Result<()> {
     let n = n1 - 1;
     let side = (n as f64).sqrt().round() as usize;
     if side * side != n {
-        bail!("{}: {n} position slots do not form a square grid", weights.display());
+        bail!(
+            "{}: {n} position slots do not form a square grid",
+            weights.display()
+        );
     }
     let pos: Vec<f32> = pe.narrow(0, 1, n)?.flatten_all()?.to_vec1()?; // patches only, CLS excluded
     let sim = similarity_maps(&pos, n, d);
