@@ -303,7 +303,7 @@ impl<'a> Machine<'a> {
         Ok(())
     }
     fn set_items(&mut self, items: Vec<Value>) -> PResult<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err("odd number of items for SETITEMS".into());
         }
         match self.top()? {

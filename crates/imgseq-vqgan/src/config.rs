@@ -100,7 +100,7 @@ impl VqConfig {
             return bad("`ddconfig.ch_mult` is empty".into());
         }
         for (i, m) in d.ch_mult.iter().enumerate() {
-            if d.ch * m == 0 || (d.ch * m) % 32 != 0 {
+            if d.ch * m == 0 || !(d.ch * m).is_multiple_of(32) {
                 return bad(format!(
                     "level {i} has {} channels; GroupNorm(32) needs a positive multiple of 32",
                     d.ch * m

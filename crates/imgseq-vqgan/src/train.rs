@@ -167,7 +167,7 @@ impl TrainConfig {
     /// Checks the numbers against the model (crop a multiple of the downsampling factor, ...).
     pub fn validate(&self, cfg: &VqConfig) -> Result<()> {
         let f = cfg.downsample_factor();
-        if self.crop == 0 || self.crop % f != 0 {
+        if self.crop == 0 || !self.crop.is_multiple_of(f) {
             return Err(Error::invalid(format!(
                 "--crop {} must be a positive multiple of the model's downsampling factor {f}",
                 self.crop
@@ -784,7 +784,8 @@ pub fn train(
             counts[i as usize] += 1;
             state.last_used[i as usize] = state.step;
         }
-        if tc.dead_after > 0 && tc.restart_every > 0 && state.step % tc.restart_every == 0 {
+        if tc.dead_after > 0 && tc.restart_every > 0 && state.step.is_multiple_of(tc.restart_every)
+        {
             let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, state.step as u64, 0xdead]));
             let dead = restart_dead_codes(
                 &codebook_var,
@@ -811,10 +812,10 @@ pub fn train(
             psnr_sum / n_acc as f64,
             cfg.n_embed
         ));
-        let tenth_done = state.step % tenth == 0 || state.step == tc.steps;
+        let tenth_done = state.step.is_multiple_of(tenth) || state.step == tc.steps;
         // A history point every `log_every` steps and at every tenth of the run (the log
         // lines printed when stderr is not a terminal).
-        if state.step % log_every == 0 || tenth_done {
+        if state.step.is_multiple_of(log_every) || tenth_done {
             let p = LogPoint {
                 step: state.step,
                 loss: loss_sum / n_acc as f64,
@@ -837,7 +838,7 @@ pub fn train(
             (loss_sum, psnr_sum, n_acc, restarted) = (0.0, 0.0, 0, 0);
             t_win = Instant::now();
         }
-        if state.step % tc.checkpoint_every.max(1) == 0 || state.step == tc.steps {
+        if state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
             state.seconds = secs_base + t_run.elapsed().as_secs_f64();
             save_checkpoint(out, cfg, tc, &vars, &opt, &state)?;
         }
@@ -885,7 +886,7 @@ pub fn evaluate(
         return Err(Error::invalid("eval: no images"));
     }
     let f = model.config().downsample_factor() as u32;
-    if size == 0 || size % f != 0 {
+    if size == 0 || !size.is_multiple_of(f) {
         return Err(Error::invalid(format!(
             "--size {size} must be a positive multiple of the model's downsampling factor {f}"
         )));

@@ -2,46 +2,17 @@
 //! a tiny learnable IDX dataset (with resume), eval, classify, plot-positions, and the one-line
 //! errors for bad input.
 
+mod common;
+use common::{fails, ok};
+
 use flate2::write::GzEncoder;
 use image::{GrayImage, Luma, Rgb, RgbImage};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn tiny_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vit/tiny")
-}
-
-fn imgseq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_imgseq"))
-        .args(args)
-        .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
-        .output()
-        .expect("run imgseq")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// A command that must fail: exit ≠ 0 and exactly one `error: ` line on stderr.
-fn fails(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(!o.status.success(), "{args:?} succeeded");
-    let err = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: stderr not one line: {err}"
-    );
-    assert!(err.starts_with("error: "), "{err}");
-    err
 }
 
 fn photo(dir: &Path, name: &str, w: u32, h: u32) -> PathBuf {

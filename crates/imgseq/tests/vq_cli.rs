@@ -1,47 +1,18 @@
 //! End-to-end tests of `imgseq vq ...` and `imgseq weights ...` on the tiny random-weight
 //! VQGAN fixture (f = 2: a 32×32 crop gives a 16×16 token grid; each token covers 2×2 pixels).
 
+mod common;
+use common::{fails, ok};
+
 use image::{Rgb, RgbImage};
 use imgseq_core::npy;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn fx(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/vqgan")
         .join(name)
-}
-
-fn imgseq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_imgseq"))
-        .args(args)
-        .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
-        .output()
-        .expect("run imgseq")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// Runs a command that must fail: exit ≠ 0, exactly one line on stderr, returned.
-fn fails(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(!o.status.success(), "{args:?} succeeded");
-    let err = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "{args:?}: stderr not one line: {err}"
-    );
-    assert!(err.starts_with("error: "), "{err}");
-    err
 }
 
 fn model_args() -> Vec<String> {

@@ -2,12 +2,14 @@
 //! (ch 32, two levels → f = 2, 32 codes of size 8): training lowers the loss, a resumed run
 //! ends exactly where an uninterrupted one does, and eval prints its figures.
 
+mod common;
+use common::{fails, ok};
+
 use image::{Rgb, RgbImage};
 use imgseq_vqgan::train::{self, TrainConfig};
 use imgseq_vqgan::VqConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 const TINY: &str = r#"{"embed_dim": 8, "n_embed": 32, "ddconfig": {"ch": 32, "ch_mult": [1, 1],
  "num_res_blocks": 1, "attn_resolutions": [], "z_channels": 8, "double_z": false,
@@ -162,33 +164,6 @@ fn resume_continues_exactly() {
         (sb.step, &sb.last_used, sb.history.len())
     );
     assert!((again.seconds - sb.seconds).abs() < 1e-9);
-}
-
-fn imgseq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_imgseq"))
-        .args(args)
-        .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
-        .output()
-        .expect("run imgseq")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let o = imgseq(args);
-    assert!(!o.status.success(), "{args:?} succeeded");
-    let err = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
-    assert!(err.starts_with("error: "), "{err}");
-    err
 }
 
 #[test]

@@ -172,7 +172,7 @@ fn check_lens(
 /// Normalises a `(c, h, w)` image (`c = norm.channels()`) into `out`.
 pub fn normalize(img: &[u8], norm: &Normalize, out: &mut [f32]) -> Result<()> {
     let c = norm.channels();
-    if c == 0 || img.len() % c != 0 {
+    if c == 0 || !img.len().is_multiple_of(c) {
         return Err(Error::invalid(format!(
             "normalize: {} bytes is not a whole number of {c}-channel planes",
             img.len()

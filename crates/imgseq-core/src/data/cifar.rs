@@ -32,7 +32,7 @@ pub fn read_cifar_batch(path: impl AsRef<Path>) -> Result<(Vec<u8>, Vec<u8>)> {
 }
 
 fn parse_cifar_batch(path: &Path, bytes: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
-    if bytes.is_empty() || bytes.len() % RECORD != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(RECORD) {
         return Err(Error::format(
             path,
             format!(
