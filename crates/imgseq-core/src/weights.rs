@@ -42,10 +42,7 @@ impl AuditedWeights {
     /// Reads every tensor of a safetensors file onto `device`.
     pub fn from_safetensors(path: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let tensors = candle_core::safetensors::load_buffer(&bytes, device)
-            .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))?;
-        Ok(Self::new(path, tensors))
+        Ok(Self::new(path, load_tensors(path, device)?))
     }
 
     pub fn path(&self) -> &Path {
@@ -148,6 +145,28 @@ impl SimpleBackend for AuditedWeights {
     fn contains_tensor(&self, name: &str) -> bool {
         self.inner.tensors.contains_key(name)
     }
+}
+
+/// Reads every tensor of a safetensors file onto `device` (no audit; for checkpoints and
+/// optimizer state).
+pub fn load_tensors(path: impl AsRef<Path>, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    candle_core::safetensors::load_buffer(&bytes, device)
+        .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))
+}
+
+/// Writes named tensors as safetensors, atomically (no partial file on error).
+pub fn save_tensors<'a, K: AsRef<str>>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let mut named: Vec<(K, &Tensor)> = tensors.into_iter().collect();
+    named.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    let bytes = safetensors::serialize(named.iter().map(|(k, v)| (k.as_ref(), *v)), None)
+        .map_err(|e| Error::format(path, format!("cannot serialise tensors ({e})")))?;
+    crate::fsutil::write_bytes_atomic(path, &bytes)
 }
 
 /// Turns a candle error raised while building a model from `weights` into a one-line

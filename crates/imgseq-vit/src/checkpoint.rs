@@ -5,6 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use imgseq_core::weights::model_error;
+pub use imgseq_core::weights::{load_tensors, save_tensors};
 use imgseq_core::{AuditedWeights, Error, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,22 +71,6 @@ pub fn save_classifier(dir: &Path, cfg: &ViTConfig, vars: &VarMap) -> Result<()>
             .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
             .collect()
     };
-    save_tensors(&dir.join(WEIGHTS_FILE), &tensors)?;
+    save_tensors(dir.join(WEIGHTS_FILE), &tensors)?;
     cfg.save(dir.join(CONFIG_FILE))
-}
-
-/// Writes named tensors as safetensors, atomically.
-pub fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
-    let mut sorted: Vec<(&String, &Tensor)> = tensors.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(b.0));
-    let bytes = safetensors::serialize(sorted.iter().map(|(k, v)| (k.as_str(), *v)), None)
-        .map_err(|e| Error::format(path, format!("cannot serialise tensors ({e})")))?;
-    imgseq_core::fsutil::write_bytes_atomic(path, &bytes)
-}
-
-/// Reads every tensor of a safetensors file.
-pub fn load_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    candle_core::safetensors::load_buffer(&bytes, device)
-        .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))
 }

@@ -256,7 +256,7 @@ pub fn train(
         let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
         state =
             serde_json::from_str(&text).map_err(|e| Error::format(&state_path, e.to_string()))?;
-        let saved = load_tensors(&out.join(WEIGHTS_FILE), &dev)?;
+        let saved = load_tensors(out.join(WEIGHTS_FILE), &dev)?;
         let data = vars.data().lock().expect("poisoned");
         for (name, var) in data.iter() {
             let t = saved.get(name).ok_or_else(|| {
@@ -361,7 +361,7 @@ pub fn train(
             (steps_per_epoch * tc.batch_size) as f64 / secs
         );
         save_classifier(out, model_cfg, &vars)?;
-        save_tensors(&out.join("optimizer.safetensors"), &opt.state()?)?;
+        save_tensors(out.join("optimizer.safetensors"), &opt.state()?)?;
         let text = serde_json::to_string_pretty(&state).expect("json");
         imgseq_core::fsutil::write_bytes_atomic(&state_path, text.as_bytes())?;
     }

@@ -40,7 +40,7 @@ fn hf_vit_hidden_states_and_logits_match() {
     let dev = Device::Cpu;
     let (cfg, model) = load_classifier(&fixtures().join("tiny"), &dev).unwrap();
     assert_eq!(cfg.num_labels(), 5);
-    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let io = load_tensors(fixtures().join("tiny_io.safetensors"), &dev).unwrap();
     let x = &io["pixel_values"];
     let out = model.vit.forward_all(x, false).unwrap();
     assert_eq!(out.hidden_states.len(), cfg.num_hidden_layers + 1);
@@ -59,7 +59,7 @@ fn hf_vit_hidden_states_and_logits_match() {
 fn hf_interpolate_pos_encoding_48px_gives_145_tokens_and_matches() {
     let dev = Device::Cpu;
     let (_cfg, model) = load_classifier(&fixtures().join("tiny"), &dev).unwrap();
-    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let io = load_tensors(fixtures().join("tiny_io.safetensors"), &dev).unwrap();
     let x = &io["pixel_values_48"];
     let emb = model.vit.embeddings.forward(x, true).unwrap();
     assert_eq!(emb.dims(), &[1, 145, 32]);
@@ -83,9 +83,9 @@ fn other_size_without_interpolation_is_an_error() {
 fn weights_with_missing_key_name_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let dev = Device::Cpu;
-    let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    let mut t = load_tensors(fixtures().join("tiny/model.safetensors"), &dev).unwrap();
     t.remove("vit.layernorm.bias");
-    imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
+    imgseq_vit::checkpoint::save_tensors(dir.path().join("model.safetensors"), &t).unwrap();
     std::fs::copy(
         fixtures().join("tiny/config.json"),
         dir.path().join("config.json"),
@@ -122,12 +122,12 @@ fn config_and_weights_that_disagree_are_an_error() {
 fn unexpected_extra_tensor_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let dev = Device::Cpu;
-    let mut t = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    let mut t = load_tensors(fixtures().join("tiny/model.safetensors"), &dev).unwrap();
     t.insert(
         "vit.pooler.dense.weight".into(),
         Tensor::zeros((32, 32), candle_core::DType::F32, &dev).unwrap(),
     );
-    imgseq_vit::checkpoint::save_tensors(&dir.path().join("model.safetensors"), &t).unwrap();
+    imgseq_vit::checkpoint::save_tensors(dir.path().join("model.safetensors"), &t).unwrap();
     std::fs::copy(
         fixtures().join("tiny/config.json"),
         dir.path().join("config.json"),
@@ -144,8 +144,8 @@ fn hf_vit_training_gradients_match_pytorch_autograd() {
     use candle_nn::{VarBuilder, VarMap};
     let dev = Device::Cpu;
     let cfg = imgseq_vit::ViTConfig::load(fixtures().join("tiny/config.json")).unwrap();
-    let weights = load_tensors(&fixtures().join("tiny/model.safetensors"), &dev).unwrap();
-    let io = load_tensors(&fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let weights = load_tensors(fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    let io = load_tensors(fixtures().join("tiny_io.safetensors"), &dev).unwrap();
     let vars = VarMap::new();
     let model = imgseq_vit::ViTForImageClassification::new(
         &cfg,

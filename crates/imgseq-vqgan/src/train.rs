@@ -25,6 +25,7 @@ use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::optim::{warmup_cosine, AdamW};
+use imgseq_core::weights::{load_tensors, save_tensors};
 use imgseq_core::{metrics, Error, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
@@ -32,7 +33,6 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -477,19 +477,6 @@ fn sorted_vars(vars: &VarMap) -> Vec<(String, Var)> {
     v
 }
 
-/// Writes named tensors as safetensors, atomically.
-pub fn save_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
-    let bytes = safetensors::serialize(tensors.iter().map(|(k, v)| (k.as_str(), v)), None)
-        .map_err(|e| Error::format(path, format!("cannot serialise tensors ({e})")))?;
-    imgseq_core::fsutil::write_bytes_atomic(path, &bytes)
-}
-
-fn load_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
-        .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))
-}
-
 fn save_checkpoint(
     out: &Path,
     cfg: &VqConfig,
@@ -502,7 +489,7 @@ fn save_checkpoint(
         .into_iter()
         .map(|(k, v)| (k, v.as_tensor().clone()))
         .collect();
-    save_tensors(&out.join(WEIGHTS_FILE), &tensors)?;
+    save_tensors(out.join(WEIGHTS_FILE), tensors.iter().map(|(k, v)| (k, v)))?;
     imgseq_core::fsutil::write_bytes_atomic(
         out.join(CONFIG_FILE),
         cfg.to_json_string().as_bytes(),
@@ -510,7 +497,7 @@ fn save_checkpoint(
     tc.save(&out.join(TRAIN_FILE))?;
     let mut st: Vec<(String, Tensor)> = opt.state()?.into_iter().collect();
     st.sort_by(|a, b| a.0.cmp(&b.0));
-    save_tensors(&out.join(OPTIM_FILE), &st)?;
+    save_tensors(out.join(OPTIM_FILE), st.iter().map(|(k, v)| (k, v)))?;
     // state.json last: it marks a complete checkpoint.
     let text = serde_json::to_string_pretty(state).expect("json");
     imgseq_core::fsutil::write_bytes_atomic(out.join(STATE_FILE), text.as_bytes())
@@ -647,7 +634,7 @@ pub fn train(
             ));
         }
         let wpath = out.join(WEIGHTS_FILE);
-        let saved = load_tensors(&wpath)?;
+        let saved = load_tensors(&wpath, &Device::Cpu)?;
         for (name, var) in &named {
             let t = saved
                 .get(name)
@@ -665,7 +652,7 @@ pub fn train(
             var.set(&t.to_dtype(DType::F32)?)?;
         }
         let opath = out.join(OPTIM_FILE);
-        opt.load_state(&load_tensors(&opath)?)
+        opt.load_state(&load_tensors(&opath, &Device::Cpu)?)
             .map_err(|m| Error::format(&opath, m))?;
         if opt.step != state.step {
             return Err(Error::format(

@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         "vit-train" => {
             let (batch, steps) = (num(2, 128), num(3, 10));
             let cfg = ViTConfig::load(dir.join("config.json"))?;
-            let init = load_tensors(&dir.join("model.safetensors"), &dev)?;
+            let init = load_tensors(dir.join("model.safetensors"), &dev)?;
             let vars = VarMap::new();
             let model = ViTForImageClassification::new(
                 &cfg,
@@ -74,7 +74,7 @@ fn main() -> anyhow::Result<()> {
                 var.set(&init[k])?;
             }
             let mut opt = AdamW::new(named, 1e-3, 0.05)?;
-            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].narrow(0, 0, batch)?;
             let y = inp["y"].narrow(0, 0, batch)?.to_dtype(DType::U32)?;
             time(2, steps, || {
@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         "vit-infer" => {
             let (batch, steps) = (num(2, 256), num(3, 10));
             let (_cfg, model) = imgseq_vit::checkpoint::load_classifier(dir, &dev)?;
-            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].narrow(0, 0, batch)?;
             time(2, steps, || model.forward(&x, false).map(|_| ()))?
         }
@@ -96,7 +96,7 @@ fn main() -> anyhow::Result<()> {
                 Some(&dir.join("config.json")),
                 &dev,
             )?;
-            let inp = load_tensors(&dir.join("inputs.safetensors"), &dev)?;
+            let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].clone();
             let mut idx = None;
             let t = time(1, reps, || {
@@ -110,13 +110,13 @@ fn main() -> anyhow::Result<()> {
                 let mut out = std::collections::HashMap::new();
                 out.insert("indices".to_string(), i.to_dtype(DType::I64)?);
                 out.insert("reconstruction".to_string(), rec);
-                imgseq_vit::checkpoint::save_tensors(&dir.join("rust_out.safetensors"), &out)?;
+                imgseq_vit::checkpoint::save_tensors(dir.join("rust_out.safetensors"), &out)?;
             }
             t
         }
         "conv" => {
             let reps = num(2, 10);
-            let t = load_tensors(&dir.join("conv.safetensors"), &dev)?;
+            let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
             let (x, w, b) = (&t["x"], &t["weight"], &t["bias"]);
             time(2, reps, || {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
