@@ -48,15 +48,19 @@ pub const CODEBOOK: &str = "quantize.embedding.weight";
 pub const PRESETS: &[&str] = &["small", "f16_1024"];
 
 /// A named architecture: `small` (the shipped default: taming layout, f16, 1024 codes of
-/// 64 values, ch 32, one ResnetBlock per level, attention only in the middle block; ~14 MB
-/// of f32 weights) or `f16_1024` (taming's `vqgan_imagenet_f16_1024`).
+/// 64 values, ch 32, `num_res_blocks` 0 — the encoder only has its strided convs before the
+/// middle block, the decoder one ResnetBlock per level —, attention only in the middle
+/// blocks; ~10 MB of f32 weights) or `f16_1024` (taming's `vqgan_imagenet_f16_1024`).
+///
+/// Why so small: training cost on a 2-core CPU is dominated by the full-resolution 3×3 convs;
+/// `num_res_blocks` 1 → 0 halves them (7 → 3 per crop) and so doubles the steps a run gets.
 pub fn preset(name: &str) -> Option<VqConfig> {
     match name {
         "small" => Some(VqConfig {
             ddconfig: DdConfig {
                 ch: 32,
                 ch_mult: vec![1, 1, 2, 2, 4],
-                num_res_blocks: 1,
+                num_res_blocks: 0,
                 attn_resolutions: vec![],
                 z_channels: 64,
                 double_z: false,
@@ -110,6 +114,10 @@ pub struct TrainConfig {
     /// Encoder outputs collected for the k-means codebook initialisation (0: keep taming's
     /// uniform(−1/n, 1/n) init).
     pub kmeans_rows: usize,
+    /// Steps trained as a plain autoencoder (the quantizer bypassed) before the codebook is
+    /// initialised by k-means of the *trained* encoder's outputs; 0: k-means at step 0.
+    #[serde(default)]
+    pub ae_warmup: usize,
     pub kmeans_iters: usize,
     /// A code unused for this many steps is dead (0: no restarts).
     pub dead_after: usize,
@@ -145,6 +153,7 @@ impl TrainConfig {
             hflip: true,
             kmeans_rows: 8192,
             kmeans_iters: 10,
+            ae_warmup: 0,
             dead_after: 200,
             restart_every: 25,
             checkpoint_every: 500,
@@ -543,13 +552,19 @@ struct StepOut {
 
 /// # Shapes
 /// x: (b, 3, s, s) in [-1, 1]
-fn forward_loss(model: &VqModel, tc: &TrainConfig, x: &Tensor) -> Result<StepOut> {
+/// `quantize: false` bypasses the codebook (autoencoder warm-up): no codebook loss, no indices.
+fn forward_loss(model: &VqModel, tc: &TrainConfig, x: &Tensor, quantize: bool) -> Result<StepOut> {
     let z = model.encode_latents(x)?; // (b, d, s/f, s/f)
-    let q = model.quantizer().quantize(&z)?;
-    let xr = model.decode(&q.quantized)?; // (b, 3, s, s)
+    let (xr, mut loss, indices) = if quantize {
+        let q = model.quantizer().quantize(&z)?;
+        let xr = model.decode(&q.quantized)?; // (b, 3, s, s)
+        let idx = q.indices.flatten_all()?.to_vec1::<u32>()?;
+        (xr, (q.loss * tc.codebook)?, idx)
+    } else {
+        (model.decode(&z)?, Tensor::zeros((), DType::F32, x.device())?, Vec::new())
+    };
     let diff = (xr - x)?;
     let l2 = diff.sqr()?.mean_all()?;
-    let mut loss = (q.loss * tc.codebook)?;
     if tc.l1 > 0.0 {
         loss = (loss + (diff.abs()?.mean_all()? * tc.l1)?)?;
     }
@@ -568,9 +583,53 @@ fn forward_loss(model: &VqModel, tc: &TrainConfig, x: &Tensor) -> Result<StepOut
     Ok(StepOut {
         loss,
         mse: l2.to_scalar::<f32>()? as f64,
-        indices: q.indices.flatten_all()?.to_vec1::<u32>()?,
+        indices,
         z_rows,
     })
+}
+
+/// Sets the codebook to a k-means of `tc.kmeans_rows` encoder outputs on random crops (no-op
+/// when `kmeans_rows` is 0: taming's uniform init stays).
+fn init_codebook(
+    model: &VqModel,
+    cfg: &VqConfig,
+    tc: &TrainConfig,
+    images: &[RgbImage],
+    codebook_var: &Var,
+) -> Result<()> {
+    if tc.kmeans_rows == 0 {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let f = cfg.downsample_factor();
+    let per_batch = tc.batch_size * (tc.crop / f) * (tc.crop / f);
+    let batches = tc.kmeans_rows.div_ceil(per_batch).clamp(1, 256);
+    let mut rows = Vec::new();
+    let mut d = cfg.embed_dim;
+    for i in 0..batches {
+        let x = random_crops(
+            images,
+            tc.crop,
+            tc.batch_size,
+            tc.hflip,
+            mix_seed(&[tc.seed, 0x6b6d, i as u64]),
+        )?;
+        let z = model.encode_latents(&x)?;
+        let (r, dd) = latent_rows(&z)?;
+        d = dd;
+        rows.extend(r);
+    }
+    let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, 0x6b6d]));
+    let cent = kmeans(&rows, d, cfg.n_embed, tc.kmeans_iters, &mut rng)?;
+    codebook_var.set(&Tensor::from_vec(cent, (cfg.n_embed, d), &Device::Cpu)?)?;
+    eprintln!(
+        "codebook: k-means of {} encoder outputs into {} codes ({} iterations, {:.1} s)",
+        rows.len() / d,
+        cfg.n_embed,
+        tc.kmeans_iters,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Trains (or, with `resume` and a checkpoint in `out`, continues) a VQGAN. Writes a
@@ -695,36 +754,13 @@ pub fn train(
             state.step,
             tc.steps
         );
-    } else if tc.kmeans_rows > 0 {
-        let t0 = Instant::now();
-        let f = cfg.downsample_factor();
-        let per_batch = tc.batch_size * (tc.crop / f) * (tc.crop / f);
-        let batches = tc.kmeans_rows.div_ceil(per_batch).clamp(1, 256);
-        let mut rows = Vec::new();
-        let mut d = cfg.embed_dim;
-        for i in 0..batches {
-            let x = random_crops(
-                &images,
-                tc.crop,
-                tc.batch_size,
-                tc.hflip,
-                mix_seed(&[tc.seed, 0x6b6d, i as u64]),
-            )?;
-            let z = model.encode_latents(&x)?;
-            let (r, dd) = latent_rows(&z)?;
-            d = dd;
-            rows.extend(r);
-        }
-        let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, 0x6b6d]));
-        let cent = kmeans(&rows, d, cfg.n_embed, tc.kmeans_iters, &mut rng)?;
-        codebook_var.set(&Tensor::from_vec(cent, (cfg.n_embed, d), &dev)?)?;
+    } else if tc.ae_warmup > 0 {
         eprintln!(
-            "codebook: k-means of {} encoder outputs into {} codes ({} iterations, {:.1} s)",
-            rows.len() / d,
-            cfg.n_embed,
-            tc.kmeans_iters,
-            t0.elapsed().as_secs_f64()
+            "steps 1-{}: autoencoder warm-up (quantizer bypassed), then k-means codebook init",
+            tc.ae_warmup
         );
+    } else {
+        init_codebook(&model, cfg, tc, &images, &codebook_var)?;
     }
     tc.save(&out.join(TRAIN_FILE))?;
 
@@ -754,7 +790,14 @@ pub fn train(
             tc.hflip,
             mix_seed(&[tc.seed, step as u64]),
         )?;
-        let so = forward_loss(&model, tc, &x)?;
+        if tc.ae_warmup > 0 && step == tc.ae_warmup {
+            // End of the autoencoder warm-up: codes from what the trained encoder emits.
+            init_codebook(&model, cfg, tc, &images, &codebook_var)?;
+            opt.reset_rows(CODEBOOK, &(0..cfg.n_embed).collect::<Vec<_>>());
+            state.last_used.fill(step);
+        }
+        let quantize = step >= tc.ae_warmup;
+        let so = forward_loss(&model, tc, &x, quantize)?;
         let l = so.loss.to_scalar::<f32>()? as f64;
         if !l.is_finite() {
             return Err(Error::invalid(format!(
@@ -771,7 +814,10 @@ pub fn train(
             counts[i as usize] += 1;
             state.last_used[i as usize] = state.step;
         }
-        if tc.dead_after > 0 && tc.restart_every > 0 && state.step.is_multiple_of(tc.restart_every)
+        if quantize
+            && tc.dead_after > 0
+            && tc.restart_every > 0
+            && state.step.is_multiple_of(tc.restart_every)
         {
             let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, state.step as u64, 0xdead]));
             let dead = restart_dead_codes(
@@ -800,8 +846,9 @@ pub fn train(
             cfg.n_embed
         ));
         let tenth_done = state.step.is_multiple_of(tenth) || state.step == tc.steps;
-        // A history point every `log_every` steps and at every tenth of the run (the log
-        // lines printed when stderr is not a terminal).
+        // A history point every `log_every` steps and at every tenth of the run. When stderr
+        // is not a terminal (no bar), a log line for each tenth, or for each point when
+        // `log_every` was chosen.
         if state.step.is_multiple_of(log_every) || tenth_done {
             let p = LogPoint {
                 step: state.step,
@@ -813,7 +860,7 @@ pub fn train(
                 img_per_s: (n_acc * tc.batch_size) as f64 / t_win.elapsed().as_secs_f64().max(1e-9),
                 lr: opt.lr,
             };
-            if pb.is_hidden() && tenth_done {
+            if pb.is_hidden() && (tenth_done || tc.log_every > 0) {
                 let left = (tc.steps - state.step) as f64 * tc.batch_size as f64 / ips.max(1e-9);
                 eprintln!(
                     "step {}/{}: loss {:.4} PSNR {:.2} dB, codes used {}/{} (perplexity {:.0}), {} restarted, {:.1} img/s, ETA {:.0} min",

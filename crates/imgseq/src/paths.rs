@@ -5,23 +5,26 @@ use std::path::PathBuf;
 
 /// The folder of a shipped default model, e.g. `default_model("vit-fashion-mnist")`.
 ///
-/// Looked up in `$IMGSEQ_WEIGHTS_DIR`, then in `weights/` next to the executable's grand-parent
-/// folders (an installed copy of the repository), then in the source tree's `weights/`.
+/// Looked up only in `$IMGSEQ_WEIGHTS_DIR` when it is set (an explicit choice is never
+/// silently replaced), otherwise in `weights/` next to the executable's grand-parent folders
+/// (an installed copy of the repository), then in the source tree's `weights/`.
 pub fn default_model(name: &str) -> Result<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(d) = std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
-        candidates.push(PathBuf::from(d).join(name));
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        for anc in exe.ancestors().skip(1).take(4) {
-            candidates.push(anc.join("weights").join(name));
+    match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
+        Some(d) if !d.is_empty() => candidates.push(PathBuf::from(d).join(name)),
+        _ => {
+            if let Ok(exe) = std::env::current_exe() {
+                for anc in exe.ancestors().skip(1).take(4) {
+                    candidates.push(anc.join("weights").join(name));
+                }
+            }
+            candidates.push(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../weights")
+                    .join(name),
+            );
         }
     }
-    candidates.push(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../weights")
-            .join(name),
-    );
     for c in &candidates {
         if c.is_dir() {
             return Ok(c.clone());

@@ -14,6 +14,11 @@ use imgseq_vqgan::{load_model, train, VqConfig, VqModel};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
+use crate::paths::default_model;
+
+/// Folder name of the shipped default VQGAN under `weights/`.
+pub const DEFAULT_VQGAN: &str = "vqgan";
+
 #[derive(Subcommand)]
 pub enum VqCmd {
     /// Images → tokens.npy: (h, w) int64 for one image, (n, h, w) for several.
@@ -119,11 +124,21 @@ pub struct TrainArgs {
     resize: usize,
     #[arg(long, default_value_t = 8)]
     batch_size: usize,
-    /// Peak learning rate (Adam β = 0.5, 0.9; warm-up then cosine decay to lr/10).
+    /// Peak learning rate (warm-up then cosine decay to lr/10).
     #[arg(long, default_value_t = 2e-4)]
     lr: f64,
+    /// Adam β1 (taming: 0.5, tuned for its GAN phase).
+    #[arg(long, default_value_t = 0.5)]
+    beta1: f64,
+    /// Adam β2.
+    #[arg(long, default_value_t = 0.9)]
+    beta2: f64,
     #[arg(long, default_value_t = 200)]
     warmup: usize,
+    /// Train this many steps as a plain autoencoder (quantizer bypassed), then initialise the
+    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0).
+    #[arg(long, default_value_t = 0)]
+    ae_warmup: usize,
     /// Weight of the L1 reconstruction loss.
     #[arg(long, default_value_t = 1.0)]
     l1: f64,
@@ -260,6 +275,9 @@ fn train(a: &TrainArgs) -> Result<()> {
         tc.lr = a.lr;
         tc.min_lr = a.lr / 10.0;
         tc.warmup = a.warmup;
+        tc.beta1 = a.beta1;
+        tc.beta2 = a.beta2;
+        tc.ae_warmup = a.ae_warmup;
         tc.l1 = a.l1;
         tc.l2 = a.l2;
         tc.sharp = a.sharp;
@@ -302,6 +320,10 @@ fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) 
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
+    println!("model: {}", weights_label(m));
+    for i in &r.per_image {
+        println!("  {}: PSNR {:.2} dB, SSIM {:.4}", i.path.display(), i.psnr, i.ssim);
+    }
     println!("images: {} at {}x{}", r.images, r.size, r.size);
     println!("PSNR: {:.2} dB (mean)", r.psnr);
     println!("SSIM: {:.4} (mean)", r.ssim);
@@ -312,13 +334,25 @@ fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) 
     Ok(())
 }
 
-/// Where the shipped default weights live: $IMGSEQ_WEIGHTS_DIR, else `<workspace>/weights`.
-fn default_weights() -> PathBuf {
-    let dir = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../weights"),
-    };
-    tidy(&dir.join("vqgan").join("model.safetensors"))
+/// The shipped default model's weights, `weights/vqgan/model.safetensors` (found as
+/// [`default_model`] finds any shipped model).
+fn default_weights() -> Result<PathBuf> {
+    let w = default_model(DEFAULT_VQGAN)
+        .ok()
+        .map(|d| tidy(&d.join("model.safetensors")))
+        .filter(|w| w.is_file());
+    w.with_context(|| {
+        let looked = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
+            Some(d) if !d.is_empty() => format!(" in $IMGSEQ_WEIGHTS_DIR={}", d.to_string_lossy()),
+            _ => " next to the executable or in the source tree".into(),
+        };
+        format!(
+            "no --weights given and the default VQGAN weights \
+             ({DEFAULT_VQGAN}/model.safetensors) were not found{looked}; pass --weights \
+             (safetensors or taming .ckpt) or make them with `imgseq weights convert last.ckpt \
+             --config model.yaml -o weights/{DEFAULT_VQGAN}/model.safetensors`"
+        )
+    })
 }
 
 /// Folds `a/b/../c` into `a/c` (for readable messages; no file system access).
@@ -339,21 +373,17 @@ fn tidy(p: &Path) -> PathBuf {
 fn load(m: &ModelArgs) -> Result<VqModel> {
     let weights = match &m.weights {
         Some(w) => w.clone(),
-        None => {
-            let w = default_weights();
-            if !w.is_file() {
-                bail!(
-                    "no --weights given and the default VQGAN weights {} are not there yet; pass \
-                     --weights (safetensors or taming .ckpt) or make them with `imgseq weights \
-                     convert last.ckpt --config model.yaml -o {}`",
-                    w.display(),
-                    w.display()
-                );
-            }
-            w
-        }
+        None => default_weights()?,
     };
     Ok(load_model(&weights, m.config.as_deref(), &Device::Cpu)?)
+}
+
+/// Which weights `m` names (the shipped default when `--weights` is absent), for reports.
+fn weights_label(m: &ModelArgs) -> String {
+    match &m.weights {
+        Some(w) => w.display().to_string(),
+        None => default_weights().map_or_else(|_| "?".into(), |w| w.display().to_string()),
+    }
 }
 
 // `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
@@ -599,6 +629,13 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
     image_io::save_png(out.join("recon.png"), &rec)?;
     let pair = image_io::side_by_side(&[img, rec], 4);
     image_io::save_png(out.join("side_by_side.png"), &pair)?;
+    let c = model.config();
+    println!(
+        "model: {} (f{}, {} codes)",
+        weights_label(m),
+        c.downsample_factor(),
+        c.n_embed
+    );
     println!("tokens: {} ({h}x{w} grid, raster order)", h * w);
     println!("PSNR: {psnr:.2} dB");
     println!("SSIM: {ssim:.4}");

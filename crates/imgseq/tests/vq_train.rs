@@ -167,6 +167,38 @@ fn resume_continues_exactly() {
 }
 
 #[test]
+fn ae_warmup_bypasses_the_codebook_then_kmeans_inits_it_and_resumes_across_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let tc = |steps| TrainConfig {
+        ae_warmup: 3,
+        ..tiny_tc(&imgs, steps)
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    // During the warm-up no code is used and the codebook keeps its uniform(±1/n) init.
+    let s3 = train::train(&cfg, &tc(3), &b, false, false).unwrap();
+    assert!(s3.history.iter().all(|p| p.codes_used == 0), "{s3:?}");
+    let cb3 = tensors(&b.join("model.safetensors"))[train::CODEBOOK].clone();
+    assert!(cb3.iter().all(|v| v.abs() <= 1.0 / 32.0 + 1e-7));
+    // After it, the codebook is a k-means of the warmed-up encoder's outputs (far larger than
+    // the init) and positions use codes.
+    let sa = train::train(&cfg, &tc(6), &a, false, false).unwrap();
+    assert!(sa.history[3..].iter().all(|p| p.codes_used > 0), "{sa:?}");
+    let cba = &tensors(&a.join("model.safetensors"))[train::CODEBOOK];
+    let max = cba.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(max > 2.0 / 32.0, "codebook max |v| {max}");
+    // Resuming exactly at the transition gives the uninterrupted run.
+    let sb = train::train(&cfg, &tc(6), &b, true, false).unwrap();
+    assert_eq!(sa.last_used, sb.last_used);
+    assert_close(
+        &tensors(&a.join("model.safetensors")),
+        &tensors(&b.join("model.safetensors")),
+        "weights",
+    );
+}
+
+#[test]
 fn cli_train_resume_and_eval() {
     let d = tempfile::tempdir().unwrap();
     let (imgs, cfg) = fixture(d.path());
