@@ -96,8 +96,9 @@ pub enum VqCmd {
     },
 }
 
-/// `imgseq vq train` options. Without --resume every option has its default; with --resume
-/// the run's train.json is used and only --steps (and --data, if given) override it.
+/// `imgseq vq train` options. A new run takes every option not given from the shipped
+/// model's recipe (`TrainConfig::default_for`, shown as [default: ..]); with --resume the run's
+/// train.json is used and only the options given override it (e.g. `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
     /// Image folder (or a .txt list of image paths); required unless resuming.
@@ -113,61 +114,120 @@ pub struct TrainArgs {
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     resume: bool,
-    /// Total optimiser steps [default: 20000].
+    /// Total optimiser steps [default: 7000].
     #[arg(long)]
     steps: Option<usize>,
-    /// Side of the square random crops (a multiple of the downsampling factor).
-    #[arg(long, default_value_t = 128)]
-    crop: usize,
-    /// Images are cached with their shorter side resized to this before cropping.
-    #[arg(long, default_value_t = 384)]
-    resize: usize,
-    #[arg(long, default_value_t = 8)]
-    batch_size: usize,
-    /// Peak learning rate (warm-up then cosine decay to lr/10).
-    #[arg(long, default_value_t = 2e-4)]
-    lr: f64,
-    /// Adam β1 (taming: 0.5, tuned for its GAN phase).
-    #[arg(long, default_value_t = 0.5)]
-    beta1: f64,
-    /// Adam β2.
-    #[arg(long, default_value_t = 0.9)]
-    beta2: f64,
-    #[arg(long, default_value_t = 200)]
-    warmup: usize,
+    /// Side of the square random crops, a multiple of the downsampling factor [default: 96].
+    #[arg(long)]
+    crop: Option<usize>,
+    /// Images are cached with their shorter side resized to this before cropping
+    /// [default: 384].
+    #[arg(long)]
+    resize: Option<usize>,
+    /// [default: 8]
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// From this step on, train on --context-crop crops in batches of --context-batch-size, so
+    /// that attention and GroupNorm see eval-size latents (0: never) [default: 3750].
+    #[arg(long)]
+    context_from: Option<usize>,
+    /// [default: 256]
+    #[arg(long)]
+    context_crop: Option<usize>,
+    /// [default: 2]
+    #[arg(long)]
+    context_batch_size: Option<usize>,
+    /// Peak learning rate; warm-up then cosine decay to lr/10 [default: 0.001].
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Adam β1 (taming uses 0.5, tuned for its GAN phase) [default: 0.9].
+    #[arg(long)]
+    beta1: Option<f64>,
+    /// Adam β2 [default: 0.99].
+    #[arg(long)]
+    beta2: Option<f64>,
+    /// Learning-rate warm-up steps [default: 100].
+    #[arg(long)]
+    warmup: Option<usize>,
     /// Train this many steps as a plain autoencoder (quantizer bypassed), then initialise the
-    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0).
-    #[arg(long, default_value_t = 0)]
-    ae_warmup: usize,
-    /// Weight of the L1 reconstruction loss.
-    #[arg(long, default_value_t = 1.0)]
-    l1: f64,
-    /// Weight of the L2 reconstruction loss.
-    #[arg(long, default_value_t = 1.0)]
-    l2: f64,
-    /// Weight of the image-gradient L1 (sharpening) loss.
-    #[arg(long, default_value_t = 1.0)]
-    sharp: f64,
+    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0)
+    /// [default: 2000].
+    #[arg(long)]
+    ae_warmup: Option<usize>,
+    /// Weight of the L1 reconstruction loss [default: 1].
+    #[arg(long)]
+    l1: Option<f64>,
+    /// Weight of the L2 reconstruction loss [default: 1].
+    #[arg(long)]
+    l2: Option<f64>,
+    /// Weight of the image-gradient L1 (sharpening) loss [default: 1].
+    #[arg(long)]
+    sharp: Option<f64>,
     /// No random horizontal flips.
     #[arg(long)]
     no_flip: bool,
-    /// Encoder outputs for the k-means codebook init (0: taming's uniform init).
-    #[arg(long, default_value_t = 8192)]
-    kmeans_rows: usize,
-    /// A code unused for this many steps is re-seeded from an encoder output (0: never).
-    #[arg(long, default_value_t = 200)]
-    dead_after: usize,
-    /// Look for dead codes every this many steps.
-    #[arg(long, default_value_t = 25)]
-    restart_every: usize,
-    /// Checkpoint every this many steps (and at the end).
-    #[arg(long, default_value_t = 500)]
-    checkpoint_every: usize,
-    /// History point every this many steps (0: every 1% of the run).
-    #[arg(long, default_value_t = 0)]
-    log_every: usize,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Encoder outputs for the k-means codebook init (0: taming's uniform init)
+    /// [default: 8192].
+    #[arg(long)]
+    kmeans_rows: Option<usize>,
+    /// A code unused for this many steps is re-seeded from an encoder output (0: never)
+    /// [default: 200].
+    #[arg(long)]
+    dead_after: Option<usize>,
+    /// Look for dead codes every this many steps [default: 25].
+    #[arg(long)]
+    restart_every: Option<usize>,
+    /// Checkpoint every this many steps, and at the end [default: 250].
+    #[arg(long)]
+    checkpoint_every: Option<usize>,
+    /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
+    /// of the run) [default: 0].
+    #[arg(long)]
+    log_every: Option<usize>,
+    /// [default: 0]
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl TrainArgs {
+    /// Writes every option that was given into `tc`.
+    fn apply(&self, tc: &mut train::TrainConfig) {
+        fn set<T: Copy>(dst: &mut T, v: Option<T>) {
+            if let Some(v) = v {
+                *dst = v;
+            }
+        }
+        if let Some(d) = &self.data {
+            tc.data = d.clone();
+        }
+        set(&mut tc.steps, self.steps);
+        set(&mut tc.crop, self.crop);
+        set(&mut tc.resize, self.resize);
+        set(&mut tc.batch_size, self.batch_size);
+        set(&mut tc.context_from, self.context_from);
+        set(&mut tc.context_crop, self.context_crop);
+        set(&mut tc.context_batch_size, self.context_batch_size);
+        if let Some(lr) = self.lr {
+            tc.lr = lr;
+            tc.min_lr = lr / 10.0;
+        }
+        set(&mut tc.beta1, self.beta1);
+        set(&mut tc.beta2, self.beta2);
+        set(&mut tc.warmup, self.warmup);
+        set(&mut tc.ae_warmup, self.ae_warmup);
+        set(&mut tc.l1, self.l1);
+        set(&mut tc.l2, self.l2);
+        set(&mut tc.sharp, self.sharp);
+        if self.no_flip {
+            tc.hflip = false;
+        }
+        set(&mut tc.kmeans_rows, self.kmeans_rows);
+        set(&mut tc.dead_after, self.dead_after);
+        set(&mut tc.restart_every, self.restart_every);
+        set(&mut tc.checkpoint_every, self.checkpoint_every);
+        set(&mut tc.log_every, self.log_every);
+        set(&mut tc.seed, self.seed);
+    }
 }
 
 /// Which model to use.
@@ -249,12 +309,7 @@ fn train(a: &TrainArgs) -> Result<()> {
     let (cfg, tc, resume) = if a.resume && state_file.is_file() {
         let mut tc = train::TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
         let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
-        if let Some(s) = a.steps {
-            tc.steps = s;
-        }
-        if let Some(d) = &a.data {
-            tc.data = d.clone();
-        }
+        a.apply(&mut tc);
         (cfg, tc, true)
     } else {
         if a.resume {
@@ -268,26 +323,7 @@ fn train(a: &TrainArgs) -> Result<()> {
         };
         let cfg = model_config(&a.config)?;
         let mut tc = train::TrainConfig::default_for(data);
-        tc.steps = a.steps.unwrap_or(tc.steps);
-        tc.crop = a.crop;
-        tc.resize = a.resize;
-        tc.batch_size = a.batch_size;
-        tc.lr = a.lr;
-        tc.min_lr = a.lr / 10.0;
-        tc.warmup = a.warmup;
-        tc.beta1 = a.beta1;
-        tc.beta2 = a.beta2;
-        tc.ae_warmup = a.ae_warmup;
-        tc.l1 = a.l1;
-        tc.l2 = a.l2;
-        tc.sharp = a.sharp;
-        tc.hflip = !a.no_flip;
-        tc.kmeans_rows = a.kmeans_rows;
-        tc.dead_after = a.dead_after;
-        tc.restart_every = a.restart_every;
-        tc.checkpoint_every = a.checkpoint_every;
-        tc.log_every = a.log_every;
-        tc.seed = a.seed;
+        a.apply(&mut tc);
         (cfg, tc, false)
     };
     let st = train::train(&cfg, &tc, &a.out, resume, true)?;

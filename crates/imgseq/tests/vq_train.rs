@@ -55,6 +55,8 @@ fn tiny_tc(data: &Path, steps: usize) -> TrainConfig {
     tc.restart_every = 2;
     tc.checkpoint_every = 2;
     tc.log_every = 1;
+    tc.ae_warmup = 0;
+    tc.context_from = 0;
     tc
 }
 
@@ -167,14 +169,21 @@ fn resume_continues_exactly() {
 }
 
 #[test]
-fn ae_warmup_bypasses_the_codebook_then_kmeans_inits_it_and_resumes_across_it() {
+fn ae_warmup_and_context_stage_switch_on_time_and_resume_across_both() {
     let d = tempfile::tempdir().unwrap();
     let (imgs, cfg) = fixture(d.path());
     let cfg = VqConfig::from_json_file(cfg).unwrap();
+    // Autoencoder warm-up for steps 1-3, 16² crops in 4s until step 4, then 24² crops in 2s.
     let tc = |steps| TrainConfig {
         ae_warmup: 3,
+        context_from: 4,
+        context_crop: 24,
+        context_batch_size: 2,
         ..tiny_tc(&imgs, steps)
     };
+    assert_eq!(tc(6).crop_at(3), (16, 4));
+    assert_eq!(tc(6).crop_at(4), (24, 2));
+    assert_eq!((tc(6).max_crop(), tc(4).max_crop()), (24, 16));
     let (a, b) = (d.path().join("a"), d.path().join("b"));
     // During the warm-up no code is used and the codebook keeps its uniform(±1/n) init.
     let s3 = train::train(&cfg, &tc(3), &b, false, false).unwrap();
@@ -188,7 +197,8 @@ fn ae_warmup_bypasses_the_codebook_then_kmeans_inits_it_and_resumes_across_it() 
     let cba = &tensors(&a.join("model.safetensors"))[train::CODEBOOK];
     let max = cba.iter().fold(0f32, |m, v| m.max(v.abs()));
     assert!(max > 2.0 / 32.0, "codebook max |v| {max}");
-    // Resuming exactly at the transition gives the uninterrupted run.
+    // Resuming exactly at the codebook init, and across the crop switch, gives the
+    // uninterrupted run.
     let sb = train::train(&cfg, &tc(6), &b, true, false).unwrap();
     assert_eq!(sa.last_used, sb.last_used);
     assert_close(
@@ -219,6 +229,8 @@ fn cli_train_resume_and_eval() {
         "64",
         "--checkpoint-every",
         "2",
+        "--ae-warmup",
+        "1",
     ];
     let mut args = vec![
         "vq", "train", "--data", &imgs_s, "--config", &cfg_s, "--out", &out_s,
