@@ -128,7 +128,7 @@ pub struct TrainArgs {
     #[arg(long)]
     batch_size: Option<usize>,
     /// From this step on, train on --context-crop crops in batches of --context-batch-size, so
-    /// that attention and GroupNorm see eval-size latents (0: never) [default: 3750].
+    /// that attention and GroupNorm see eval-size latents (0: never) [default: 4100].
     #[arg(long)]
     context_from: Option<usize>,
     /// [default: 256]
@@ -166,6 +166,13 @@ pub struct TrainArgs {
     /// No random horizontal flips.
     #[arg(long)]
     no_flip: bool,
+    /// Keep the colour channels in order (by default each crop gets a random order of r, g, b).
+    #[arg(long)]
+    no_shuffle_channels: bool,
+    /// Also crop from copies of every image with its shorter side resized to these sizes,
+    /// comma-separated; `none` for none [default: 512,640].
+    #[arg(long, value_delimiter = ',')]
+    extra_scales: Option<Vec<String>>,
     /// Encoder outputs for the k-means codebook init (0: taming's uniform init)
     /// [default: 8192].
     #[arg(long)]
@@ -220,6 +227,12 @@ impl TrainArgs {
         set(&mut tc.sharp, self.sharp);
         if self.no_flip {
             tc.hflip = false;
+        }
+        if self.no_shuffle_channels {
+            tc.shuffle_channels = false;
+        }
+        if let Some(v) = &self.extra_scales {
+            tc.extra_scales = v.iter().filter_map(|s| s.trim().parse().ok()).collect();
         }
         set(&mut tc.kmeans_rows, self.kmeans_rows);
         set(&mut tc.dead_after, self.dead_after);

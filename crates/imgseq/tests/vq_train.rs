@@ -57,6 +57,7 @@ fn tiny_tc(data: &Path, steps: usize) -> TrainConfig {
     tc.log_every = 1;
     tc.ae_warmup = 0;
     tc.context_from = 0;
+    tc.extra_scales = vec![40];
     tc
 }
 
@@ -231,6 +232,8 @@ fn cli_train_resume_and_eval() {
         "2",
         "--ae-warmup",
         "1",
+        "--extra-scales",
+        "36,40",
     ];
     let mut args = vec![
         "vq", "train", "--data", &imgs_s, "--config", &cfg_s, "--out", &out_s,
