@@ -373,7 +373,14 @@ pub fn random_crops(
         let oy = rng.random_range(0..=h - crop);
         let flip = hflip && rng.random::<bool>();
         // One of the 6 orders of (r, g, b): new colours from the same shapes.
-        const PERMS: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        const PERMS: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
         let perm = if shuffle_channels {
             PERMS[rng.random_range(0..6)]
         } else {
@@ -623,7 +630,11 @@ fn forward_loss(model: &VqModel, tc: &TrainConfig, x: &Tensor, quantize: bool) -
         let idx = q.indices.flatten_all()?.to_vec1::<u32>()?;
         (xr, (q.loss * tc.codebook)?, idx)
     } else {
-        (model.decode(&z)?, Tensor::zeros((), DType::F32, x.device())?, Vec::new())
+        (
+            model.decode(&z)?,
+            Tensor::zeros((), DType::F32, x.device())?,
+            Vec::new(),
+        )
     };
     let diff = (xr - x)?;
     let l2 = diff.sqr()?.mean_all()?;
@@ -943,8 +954,8 @@ pub fn train(
                 lr: opt.lr,
             };
             if pb.is_hidden() && (tenth_done || tc.log_every > 0) {
-                let steps_per_s = (state.step - start_step) as f64
-                    / t_run.elapsed().as_secs_f64().max(1e-9);
+                let steps_per_s =
+                    (state.step - start_step) as f64 / t_run.elapsed().as_secs_f64().max(1e-9);
                 let left = (tc.steps - state.step) as f64 / steps_per_s.max(1e-9);
                 eprintln!(
                     "step {}/{}: loss {:.4} PSNR {:.2} dB, codes used {}/{} (perplexity {:.0}), {} restarted, {:.1} img/s, ETA {:.0} min",
@@ -1163,7 +1174,16 @@ mod tests {
         });
         let planes = |t: &Tensor| -> Vec<Vec<f32>> {
             (0..3)
-                .map(|c| t.get(0).unwrap().get(c).unwrap().flatten_all().unwrap().to_vec1().unwrap())
+                .map(|c| {
+                    t.get(0)
+                        .unwrap()
+                        .get(c)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                })
                 .collect()
         };
         let mut moved = 0;

@@ -371,7 +371,12 @@ fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) 
     }
     println!("model: {}", weights_label(m));
     for i in &r.per_image {
-        println!("  {}: PSNR {:.2} dB, SSIM {:.4}", i.path.display(), i.psnr, i.ssim);
+        println!(
+            "  {}: PSNR {:.2} dB, SSIM {:.4}",
+            i.path.display(),
+            i.psnr,
+            i.ssim
+        );
     }
     println!("images: {} at {}x{}", r.images, r.size, r.size);
     println!("PSNR: {:.2} dB (mean)", r.psnr);
