@@ -198,7 +198,7 @@ pub struct TrainArgs {
 
 impl TrainArgs {
     /// Writes every option that was given into `tc`.
-    fn apply(&self, tc: &mut train::TrainConfig) {
+    fn apply(&self, tc: &mut train::TrainConfig) -> Result<()> {
         fn set<T: Copy>(dst: &mut T, v: Option<T>) {
             if let Some(v) = v {
                 *dst = v;
@@ -232,7 +232,16 @@ impl TrainArgs {
             tc.shuffle_channels = false;
         }
         if let Some(v) = &self.extra_scales {
-            tc.extra_scales = v.iter().filter_map(|s| s.trim().parse().ok()).collect();
+            tc.extra_scales = v
+                .iter()
+                .filter(|s| s.trim() != "none")
+                .map(|s| match s.trim().parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => bail!(
+                        "--extra-scales {s:?}: expected sizes in pixels like 512,640, or none"
+                    ),
+                })
+                .collect::<Result<_>>()?;
         }
         set(&mut tc.kmeans_rows, self.kmeans_rows);
         set(&mut tc.dead_after, self.dead_after);
@@ -240,6 +249,7 @@ impl TrainArgs {
         set(&mut tc.checkpoint_every, self.checkpoint_every);
         set(&mut tc.log_every, self.log_every);
         set(&mut tc.seed, self.seed);
+        Ok(())
     }
 }
 
@@ -322,7 +332,7 @@ fn train(a: &TrainArgs) -> Result<()> {
     let (cfg, tc, resume) = if a.resume && state_file.is_file() {
         let mut tc = train::TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
         let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
-        a.apply(&mut tc);
+        a.apply(&mut tc)?;
         (cfg, tc, true)
     } else {
         if a.resume {
@@ -336,7 +346,7 @@ fn train(a: &TrainArgs) -> Result<()> {
         };
         let cfg = model_config(&a.config)?;
         let mut tc = train::TrainConfig::default_for(data);
-        a.apply(&mut tc);
+        a.apply(&mut tc)?;
         (cfg, tc, false)
     };
     let st = train::train(&cfg, &tc, &a.out, resume, true)?;

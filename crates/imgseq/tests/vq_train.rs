@@ -286,6 +286,17 @@ fn cli_train_resume_and_eval() {
         "vq", "train", "--data", &imgs_s, "--config", "huge", "--out", &out_s,
     ]);
     assert!(e.contains("huge") && e.contains("small"), "{e}");
+    let e = fails(&[
+        "vq",
+        "train",
+        "--data",
+        &imgs_s,
+        "--out",
+        &out_s,
+        "--extra-scales",
+        "512,6x0",
+    ]);
+    assert!(e.contains("--extra-scales") && e.contains("6x0"), "{e}");
     std::fs::write(imgs.join("broken.png"), "not a png").unwrap();
     let e = fails(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
     assert!(e.contains("broken.png"), "{e}");
