@@ -44,6 +44,21 @@ pub fn write_bytes_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
 
+/// Reads a JSON file into `T`; a parse failure names the file and says it is not a valid
+/// `what` (e.g. "train.json").
+pub fn read_json<T: serde::de::DeserializeOwned>(path: impl AsRef<Path>, what: &str) -> Result<T> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::format(path, format!("not a valid {what} ({e})")))
+}
+
+/// Writes `value` as pretty JSON, atomically (see [`write_atomic`]).
+pub fn write_json<T: serde::Serialize>(path: impl AsRef<Path>, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("plain data serialises to JSON");
+    write_bytes_atomic(path, text.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

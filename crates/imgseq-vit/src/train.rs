@@ -19,6 +19,7 @@ use crate::checkpoint::{load_tensors, save_classifier, save_tensors, WEIGHTS_FIL
 use crate::config::ViTConfig;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
 use crate::model::ViTForImageClassification;
+use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 
 /// Everything that defines a training run (saved as `training.json`).
@@ -64,14 +65,11 @@ impl TrainConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        serde_json::from_str(&text)
-            .map_err(|e| Error::format(path, format!("not a valid training.json ({e})")))
+        read_json(path, "training.json")
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self).expect("json");
-        imgseq_core::fsutil::write_bytes_atomic(path, text.as_bytes())
+        write_json(path, self)
     }
 }
 
@@ -253,9 +251,7 @@ pub fn train(
     let state_path = out.join("state.json");
     let mut state = TrainState::default();
     if resume && state_path.exists() {
-        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
-        state =
-            serde_json::from_str(&text).map_err(|e| Error::format(&state_path, e.to_string()))?;
+        state = read_json(&state_path, "state.json")?;
         let saved = load_tensors(out.join(WEIGHTS_FILE), &dev)?;
         let data = vars.data().lock().expect("poisoned");
         for (name, var) in data.iter() {
@@ -362,8 +358,7 @@ pub fn train(
         );
         save_classifier(out, model_cfg, &vars)?;
         save_tensors(out.join("optimizer.safetensors"), &opt.state()?)?;
-        let text = serde_json::to_string_pretty(&state).expect("json");
-        imgseq_core::fsutil::write_bytes_atomic(&state_path, text.as_bytes())?;
+        write_json(&state_path, &state)?;
     }
     Ok(state)
 }

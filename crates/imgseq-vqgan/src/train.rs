@@ -23,6 +23,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
+use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::weights::{load_tensors, save_tensors};
@@ -206,14 +207,11 @@ impl TrainConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        serde_json::from_str(&text)
-            .map_err(|e| Error::format(path, format!("not a valid train.json ({e})")))
+        read_json(path, TRAIN_FILE)
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self).expect("json");
-        imgseq_core::fsutil::write_bytes_atomic(path, text.as_bytes())
+        write_json(path, self)
     }
 
     /// Checks the numbers against the model (crop a multiple of the downsampling factor, ...).
@@ -577,8 +575,7 @@ fn save_checkpoint(
     st.sort_by(|a, b| a.0.cmp(&b.0));
     save_tensors(out.join(OPTIM_FILE), st.iter().map(|(k, v)| (k, v)))?;
     // state.json last: it marks a complete checkpoint.
-    let text = serde_json::to_string_pretty(state).expect("json");
-    imgseq_core::fsutil::write_bytes_atomic(out.join(STATE_FILE), text.as_bytes())
+    write_json(out.join(STATE_FILE), state)
 }
 
 fn bar(len: u64, pos: u64, prefix: &str) -> ProgressBar {
@@ -753,9 +750,7 @@ pub fn train(
         ..Default::default()
     };
     if resuming {
-        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
-        state = serde_json::from_str(&text)
-            .map_err(|e| Error::format(&state_path, format!("not a valid state.json ({e})")))?;
+        state = read_json(&state_path, STATE_FILE)?;
         if state.last_used.len() != cfg.n_embed {
             return Err(Error::format(
                 &state_path,

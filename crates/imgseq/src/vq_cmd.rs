@@ -373,13 +373,13 @@ fn train(a: &TrainArgs) -> Result<()> {
 fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) -> Result<()> {
     check_size(pre.size, None)?;
     let paths = train::data_paths(data)?;
-    let model = load(m)?;
+    let (model, weights) = load(m)?;
     let r = train::evaluate(&model, &paths, pre.size, pre.upscale, batch, true)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
-    println!("model: {}", weights_label(m));
+    println!("model: {}", weights.display());
     for i in &r.per_image {
         println!(
             "  {}: PSNR {:.2} dB, SSIM {:.4}",
@@ -434,20 +434,15 @@ fn tidy(p: &Path) -> PathBuf {
     out
 }
 
-fn load(m: &ModelArgs) -> Result<VqModel> {
+/// The model `m` names and the weights file it came from (the shipped default when
+/// `--weights` is absent), for reports.
+fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
     let weights = match &m.weights {
         Some(w) => w.clone(),
         None => default_weights()?,
     };
-    Ok(load_model(&weights, m.config.as_deref(), &Device::Cpu)?)
-}
-
-/// Which weights `m` names (the shipped default when `--weights` is absent), for reports.
-fn weights_label(m: &ModelArgs) -> String {
-    match &m.weights {
-        Some(w) => w.display().to_string(),
-        None => default_weights().map_or_else(|_| "?".into(), |w| w.display().to_string()),
-    }
+    let model = load_model(&weights, m.config.as_deref(), &Device::Cpu)?;
+    Ok((model, weights))
 }
 
 // `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
@@ -510,7 +505,7 @@ fn encode(
         let (w, h) = image_io::image_dimensions(p)?;
         image_io::check_min_size(p, w, h, pre.size, pre.upscale)?;
     }
-    let model = load(m)?;
+    let (model, _) = load(m)?;
     check_size(pre.size, Some(&model))?;
     let pb = progress(images.len(), "encoding");
     let mut tokens: Vec<i64> = Vec::new();
@@ -598,7 +593,7 @@ fn write_tokens(path: &Path, t: &Tokens) -> Result<()> {
 
 fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> {
     let t = read_tokens(tokens)?;
-    let model = load(m)?;
+    let (model, _) = load(m)?;
     let n_embed = model.config().n_embed as i64;
     if let Some((i, &v)) = t
         .data
@@ -669,7 +664,7 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
 fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Result<()> {
     check_size(pre.size, None)?;
     let img = image_io::load_rgb_square(image, pre.size, pre.upscale)?;
-    let model = load(m)?;
+    let (model, weights) = load(m)?;
     check_size(pre.size, Some(&model))?;
     let q = model.encode(&batch_tensor(std::slice::from_ref(&img))?)?;
     let rec = model.decode(&q.quantized)?;
@@ -696,7 +691,7 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
     let c = model.config();
     println!(
         "model: {} (f{}, {} codes)",
-        weights_label(m),
+        weights.display(),
         c.downsample_factor(),
         c.n_embed
     );
