@@ -19,6 +19,16 @@ pub enum Error {
     /// A weight file does not match the model it should load into.
     #[error("{}: {msg}", path.display())]
     Weights { path: PathBuf, msg: String },
+    /// A setting — a config field or an argument, under the name the library gives it
+    /// (`crop`, `size`, `lr`, ...) — has a value the operation cannot use. The message says
+    /// what is wrong in the library's terms (`crop 100 must be a positive multiple of 16`); the
+    /// binary, which knows the flag behind each setting, prints the flag instead of the name.
+    #[error("{name} {value} {msg}")]
+    Setting {
+        name: &'static str,
+        value: String,
+        msg: String,
+    },
     /// An argument or input value is outside what the operation accepts.
     #[error("{0}")]
     Invalid(String),
@@ -51,5 +61,17 @@ impl Error {
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
+    }
+    /// `setting("crop", 100, "must be a positive multiple of 16")`.
+    pub fn setting(
+        name: &'static str,
+        value: impl std::fmt::Display,
+        msg: impl Into<String>,
+    ) -> Self {
+        Error::Setting {
+            name,
+            value: value.to_string(),
+            msg: msg.into(),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Shared foundations of imgseq: errors, audited weight loading, atomic file output, image I/O,
 //! token files (`.npy`), datasets and image-quality metrics.
 
+pub mod codes;
 pub mod data;
 pub mod error;
 pub mod fsutil;
@@ -8,6 +9,7 @@ pub mod image_io;
 pub mod metrics;
 pub mod npy;
 pub mod optim;
+pub mod progress;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -234,29 +234,16 @@ pub fn codebook_usage<T: Copy + Into<i64>>(indices: &[T], n_codes: usize) -> Res
     if indices.is_empty() {
         return Err(Error::invalid("codebook usage: no indices"));
     }
+    if let Some((_, i)) = crate::codes::first_out_of_range(indices, n_codes) {
+        return Err(Error::invalid(format!(
+            "codebook usage: index {i} is outside the codebook of {n_codes} codes"
+        )));
+    }
     let mut counts = vec![0u64; n_codes];
     for &i in indices {
-        let i: i64 = i.into();
-        match usize::try_from(i).ok().filter(|&u| u < n_codes) {
-            Some(u) => counts[u] += 1,
-            None => {
-                return Err(Error::invalid(format!(
-                    "codebook usage: index {i} is outside the codebook of {n_codes} codes"
-                )))
-            }
-        }
+        counts[i.into() as usize] += 1;
     }
-    let total = indices.len() as f64;
-    let used = counts.iter().filter(|&&c| c > 0).count();
-    let entropy: f64 = counts
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
-            let p = c as f64 / total;
-            -p * p.ln()
-        })
-        .sum();
-    Ok((used, entropy.exp()))
+    Ok(crate::codes::usage_from_counts(&counts))
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 pub mod cpu;
 pub mod custom;
 pub mod ops;
+mod padding;
 pub mod reference;
 pub mod runtime;
 
-pub use ops::Padding;
+pub use padding::Padding;
 pub use runtime::tune_allocator;

@@ -4,7 +4,7 @@
 //! used on non-CPU devices and for dtypes the kernels do not cover (f16/bf16). Every function
 //! here is differentiable through candle's autograd.
 
-use crate::Padding;
+use crate::padding::Padding;
 use candle_core::{DType, Result, Tensor, D};
 
 /// 2-D convolution (cross-correlation, as PyTorch).

@@ -59,6 +59,31 @@ fn default_model_type() -> String {
     "vit".into()
 }
 
+/// Side in pixels of the seed model's square input ([`ViTConfig::seed`]).
+pub const SEED_IMAGE_SIZE: usize = 32;
+
+/// The one rule between an input and the patch size: an `h`×`w` input must be cut into whole
+/// `patch_size`×`patch_size` patches. Returns the patch grid (rows, columns).
+///
+/// [`ViTConfig::check_input_size`] applies it with a config's patch size; the model's layers,
+/// which keep only the patch size, call it directly.
+pub fn patch_grid(h: usize, w: usize, patch_size: usize) -> Result<(usize, usize)> {
+    if patch_size == 0 {
+        return Err(Error::invalid("the patch size is 0"));
+    }
+    if !h.is_multiple_of(patch_size) || !w.is_multiple_of(patch_size) {
+        let input = if h == w {
+            format!("input size {h}")
+        } else {
+            format!("input {h}x{w}")
+        };
+        return Err(Error::invalid(format!(
+            "{input} is not a multiple of the patch size {patch_size}"
+        )));
+    }
+    Ok((h / patch_size, w / patch_size))
+}
+
 impl ViTConfig {
     /// The seed model: 32×32 input, 4×4 patches → 64 patches + CLS = 65 tokens of width 48,
     /// 4 layers, 4 heads, MLP 192 (~0.12 M parameters with a 10-class head).
@@ -74,7 +99,7 @@ impl ViTConfig {
             .map(|(i, l)| (l.to_string(), i))
             .collect();
         Self {
-            image_size: 32,
+            image_size: SEED_IMAGE_SIZE,
             patch_size: 4,
             num_channels,
             hidden_size: 48,
@@ -103,6 +128,12 @@ impl ViTConfig {
         self.id2label.len()
     }
 
+    /// Checks that an `h`×`w` input is a whole number of patches of this model (see
+    /// [`patch_grid`]); returns the patch grid (rows, columns).
+    pub fn check_input_size(&self, h: usize, w: usize) -> Result<(usize, usize)> {
+        patch_grid(h, w, self.patch_size)
+    }
+
     /// Patches per side at the configured image size.
     pub fn grid(&self) -> usize {
         self.image_size / self.patch_size
@@ -128,11 +159,8 @@ impl ViTConfig {
     /// Checks the relations between fields that the model relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("invalid ViT config: {m}")));
-        if self.patch_size == 0 || !self.image_size.is_multiple_of(self.patch_size) {
-            return bad(format!(
-                "image_size {} is not a multiple of patch_size {}",
-                self.image_size, self.patch_size
-            ));
+        if let Err(e) = self.check_input_size(self.image_size, self.image_size) {
+            return bad(format!("image_size and patch_size: {e}"));
         }
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
@@ -218,5 +246,16 @@ mod tests {
         c.save(&p).unwrap();
         let e = ViTConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains("config.json") && e.contains("patch_size"), "{e}");
+    }
+
+    #[test]
+    fn input_size_rule_names_sizes_without_flags() {
+        let c = ViTConfig::fashion_mnist();
+        assert_eq!(c.check_input_size(48, 32).unwrap(), (12, 8));
+        let e = c.check_input_size(30, 30).unwrap_err().to_string();
+        assert_eq!(e, "input size 30 is not a multiple of the patch size 4");
+        let e = c.check_input_size(32, 30).unwrap_err().to_string();
+        assert_eq!(e, "input 32x30 is not a multiple of the patch size 4");
+        assert!(patch_grid(32, 32, 0).is_err());
     }
 }

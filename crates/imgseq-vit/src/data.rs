@@ -1,4 +1,5 @@
-//! From a labelled u8 [`Dataset`] to model-ready batches.
+//! From a dataset on disk ([`DataSource`]) to a labelled u8 [`Dataset`] on the model's canvas,
+//! and from there to model-ready batches.
 //!
 //! Datasets smaller than the model (Fashion-MNIST's 28×28 in a 32×32 ViT) are centred on a zero
 //! background once, at load time ([`pad_to`]); shifts, flips and erasing then come from
@@ -6,10 +7,13 @@
 
 use candle_core::{Device, Tensor};
 use imgseq_core::data::{
-    batch_tensors, Augment as CoreAugment, Dataset, Normalize as CoreNormalize,
+    batch_tensors, cifar10, fashion_mnist, image_folder, Augment as CoreAugment, Dataset,
+    Normalize as CoreNormalize, Split,
 };
+use imgseq_core::image_io::Fit;
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 pub use imgseq_core::data::Dataset as ImageSet;
 
@@ -51,8 +55,95 @@ pub struct Normalize {
 }
 
 impl Normalize {
+    /// HF `ViTImageProcessor`'s defaults (mean 0.5, std 0.5 per channel), for checkpoints
+    /// that come without a `training.json`.
+    pub fn hf_default(channels: usize) -> Self {
+        Self {
+            image_mean: vec![0.5; channels],
+            image_std: vec![0.5; channels],
+        }
+    }
+
     fn to_core(&self) -> Result<CoreNormalize> {
         CoreNormalize::new(self.image_mean.clone(), self.image_std.clone())
+    }
+}
+
+/// Where a training or test set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    /// Fashion-MNIST IDX files (gzipped or not) in a folder; `None`: the Debian package's
+    /// folder ([`imgseq_core::data::idx::FASHION_MNIST_DIR`]).
+    FashionMnist(Option<PathBuf>),
+    /// The folder with CIFAR-10's `data_batch_*.bin` / `test_batch.bin`.
+    Cifar10(PathBuf),
+    /// A folder with `train/` and `test/`, each with one subfolder per class.
+    ImageFolder(PathBuf),
+}
+
+impl DataSource {
+    /// The name recorded in `training.json`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DataSource::FashionMnist(_) => "fashion-mnist",
+            DataSource::Cifar10(_) => "cifar-10",
+            DataSource::ImageFolder(_) => "image-folder",
+        }
+    }
+
+    /// `(channels, side)` of the images a new model is trained on: the dataset's own size
+    /// (28×28 gray for Fashion-MNIST), or 32×32 RGB for image folders.
+    pub fn native_shape(&self) -> (usize, usize) {
+        match self {
+            DataSource::FashionMnist(_) => (1, 28),
+            DataSource::Cifar10(_) | DataSource::ImageFolder(_) => (3, 32),
+        }
+    }
+
+    /// Loads one split with `channels` at `input`×`input` pixels (image folders are
+    /// letterboxed to it, the fixed-size datasets must have it), keeps the first `limit`
+    /// images, and centres them on the model's `size`×`size` canvas ([`pad_to`]).
+    pub fn load_split(
+        &self,
+        split: Split,
+        input: usize,
+        channels: usize,
+        size: usize,
+        limit: Option<usize>,
+    ) -> Result<Dataset> {
+        let mut set = match self {
+            DataSource::FashionMnist(dir) => fashion_mnist(dir.as_deref(), split)?,
+            DataSource::Cifar10(dir) => cifar10(dir, split)?,
+            DataSource::ImageFolder(dir) => {
+                let sub = dir.join(match split {
+                    Split::Train => "train",
+                    Split::Test => "test",
+                });
+                image_folder(&sub, input as u32, channels, Fit::Letterbox(0))?
+            }
+        };
+        if (set.channels, set.height) != (channels, input) {
+            return Err(Error::invalid(format!(
+                "the {} data is {}x{}x{} but the model expects {}x{}x{}",
+                match split {
+                    Split::Train => "training",
+                    Split::Test => "test",
+                },
+                set.channels,
+                set.height,
+                set.width,
+                channels,
+                input,
+                input
+            )));
+        }
+        if let Some(l) = limit {
+            let l = l.min(set.n);
+            set.images.truncate(l * set.image_len());
+            set.labels.truncate(l);
+            set.n = l;
+        }
+        pad_to(set, size)
     }
 }
 

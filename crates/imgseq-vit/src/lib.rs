@@ -2,18 +2,21 @@
 //! becomes 65 continuous tokens (CLS + 64 patch embeddings, learned positions added), a
 //! pre-LN encoder reads them and the CLS output is classified.
 //!
-//! - [`config`]: `ViTConfig` with HF field names, the seed preset.
+//! - [`config`]: `ViTConfig` with HF field names, the seed preset, the input-size rule.
 //! - [`model`]: the network, top to bottom (`Embeddings::forward` = patch → CLS → positions).
 //! - [`checkpoint`]: strict loading / saving in HF's folder layout.
+//! - [`data`]: datasets on disk → u8 sets on the model's canvas → normalised batches.
 //! - [`train`]: AdamW training with warmup + cosine, evaluation, confusion matrix.
-//! - [`plot`]: the position-embedding similarity picture.
+//! - [`inference`]: a trained [`Classifier`]: image preprocessing, tokens, top-k labels.
 
 pub mod checkpoint;
 pub mod config;
+pub mod data;
+pub mod inference;
 pub mod interpolate;
 pub mod model;
+pub mod train;
 
 pub use config::ViTConfig;
+pub use inference::Classifier;
 pub use model::{Embeddings, ViTForImageClassification, ViTModel};
-pub mod data;
-pub mod train;

@@ -12,7 +12,7 @@ use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 use imgseq_kernels::ops;
 
-use crate::config::ViTConfig;
+use crate::config::{patch_grid, ViTConfig};
 use crate::interpolate::bicubic_resize_grid;
 
 /// A linear layer in PyTorch layout (weight (out, in)), computed by `ops::linear`.
@@ -81,6 +81,7 @@ impl Module for LayerNorm {
 pub struct PatchEmbeddings {
     weight: Tensor, // (hidden, c, p, p)
     bias: Tensor,   // (hidden)
+    /// The model's one copy of the patch size (the rest of the model asks this layer).
     patch_size: usize,
 }
 
@@ -105,6 +106,16 @@ impl PatchEmbeddings {
         })
     }
 
+    pub fn patch_size(&self) -> usize {
+        self.patch_size
+    }
+
+    /// The patch grid (rows, columns) of an `h`×`w` input; an error unless the input is a
+    /// whole number of patches ([`patch_grid`]).
+    pub fn grid(&self, h: usize, w: usize) -> Result<(usize, usize)> {
+        patch_grid(h, w, self.patch_size).map_err(candle_core::Error::msg)
+    }
+
     /// # Shapes
     /// (b, c, h, w) → (b, (h/p)·(w/p), hidden), patches in raster order.
     ///
@@ -113,10 +124,7 @@ impl PatchEmbeddings {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (b, c, h, w) = x.dims4()?;
         let p = self.patch_size;
-        if h % p != 0 || w % p != 0 {
-            candle_core::bail!("input {h}x{w} is not a multiple of the patch size {p}")
-        }
-        let (gh, gw) = (h / p, w / p);
+        let (gh, gw) = self.grid(h, w)?;
         let patches = x
             .reshape((b, c, gh, p, gw, p))?
             .permute((0, 2, 4, 1, 3, 5))? // (b, gh, gw, c, p, p)
@@ -134,7 +142,6 @@ pub struct Embeddings {
     pub cls_token: Tensor,           // (1, 1, hidden)
     pub position_embeddings: Tensor, // (1, n + 1, hidden)
     pub patch_embeddings: PatchEmbeddings,
-    patch_size: usize,
 }
 
 impl Embeddings {
@@ -154,7 +161,6 @@ impl Embeddings {
             cls_token,
             position_embeddings,
             patch_embeddings,
-            patch_size: cfg.patch_size,
         })
     }
 
@@ -178,11 +184,7 @@ impl Embeddings {
 
     /// The position vectors for an `h`×`w` input: (1, 1 + (h/p)·(w/p), hidden).
     pub fn positions(&self, h: usize, w: usize, interpolate: bool) -> Result<Tensor> {
-        let p = self.patch_size;
-        if !h.is_multiple_of(p) || !w.is_multiple_of(p) {
-            candle_core::bail!("input {h}x{w} is not a multiple of the patch size {p}")
-        }
-        let (gh, gw) = (h / p, w / p);
+        let (gh, gw) = self.patch_embeddings.grid(h, w)?;
         let n_pos = self.position_embeddings.dim(1)? - 1;
         if gh * gw == n_pos && gh == gw {
             return Ok(self.position_embeddings.clone());
@@ -203,6 +205,12 @@ impl Embeddings {
             .reshape((side, side, hidden))?;
         let resized = bicubic_resize_grid(&grid, gh, gw)?; // (gh, gw, hidden)
         Tensor::cat(&[cls_pos, resized.reshape((1, gh * gw, hidden))?], 1)
+    }
+
+    /// The learned position vectors of the patches, CLS slot excluded: (n, hidden).
+    pub fn patch_positions(&self) -> Result<Tensor> {
+        let n = self.position_embeddings.dim(1)? - 1;
+        self.position_embeddings.squeeze(0)?.narrow(0, 1, n)
     }
 }
 
@@ -384,7 +392,54 @@ impl ViTForImageClassification {
     }
 }
 
+/// Number of parameters of the model [`ViTForImageClassification::new`] builds from `cfg`.
+pub fn param_count(cfg: &ViTConfig) -> usize {
+    let (h, m, c, p, l) = (
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        cfg.num_channels,
+        cfg.patch_size,
+        cfg.num_hidden_layers,
+    );
+    let emb = h + cfg.num_tokens() * h + h * c * p * p + h;
+    let layer = 4 * (h * h + h) + 2 * 2 * h + (h * m + m) + (m * h + h);
+    emb + l * layer + 2 * h + h * cfg.num_labels() + cfg.num_labels()
+}
+
 /// Softmax probabilities of logits (b, k) (inference only).
 pub fn probabilities(logits: &Tensor) -> Result<Tensor> {
     candle_nn::ops::softmax(logits, D::Minus1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+    use candle_nn::VarMap;
+
+    #[test]
+    fn param_count_matches_the_built_model() {
+        let cfg = ViTConfig::fashion_mnist();
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+        ViTForImageClassification::new(&cfg, vb).unwrap();
+        let n: usize = vars.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(param_count(&cfg), n);
+    }
+
+    #[test]
+    fn inputs_that_are_not_whole_patches_are_rejected_by_the_config_rule() {
+        let cfg = ViTConfig::fashion_mnist();
+        let vb = VarBuilder::zeros(DType::F32, &Device::Cpu);
+        let e = Embeddings::new(&cfg, vb).unwrap();
+        let x = Tensor::zeros((1, 1, 30, 30), DType::F32, &Device::Cpu).unwrap();
+        let msg = e.forward(&x, true).unwrap_err().to_string();
+        assert!(
+            msg.contains("input size 30 is not a multiple of the patch size 4"),
+            "{msg}"
+        );
+        let msg = e.positions(32, 30, true).unwrap_err().to_string();
+        assert!(msg.contains("input 32x30 is not a multiple"), "{msg}");
+        assert_eq!(e.patch_positions().unwrap().dims(), &[64, 48]);
+    }
 }

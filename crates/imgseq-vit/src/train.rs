@@ -6,8 +6,8 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
+use imgseq_core::progress::bar;
 use imgseq_core::{Error, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_distr_free::normal;
@@ -15,12 +15,18 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{load_tensors, save_classifier, save_tensors, WEIGHTS_FILE};
+use crate::checkpoint::{load_tensors, save_classifier, save_tensors, CONFIG_FILE, WEIGHTS_FILE};
 use crate::config::ViTConfig;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
 use crate::model::ViTForImageClassification;
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::optim::{warmup_cosine, AdamW};
+
+/// The run file that holds the [`TrainConfig`].
+pub const TRAINING_FILE: &str = "training.json";
+
+/// Images per forward pass when evaluating.
+pub const EVAL_BATCH: usize = 500;
 
 /// Everything that defines a training run (saved as `training.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,12 +71,50 @@ impl TrainConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        read_json(path, "training.json")
+        read_json(path, TRAINING_FILE)
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
         write_json(path, self)
     }
+
+    /// Side of the image content before centre padding to the model's `image_size`: the
+    /// recorded `input_size`, else the whole canvas.
+    pub fn content_size(&self, cfg: &ViTConfig) -> usize {
+        self.input_size.unwrap_or(cfg.image_size)
+    }
+
+    /// Checks that `train_set` fills at least one batch.
+    pub fn check_train_set(&self, train_set: &ImageSet) -> Result<()> {
+        if train_set.n < self.batch_size {
+            return Err(Error::invalid(format!(
+                "the training set has {} images, fewer than one batch of {}",
+                train_set.n, self.batch_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The shipped default's recipe ([`TrainConfig::fashion_mnist_default`]) with HF's default
+/// normalisation for one channel ([`Normalize::hf_default`]); a new run replaces `normalize`
+/// with its data's statistics.
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self::fashion_mnist_default(Normalize::hf_default(1))
+    }
+}
+
+/// The model config and training config of the run in `dir`, or `None` when `dir` holds no
+/// `training.json` (nothing to resume).
+pub fn load_run(dir: &Path) -> Result<Option<(ViTConfig, TrainConfig)>> {
+    let tc_path = dir.join(TRAINING_FILE);
+    if !tc_path.exists() {
+        return Ok(None);
+    }
+    let tc = TrainConfig::load(&tc_path)?;
+    let cfg = ViTConfig::load(dir.join(CONFIG_FILE))?;
+    Ok(Some((cfg, tc)))
 }
 
 /// Progress of a run (saved as `state.json` after every epoch).
@@ -166,11 +210,7 @@ pub fn evaluate(
     let k = cfg.num_labels();
     let mut confusion = vec![vec![0usize; k]; k];
     let dev = Device::Cpu;
-    let pb = if progress {
-        bar(set.n as u64, "eval")
-    } else {
-        ProgressBar::hidden()
-    };
+    let pb = progress.then(|| bar(set.n as u64, 0, "eval"));
     let idx: Vec<usize> = (0..set.n).collect();
     for chunk in idx.chunks(batch_size) {
         let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
@@ -187,9 +227,13 @@ pub fn evaluate(
             }
             confusion[t][p as usize] += 1;
         }
-        pb.inc(chunk.len() as u64);
+        if let Some(pb) = &pb {
+            pb.inc(chunk.len() as u64);
+        }
     }
-    pb.finish_and_clear();
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
     let correct: usize = (0..k).map(|i| confusion[i][i]).sum();
     let per_class = (0..k)
         .map(|i| {
@@ -209,17 +253,6 @@ pub fn evaluate(
     })
 }
 
-fn bar(len: u64, prefix: &str) -> ProgressBar {
-    let pb = ProgressBar::new(len);
-    pb.set_style(
-        ProgressStyle::with_template("{prefix:>9} [{bar:30}] {pos}/{len} {msg} (ETA {eta})")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix(prefix.to_string());
-    pb
-}
-
 /// Trains (or resumes, when `out` holds a run) a classifier; writes a checkpoint after every
 /// epoch. Returns the final state.
 pub fn train(
@@ -231,6 +264,7 @@ pub fn train(
     resume: bool,
 ) -> Result<TrainState> {
     model_cfg.validate()?;
+    tc.check_train_set(train_set)?;
     if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
         return Err(Error::invalid(format!(
             "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
@@ -275,7 +309,7 @@ pub fn train(
     } else {
         init_weights(&vars, model_cfg.initializer_range, tc.seed)?;
     }
-    tc.save(&out.join("training.json"))?;
+    tc.save(&out.join(TRAINING_FILE))?;
 
     let steps_per_epoch = train_set.n / tc.batch_size;
     let total_steps = steps_per_epoch * tc.epochs;
@@ -289,6 +323,7 @@ pub fn train(
         order.shuffle(&mut rng);
         let pb = bar(
             (steps_per_epoch * tc.batch_size) as u64,
+            0,
             &format!("epoch {}/{}", epoch + 1, tc.epochs),
         );
         let t0 = Instant::now();
@@ -344,7 +379,14 @@ pub fn train(
         pb.finish_and_clear();
         let secs = t0.elapsed().as_secs_f64();
         state.seconds += secs;
-        let report = evaluate(&model, model_cfg, test_set, &tc.normalize, 500, false)?;
+        let report = evaluate(
+            &model,
+            model_cfg,
+            test_set,
+            &tc.normalize,
+            EVAL_BATCH,
+            false,
+        )?;
         state.epochs_done = epoch + 1;
         state.train_loss.push(loss_sum / loss_n.max(1) as f64);
         state.test_accuracy.push(report.accuracy);

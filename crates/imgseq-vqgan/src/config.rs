@@ -92,6 +92,25 @@ impl VqConfig {
         1 << (self.ddconfig.ch_mult.len().saturating_sub(1))
     }
 
+    /// The one rule for input sizes: an image side must be a positive multiple of the
+    /// downsampling factor (every level halves it exactly).
+    pub fn check_input_size(&self, size: usize) -> Result<()> {
+        self.check_side("size", size)
+    }
+
+    /// [`Self::check_input_size`] for a setting of another name (a training crop, say).
+    pub fn check_side(&self, setting: &'static str, size: usize) -> Result<()> {
+        let f = self.downsample_factor();
+        if size == 0 || !size.is_multiple_of(f) {
+            return Err(Error::setting(
+                setting,
+                size,
+                format!("must be a positive multiple of {f}, the model's downsampling factor"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the numbers that the model construction relies on.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let d = &self.ddconfig;

@@ -1,22 +1,41 @@
 //! taming-transformers VQGAN: image → 16×-smaller latent grid → nearest of `n_embed` codebook
 //! entries → integer tokens in raster order, and back.
 //!
-//! * [`config`]: `ddconfig` / `embed_dim` / `n_embed`, taming's `model.yaml` and our JSON.
-//! * [`model`]: Encoder, Decoder and [`VqModel`], named like taming's state dict.
+//! The model (what a checkpoint holds):
+//! * [`config`]: `ddconfig` / `embed_dim` / `n_embed`, taming's `model.yaml` and our JSON;
+//!   the input-size rule ([`VqConfig::check_input_size`]). [`presets`]: named architectures.
+//! * [`model`]: Encoder, Decoder and [`VqModel`], named like taming's state dict;
+//!   [`VqModel::forward`] is the one image → reconstruction, loss, indices path.
 //! * [`quantize`]: the nearest-entry quantizer with taming's loss and straight-through.
-//! * [`ckpt`]: a restricted, non-executing reader for PyTorch / Lightning `.ckpt` files.
-//! * [`load`]: loading a model from safetensors or `.ckpt` with strict key checks.
-//! * [`train`]: training on an image folder (random crops, k-means codebook init, dead-code
-//!   restarts, resumable checkpoints) and evaluation (PSNR, SSIM, codebook usage).
+//! * [`load`]: loading a model from safetensors or a taming `.ckpt` (read by the
+//!   `imgseq-torch` crate) with strict key checks; `weights inspect/convert`.
+//!
+//! Using it:
+//! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
+//! * [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
+//! * [`inference`]: image files → tokens → images, in batches.
+//! * [`eval`]: the one scoring (PSNR, SSIM, codebook usage) of `vq eval`, `vq roundtrip`.
+//!
+//! Training it:
+//! * [`loss`]: L1 + L2 + image-gradient L1 + codebook loss.
+//! * [`codebook`]: k-means initialisation and dead-code restarts.
+//! * [`train`]: the training loop, its config (`train.json`) and run folder (checkpoints).
 
-pub mod ckpt;
+pub mod codebook;
 pub mod config;
+pub mod data;
+pub mod eval;
+pub mod inference;
 pub mod load;
+pub mod loss;
 pub mod model;
+pub mod presets;
 pub mod quantize;
+pub mod tokens;
 pub mod train;
 
 pub use config::{DdConfig, VqConfig};
 pub use load::{load_model, load_weights};
-pub use model::VqModel;
-pub use quantize::{Quantized, VectorQuantizer};
+pub use model::{Bottleneck, Forward, VqModel};
+pub use quantize::{Quantized, VectorQuantizer, CODEBOOK};
+pub use tokens::TokenGrid;

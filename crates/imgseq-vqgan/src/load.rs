@@ -1,7 +1,6 @@
 //! Loading a [`VqModel`] from safetensors (+ `config.json`) or a taming `.ckpt`
 //! (+ `model.yaml` or `config.json`), with strict key checks.
 
-use crate::ckpt;
 use crate::config::VqConfig;
 use crate::model::VqModel;
 use candle_core::{DType, Device};
@@ -32,7 +31,7 @@ pub fn is_torch_checkpoint(path: &Path) -> bool {
 pub fn load_weights(path: impl AsRef<Path>, device: &Device) -> Result<AuditedWeights> {
     let path = path.as_ref();
     if is_torch_checkpoint(path) {
-        let sd = ckpt::read_state_dict(path, device)?;
+        let sd = imgseq_torch::read_state_dict(path, device)?;
         let map: HashMap<String, _> = sd.into_iter().map(|(k, t)| (k, t.tensor)).collect();
         Ok(AuditedWeights::new(path, map))
     } else {
@@ -139,7 +138,7 @@ fn candle_dtype_name(d: DType) -> &'static str {
 pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let path = path.as_ref();
     let mut s = if is_torch_checkpoint(path) {
-        let c = ckpt::Checkpoint::open(path)?;
+        let c = imgseq_torch::Checkpoint::open(path)?;
         WeightsSummary {
             format: "PyTorch checkpoint (zip)",
             tensors: c
@@ -205,7 +204,7 @@ pub fn convert_checkpoint(
         None => default_config_path(input)?,
     };
     let cfg = VqConfig::from_file(&cfg_path)?;
-    let mut c = ckpt::Checkpoint::open(input)?;
+    let mut c = imgseq_torch::Checkpoint::open(input)?;
     let sd = c.state_dict(&Device::Cpu)?;
     let map: HashMap<String, candle_core::Tensor> = sd
         .iter()
@@ -221,8 +220,8 @@ pub fn convert_checkpoint(
             continue;
         }
         let dt = match t.dtype {
-            ckpt::StorageDType::F16 => DType::F16,
-            ckpt::StorageDType::BF16 => DType::BF16,
+            imgseq_torch::StorageDType::F16 => DType::F16,
+            imgseq_torch::StorageDType::BF16 => DType::BF16,
             _ => t.tensor.dtype(),
         };
         params += t.tensor.elem_count();

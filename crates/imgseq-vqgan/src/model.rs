@@ -413,6 +413,26 @@ impl Decoder {
     }
 }
 
+/// Whether [`VqModel::forward`] passes the latents through the codebook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bottleneck {
+    /// Nearest codebook entry, straight-through gradient: the tokenizer.
+    Quantize,
+    /// The latents go to the decoder as they are (the autoencoder warm-up of training).
+    Bypass,
+}
+
+/// What [`VqModel::forward`] computed.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    /// Continuous latents `quant_conv(encoder(x))`: (b, embed_dim, h, w).
+    pub latents: Tensor,
+    /// The quantizer's output (indices, codebook loss); `None` with [`Bottleneck::Bypass`].
+    pub quantized: Option<Quantized>,
+    /// `decoder(post_quant_conv(·))`, not clamped: (b, out_ch, H, W).
+    pub reconstruction: Tensor,
+}
+
 /// taming's `VQModel` (inference part): encoder → quant_conv → quantize → post_quant_conv →
 /// decoder.
 #[derive(Debug, Clone)]
@@ -458,6 +478,29 @@ impl VqModel {
 
     pub fn quantizer(&self) -> &VectorQuantizer {
         &self.quantize
+    }
+
+    /// Image → reconstruction, codebook loss and indices: the one path that training,
+    /// evaluation and the CLI all take.
+    ///
+    /// # Shapes
+    /// x: (b, 3, H, W) in [-1, 1] → latents (b, embed_dim, H/f, W/f), indices (b, H/f, W/f),
+    /// reconstruction (b, out_ch, H, W)
+    pub fn forward(&self, x: &Tensor, bottleneck: Bottleneck) -> Result<Forward> {
+        let latents = self.encode_latents(x)?; // (b, d, h, w)
+        let (quantized, reconstruction) = match bottleneck {
+            Bottleneck::Quantize => {
+                let q = self.quantize.quantize(&latents)?;
+                let r = self.decode(&q.quantized)?;
+                (Some(q), r)
+            }
+            Bottleneck::Bypass => (None, self.decode(&latents)?),
+        };
+        Ok(Forward {
+            latents,
+            quantized,
+            reconstruction,
+        })
     }
 
     /// Continuous latents before quantization (`quant_conv(encoder(x))`).

@@ -4,6 +4,9 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::VarBuilder;
 use imgseq_kernels::ops;
 
+/// The codebook's name in taming's state dict (n_embed, embed_dim).
+pub const CODEBOOK: &str = "quantize.embedding.weight";
+
 /// The result of [`VectorQuantizer::quantize`].
 #[derive(Debug, Clone)]
 pub struct Quantized {
@@ -100,7 +103,7 @@ impl VectorQuantizer {
             .flatten_all()?
             .to_dtype(DType::I64)?
             .to_vec1::<i64>()?;
-        if let Some(bad) = flat.iter().find(|&&i| i < 0 || i as usize >= n) {
+        if let Some((_, bad)) = imgseq_core::codes::first_out_of_range(&flat, n) {
             candle_core::bail!("codebook index {bad} is out of range: the codebook has n_embed = {n} entries (0..={})", n - 1);
         }
         let idx = Tensor::from_vec(

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use imgseq_core::AuditedWeights;
-use imgseq_vqgan::ckpt::{self, StorageDType};
+use imgseq_torch::{self as ckpt, StorageDType};
 use imgseq_vqgan::{load, load_model, VqConfig, VqModel};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

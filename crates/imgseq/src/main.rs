@@ -10,7 +10,7 @@ mod vit_plot;
 mod vq_cmd;
 mod weights_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -42,25 +42,39 @@ enum Cmd {
 
 fn main() -> ExitCode {
     imgseq_kernels::tune_allocator();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(n) = cli.threads {
         // Both rayon (our kernels) and candle's gemm read the global pool.
         let _ = rayon_pool(n);
     }
     let res = match cli.cmd {
         Cmd::Vit(c) => vit_cmd::run(c),
-        Cmd::Vq(c) => vq_cmd::run(c),
+        Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
         Cmd::Weights(c) => weights_cmd::run(c),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes joined by ": ".
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by ": " on one line. A library setting (say `crop`) is
+/// named by its flag (`--crop`): flags are named after the settings they set.
+fn one_line(e: &anyhow::Error) -> String {
+    let parts: Vec<String> = e
+        .chain()
+        .map(|cause| match cause.downcast_ref::<imgseq_core::Error>() {
+            Some(imgseq_core::Error::Setting { name, value, msg }) => {
+                format!("--{} {value} {msg}", name.replace('_', "-"))
+            }
+            _ => cause.to_string(),
+        })
+        .collect();
+    parts.join(": ").replace('\n', " ")
 }
 
 fn rayon_pool(n: usize) -> anyhow::Result<()> {

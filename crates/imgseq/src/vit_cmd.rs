@@ -3,13 +3,14 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use clap::{Args, Subcommand, ValueEnum};
-use imgseq_core::image_io::{fit_dynamic, load_image, Fit};
+use imgseq_core::data::Split;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
-use imgseq_vit::checkpoint::load_classifier;
-use imgseq_vit::data::{channel_stats, make_batch, pad_to, ImageSet, Normalize};
-use imgseq_vit::train::{evaluate, TrainConfig};
-use imgseq_vit::{ViTConfig, ViTForImageClassification};
-use std::path::{Path, PathBuf};
+use imgseq_vit::config::SEED_IMAGE_SIZE;
+use imgseq_vit::data::{channel_stats, Augment, DataSource, Normalize};
+use imgseq_vit::model::param_count;
+use imgseq_vit::train::{load_run, TrainConfig};
+use imgseq_vit::{Classifier, ViTConfig};
+use std::path::PathBuf;
 
 use crate::paths::default_model;
 
@@ -82,6 +83,11 @@ pub struct DataArgs {
     limit: Option<usize>,
 }
 
+/// The library's training defaults: the one source of the defaults `vit train --help` shows.
+fn train_default() -> TrainConfig {
+    TrainConfig::default()
+}
+
 #[derive(Args)]
 pub struct TrainArgs {
     #[command(flatten)]
@@ -89,28 +95,28 @@ pub struct TrainArgs {
     /// Run folder: checkpoints, config.json, training.json, state.json.
     #[arg(short, long, default_value = "runs/vit")]
     out: PathBuf,
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = train_default().epochs)]
     epochs: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = train_default().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = 2e-3)]
+    #[arg(long, default_value_t = train_default().lr)]
     lr: f64,
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = train_default().weight_decay)]
     weight_decay: f64,
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = train_default().warmup_epochs)]
     warmup_epochs: f64,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = train_default().label_smoothing)]
     label_smoothing: f64,
     /// Max random shift in pixels (augmentation).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = train_default().augment.shift)]
     shift: usize,
     /// Disable random horizontal flips.
     #[arg(long)]
     no_flip: bool,
     /// Probability of random erasing.
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = train_default().augment.erase_prob)]
     erase_prob: f32,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = train_default().seed)]
     seed: u64,
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
@@ -167,7 +173,7 @@ pub fn run(cmd: VitCmd) -> Result<()> {
         VitCmd::Train(a) => train(a),
         VitCmd::Eval(a) => eval(a),
         VitCmd::Classify(a) => classify(a),
-        VitCmd::PlotPositions(a) => crate::vit_plot::plot_positions(&a.w.resolve()?, &a.output),
+        VitCmd::PlotPositions(a) => plot_positions(a),
         VitCmd::Forward(a) => forward(a),
     }
 }
@@ -181,105 +187,30 @@ impl WeightsArg {
     }
 }
 
-/// A loaded classifier with how its inputs are prepared.
-pub struct Loaded {
-    pub cfg: ViTConfig,
-    pub model: ViTForImageClassification,
-    /// Size of the image content before centre padding to `image_size` (28 for Fashion-MNIST).
-    pub input_size: usize,
-    pub normalize: Normalize,
-}
-
-pub fn load(path: &Path) -> Result<Loaded> {
-    let (cfg, model) = load_classifier(path, &Device::Cpu)?;
-    let dir = if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent().unwrap_or(Path::new(".")).to_path_buf()
-    };
-    let tc_path = dir.join("training.json");
-    let (input_size, normalize) = if tc_path.exists() {
-        let tc = TrainConfig::load(&tc_path)?;
-        (tc.input_size.unwrap_or(cfg.image_size), tc.normalize)
-    } else {
-        // HF ViTImageProcessor defaults.
-        (
-            cfg.image_size,
-            Normalize {
-                image_mean: vec![0.5; cfg.num_channels],
-                image_std: vec![0.5; cfg.num_channels],
-            },
-        )
-    };
-    Ok(Loaded {
-        cfg,
-        model,
-        input_size,
-        normalize,
-    })
-}
-
-/// Loads images, converts channels, letterboxes them to `content` pixels (black fill), and
-/// centres them on the model's `size`×`size` canvas.
-fn image_set(
-    paths: &[PathBuf],
-    channels: usize,
-    content: usize,
-    size: usize,
-    invert: bool,
-) -> Result<ImageSet> {
-    let mut images = Vec::new();
-    for p in paths {
-        let img = load_image(p, channels)?;
-        let img = fit_dynamic(
-            &img,
-            content as u32,
-            Fit::Letterbox(if invert { 255 } else { 0 }),
-        )?;
-        let (w, h) = (img.width() as usize, img.height() as usize);
-        let raw = img.into_bytes(); // HWC interleaved
-        let mut chw = vec![0u8; raw.len()];
-        for y in 0..h {
-            for x in 0..w {
-                for c in 0..channels {
-                    let v = raw[(y * w + x) * channels + c];
-                    chw[c * h * w + y * w + x] = if invert { 255 - v } else { v };
-                }
-            }
-        }
-        images.extend(chw);
+impl DataArgs {
+    /// The dataset the flags name; `--data` is required where there is no default folder.
+    fn source(&self) -> Result<DataSource> {
+        Ok(match self.dataset {
+            DatasetKind::FashionMnist => DataSource::FashionMnist(self.data.clone()),
+            DatasetKind::Cifar10 => DataSource::Cifar10(self.data.clone().context(
+                "--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)",
+            )?),
+            DatasetKind::Folder => DataSource::ImageFolder(
+                self.data
+                    .clone()
+                    .context("--data DIR is required for an image folder")?,
+            ),
+        })
     }
-    let ds = ImageSet::new(
-        images,
-        vec![0; paths.len()],
-        (channels, content, content),
-        vec!["?".into()],
-    )?;
-    Ok(pad_to(ds, size)?)
 }
 
 fn embed(a: EmbedArgs) -> Result<()> {
-    let m = load(&a.w.resolve()?)?;
+    let m = Classifier::load(&a.w.resolve()?)?;
     let size = a.size.unwrap_or(m.cfg.image_size);
-    if !size.is_multiple_of(m.cfg.patch_size) {
-        bail!(
-            "--size {size} is not a multiple of the patch size {}",
-            m.cfg.patch_size
-        );
-    }
-    // Content scales with the requested size (28 of 32 for Fashion-MNIST).
-    let content = m.input_size * size / m.cfg.image_size;
-    let set = image_set(
-        std::slice::from_ref(&a.image),
-        m.cfg.num_channels,
-        content,
-        size,
-        a.invert,
-    )?;
-    let (x, _) = make_batch(&set, &[0], &m.normalize, None, &Device::Cpu)?; // (1, c, size, size)
-    let interpolate = size != m.cfg.image_size;
-    let tokens = m.model.vit.embeddings.forward(&x, interpolate)?; // (1, 65, 48)
-    let pos = m.model.vit.embeddings.positions(size, size, interpolate)?; // (1, 65, 48)
+    let (gh, gw) = m.cfg.check_input_size(size, size).context("--size")?;
+    let x = m.load_images(std::slice::from_ref(&a.image), size, a.invert)?; // (1, c, size, size)
+    let e = m.embed(&x)?;
+    let (tokens, pos) = (&e.tokens, &e.positions); // (1, 65, 48) each
     let (_, n, hdim) = tokens.dims3()?;
     println!(
         "image: {} -> {}x{}x{} input",
@@ -289,9 +220,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
         size
     );
     println!(
-        "patches: {}x{} of {}x{} px = {} + 1 CLS = {n} tokens",
-        size / m.cfg.patch_size,
-        size / m.cfg.patch_size,
+        "patches: {gh}x{gw} of {}x{} px = {} + 1 CLS = {n} tokens",
         m.cfg.patch_size,
         m.cfg.patch_size,
         n - 1
@@ -309,109 +238,50 @@ fn embed(a: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// Loads one split at `input` pixels with `channels`, optionally truncated, centred on the
-/// model's `size`×`size` canvas.
-fn load_split(
-    d: &DataArgs,
-    train: bool,
-    input: usize,
-    channels: usize,
-    size: usize,
-) -> Result<ImageSet> {
-    use imgseq_core::data::{cifar10, fashion_mnist, image_folder, Split};
-    let split = if train { Split::Train } else { Split::Test };
-    let mut set = match d.dataset {
-        DatasetKind::FashionMnist => fashion_mnist(d.data.as_deref(), split)?,
-        DatasetKind::Cifar10 => {
-            let dir = d.data.as_deref().context(
-                "--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)",
-            )?;
-            cifar10(dir, split)?
-        }
-        DatasetKind::Folder => {
-            let dir = d
-                .data
-                .as_deref()
-                .context("--data DIR is required for an image folder")?;
-            let sub = dir.join(if train { "train" } else { "test" });
-            image_folder(&sub, input as u32, channels, Fit::Letterbox(0))?
-        }
-    };
-    if (set.channels, set.height) != (channels, input) {
-        bail!(
-            "the {} data is {}x{}x{} but the model expects {}x{}x{}",
-            if train { "training" } else { "test" },
-            set.channels,
-            set.height,
-            set.width,
-            channels,
-            input,
-            input
-        );
-    }
-    if let Some(l) = d.limit {
-        let l = l.min(set.n);
-        set.images.truncate(l * set.image_len());
-        set.labels.truncate(l);
-        set.n = l;
-    }
-    Ok(pad_to(set, size)?)
-}
-
 fn train(a: TrainArgs) -> Result<()> {
-    let tc_path = a.out.join("training.json");
-    let (model_cfg, tc, train_set, test_set) = if a.resume && tc_path.exists() {
-        let tc = TrainConfig::load(&tc_path)?;
-        let cfg = ViTConfig::load(a.out.join("config.json"))?;
-        let input = tc.input_size.unwrap_or(cfg.image_size);
-        let tr = load_split(&a.data, true, input, cfg.num_channels, cfg.image_size)?;
-        let te = load_split(&a.data, false, input, cfg.num_channels, cfg.image_size)?;
+    let source = a.data.source()?;
+    let limit = a.data.limit;
+    let run = if a.resume { load_run(&a.out)? } else { None };
+    let (model_cfg, mut tc, train_set, test_set) = if let Some((cfg, tc)) = run {
+        let (input, c, size) = (tc.content_size(&cfg), cfg.num_channels, cfg.image_size);
+        let tr = source.load_split(Split::Train, input, c, size, limit)?;
+        let te = source.load_split(Split::Test, input, c, size, limit)?;
         (cfg, tc, tr, te)
     } else {
-        let (channels, input) = match a.data.dataset {
-            DatasetKind::FashionMnist => (1, 28),
-            DatasetKind::Cifar10 => (3, 32),
-            DatasetKind::Folder => (3, 32),
-        };
-        let tr = load_split(&a.data, true, input, channels, 32)?;
-        let te = load_split(&a.data, false, input, channels, 32)?;
+        let (channels, input) = source.native_shape();
+        let size = SEED_IMAGE_SIZE;
+        let tr = source.load_split(Split::Train, input, channels, size, limit)?;
+        let te = source.load_split(Split::Test, input, channels, size, limit)?;
         let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
         let cfg = ViTConfig::seed(channels, &names);
         let (mean, std) = channel_stats(&tr);
-        let mut tc = TrainConfig::fashion_mnist_default(Normalize {
-            image_mean: mean,
-            image_std: std,
-        });
-        tc.dataset = match a.data.dataset {
-            DatasetKind::FashionMnist => "fashion-mnist",
-            DatasetKind::Cifar10 => "cifar-10",
-            DatasetKind::Folder => "image-folder",
-        }
-        .into();
-        tc.input_size = Some(input);
-        tc.epochs = a.epochs;
-        tc.batch_size = a.batch_size;
-        tc.lr = a.lr;
-        tc.weight_decay = a.weight_decay;
-        tc.warmup_epochs = a.warmup_epochs;
-        tc.label_smoothing = a.label_smoothing;
-        tc.seed = a.seed;
-        tc.augment.shift = a.shift;
-        tc.augment.hflip = !a.no_flip;
-        tc.augment.erase_prob = a.erase_prob;
+        let tc = TrainConfig {
+            dataset: source.name().into(),
+            input_size: Some(input),
+            epochs: a.epochs,
+            batch_size: a.batch_size,
+            lr: a.lr,
+            weight_decay: a.weight_decay,
+            warmup_epochs: a.warmup_epochs,
+            label_smoothing: a.label_smoothing,
+            seed: a.seed,
+            augment: Augment {
+                shift: a.shift,
+                hflip: !a.no_flip,
+                erase_prob: a.erase_prob,
+            },
+            normalize: Normalize {
+                image_mean: mean,
+                image_std: std,
+            },
+            ..TrainConfig::default()
+        };
         (cfg, tc, tr, te)
     };
-    let mut tc = tc;
     if a.resume {
         tc.epochs = a.epochs.max(tc.epochs);
     }
-    if train_set.n < tc.batch_size {
-        bail!(
-            "the training set has {} images, fewer than one batch of {}",
-            train_set.n,
-            tc.batch_size
-        );
-    }
+    tc.check_train_set(&train_set)?;
     eprintln!(
         "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
         param_count(&model_cfg),
@@ -431,30 +301,11 @@ fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-fn param_count(cfg: &ViTConfig) -> usize {
-    let (h, m, c, p, l) = (
-        cfg.hidden_size,
-        cfg.intermediate_size,
-        cfg.num_channels,
-        cfg.patch_size,
-        cfg.num_hidden_layers,
-    );
-    let emb = h + cfg.num_tokens() * h + h * c * p * p + h;
-    let layer = 4 * (h * h + h) + 2 * 2 * h + (h * m + m) + (m * h + h);
-    emb + l * layer + 2 * h + h * cfg.num_labels() + cfg.num_labels()
-}
-
 fn eval(a: EvalArgs) -> Result<()> {
     let path = a.w.resolve()?;
-    let m = load(&path)?;
-    let set = load_split(
-        &a.data,
-        false,
-        m.input_size,
-        m.cfg.num_channels,
-        m.cfg.image_size,
-    )?;
-    let r = evaluate(&m.model, &m.cfg, &set, &m.normalize, 500, true)?;
+    let m = Classifier::load(&path)?;
+    let set = m.load_split(&a.data.source()?, Split::Test, a.data.limit)?;
+    let r = m.evaluate(&set, true)?;
     println!("model: {}", path.display());
     println!("test images: {}", r.n);
     println!("accuracy: {:.2}%", 100.0 * r.accuracy);
@@ -489,33 +340,27 @@ fn eval(a: EvalArgs) -> Result<()> {
 }
 
 fn classify(a: ClassifyArgs) -> Result<()> {
-    let m = load(&a.w.resolve()?)?;
-    let set = image_set(
-        &a.images,
-        m.cfg.num_channels,
-        m.input_size,
-        m.cfg.image_size,
-        a.invert,
-    )?;
-    let idx: Vec<usize> = (0..set.n).collect();
-    let (x, _) = make_batch(&set, &idx, &m.normalize, None, &Device::Cpu)?;
-    let probs = imgseq_vit::model::probabilities(&m.model.forward(&x, false)?)?;
-    let k = a.top_k.clamp(1, m.cfg.num_labels());
-    for (i, p) in a.images.iter().enumerate() {
-        let row = probs.get(i)?.to_vec1::<f32>()?;
-        let mut order: Vec<usize> = (0..row.len()).collect();
-        order.sort_by(|&x, &y| row[y].total_cmp(&row[x]));
-        let top: Vec<String> = order[..k]
+    let m = Classifier::load(&a.w.resolve()?)?;
+    let x = m.load_images(&a.images, m.cfg.image_size, a.invert)?;
+    for (p, top) in a.images.iter().zip(m.top_k(&x, a.top_k)?) {
+        let top: Vec<String> = top
             .iter()
-            .map(|&j| format!("{} {:.3}", m.cfg.label(j), row[j]))
+            .map(|&(j, prob)| format!("{} {:.3}", m.cfg.label(j), prob))
             .collect();
         println!("{}: {}", p.display(), top.join(", "));
     }
     Ok(())
 }
 
+fn plot_positions(a: PlotArgs) -> Result<()> {
+    let m = Classifier::load(&a.w.resolve()?)?;
+    let pos = m.model.vit.embeddings.patch_positions()?; // (64, hidden), CLS excluded
+    let (n, d) = pos.dims2()?;
+    crate::vit_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d, &a.output)
+}
+
 fn forward(a: ForwardArgs) -> Result<()> {
-    let m = load(&a.w.resolve()?)?;
+    let m = Classifier::load(&a.w.resolve()?)?;
     let (shape, data) = read_npy_f32(&a.input)?;
     if shape.len() != 4 || shape[1] != m.cfg.num_channels {
         bail!(

@@ -4,6 +4,8 @@
 //! the cosine similarity between its learned position vector and that of every other patch.
 //! A model that learned 2-D structure shows a bright spot at the patch's own place, fading
 //! with distance, often with row/column stripes.
+//!
+//! Presentation only: the caller loads the model and passes the position vectors.
 
 use anyhow::{bail, Result};
 use image::{Rgb, RgbImage};
@@ -55,20 +57,18 @@ pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
     sim
 }
 
-pub fn plot_positions(weights: &Path, output: &Path) -> Result<()> {
-    let m = crate::vit_cmd::load(weights)?;
-    let pe = m.model.vit.embeddings.position_embeddings.squeeze(0)?; // (65, hidden)
-    let (n1, d) = pe.dims2()?;
-    let n = n1 - 1;
+/// Draws the similarity maps of `n` patch position vectors of width `d` (`pos`: (n, d) row
+/// major, CLS excluded; `n` must be a square) into `output` and prints how much 2-D structure
+/// they hold.
+pub fn plot_positions(pos: &[f32], n: usize, d: usize, output: &Path) -> Result<()> {
     let side = (n as f64).sqrt().round() as usize;
     if side * side != n {
-        bail!(
-            "{}: {n} position slots do not form a square grid",
-            weights.display()
-        );
+        bail!("{n} position slots do not form a square grid");
     }
-    let pos: Vec<f32> = pe.narrow(0, 1, n)?.flatten_all()?.to_vec1()?; // patches only, CLS excluded
-    let sim = similarity_maps(&pos, n, d);
+    if pos.len() != n * d {
+        bail!("{} position values for {n} vectors of {d}", pos.len());
+    }
+    let sim = similarity_maps(pos, n, d);
     let map_px = side as u32 * CELL;
     let total = side as u32 * map_px + (side as u32 + 1) * GAP;
     let mut img = RgbImage::from_pixel(total, total, Rgb([255, 255, 255]));

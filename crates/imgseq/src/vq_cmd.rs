@@ -1,18 +1,16 @@
-//! `imgseq vq ...` (owned by the VQGAN work): image ↔ VQGAN tokens.
-//!
-//! A token file is a NumPy int64 array: (h, w) for one image, (n, h, w) for several, each
-//! value a codebook index in raster order (row by row). With taming's f16 model a 384×384
-//! image gives a 24×24 grid, 576 tokens.
+//! `imgseq vq ...`: image ↔ VQGAN tokens. Flags and printing only: the work is
+//! `imgseq_vqgan`'s (`inference`, `eval`, `tokens`, `train`).
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor};
-use clap::{Args, Subcommand};
-use image::RgbImage;
-use imgseq_core::image_io::{self, PixelRange};
-use imgseq_core::{metrics, npy};
-use imgseq_vqgan::{load_model, train, VqConfig, VqModel};
-use indicatif::{ProgressBar, ProgressStyle};
+use candle_core::Device;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, Subcommand};
+use imgseq_core::image_io;
+use imgseq_vqgan::presets::{preset, PRESETS};
+use imgseq_vqgan::train::{self, TrainConfig};
+use imgseq_vqgan::{data, eval, inference, load_model, TokenGrid, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use crate::paths::default_model;
 
@@ -96,9 +94,10 @@ pub enum VqCmd {
     },
 }
 
-/// `imgseq vq train` options. A new run takes every option not given from the shipped
-/// model's recipe (`TrainConfig::default_for`, shown as [default: ..]); with --resume the run's
-/// train.json is used and only the options given override it (e.g. `--steps` to extend a run).
+/// `imgseq vq train` options. A new run takes every option from the command line, whose
+/// defaults are the shipped model's recipe (`TrainConfig::default_for`); with --resume the
+/// run's train.json is used and only the options given on the command line override it (e.g.
+/// `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
     /// Image folder (or a .txt list of image paths); required unless resuming.
@@ -114,55 +113,50 @@ pub struct TrainArgs {
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     resume: bool,
-    /// Total optimiser steps [default: 7000].
-    #[arg(long)]
-    steps: Option<usize>,
-    /// Side of the square random crops, a multiple of the downsampling factor [default: 96].
-    #[arg(long)]
-    crop: Option<usize>,
-    /// Images are cached with their shorter side resized to this before cropping
-    /// [default: 384].
-    #[arg(long)]
-    resize: Option<usize>,
-    /// [default: 8]
-    #[arg(long)]
-    batch_size: Option<usize>,
+    /// Total optimiser steps.
+    #[arg(long, default_value_t = RECIPE.steps)]
+    steps: usize,
+    /// Side of the square random crops, a multiple of the downsampling factor.
+    #[arg(long, default_value_t = RECIPE.crop)]
+    crop: usize,
+    /// Images are cached with their shorter side resized to this before cropping.
+    #[arg(long, default_value_t = RECIPE.resize)]
+    resize: usize,
+    #[arg(long, default_value_t = RECIPE.batch_size)]
+    batch_size: usize,
     /// From this step on, train on --context-crop crops in batches of --context-batch-size, so
-    /// that attention and GroupNorm see eval-size latents (0: never) [default: 4100].
-    #[arg(long)]
-    context_from: Option<usize>,
-    /// [default: 256]
-    #[arg(long)]
-    context_crop: Option<usize>,
-    /// [default: 2]
-    #[arg(long)]
-    context_batch_size: Option<usize>,
-    /// Peak learning rate; warm-up then cosine decay to lr/10 [default: 0.001].
-    #[arg(long)]
-    lr: Option<f64>,
-    /// Adam β1 (taming uses 0.5, tuned for its GAN phase) [default: 0.9].
-    #[arg(long)]
-    beta1: Option<f64>,
-    /// Adam β2 [default: 0.99].
-    #[arg(long)]
-    beta2: Option<f64>,
-    /// Learning-rate warm-up steps [default: 100].
-    #[arg(long)]
-    warmup: Option<usize>,
+    /// that attention and GroupNorm see eval-size latents (0: never).
+    #[arg(long, default_value_t = RECIPE.context_from)]
+    context_from: usize,
+    #[arg(long, default_value_t = RECIPE.context_crop)]
+    context_crop: usize,
+    #[arg(long, default_value_t = RECIPE.context_batch_size)]
+    context_batch_size: usize,
+    /// Peak learning rate; warm-up then cosine decay to lr/10.
+    #[arg(long, default_value_t = RECIPE.lr)]
+    lr: f64,
+    /// Adam β1 (taming uses 0.5, tuned for its GAN phase).
+    #[arg(long, default_value_t = RECIPE.beta1)]
+    beta1: f64,
+    /// Adam β2.
+    #[arg(long, default_value_t = RECIPE.beta2)]
+    beta2: f64,
+    /// Learning-rate warm-up steps.
+    #[arg(long, default_value_t = RECIPE.warmup)]
+    warmup: usize,
     /// Train this many steps as a plain autoencoder (quantizer bypassed), then initialise the
-    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0)
-    /// [default: 2000].
-    #[arg(long)]
-    ae_warmup: Option<usize>,
-    /// Weight of the L1 reconstruction loss [default: 1].
-    #[arg(long)]
-    l1: Option<f64>,
-    /// Weight of the L2 reconstruction loss [default: 1].
-    #[arg(long)]
-    l2: Option<f64>,
-    /// Weight of the image-gradient L1 (sharpening) loss [default: 1].
-    #[arg(long)]
-    sharp: Option<f64>,
+    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0).
+    #[arg(long, default_value_t = RECIPE.ae_warmup)]
+    ae_warmup: usize,
+    /// Weight of the L1 reconstruction loss.
+    #[arg(long, default_value_t = RECIPE.l1)]
+    l1: f64,
+    /// Weight of the L2 reconstruction loss.
+    #[arg(long, default_value_t = RECIPE.l2)]
+    l2: f64,
+    /// Weight of the image-gradient L1 (sharpening) loss.
+    #[arg(long, default_value_t = RECIPE.sharp)]
+    sharp: f64,
     /// No random horizontal flips.
     #[arg(long)]
     no_flip: bool,
@@ -170,69 +164,81 @@ pub struct TrainArgs {
     #[arg(long)]
     no_shuffle_channels: bool,
     /// Also crop from copies of every image with its shorter side resized to these sizes,
-    /// comma-separated; `none` for none [default: 512,640].
-    #[arg(long, value_delimiter = ',')]
-    extra_scales: Option<Vec<String>>,
-    /// Encoder outputs for the k-means codebook init (0: taming's uniform init)
-    /// [default: 8192].
-    #[arg(long)]
-    kmeans_rows: Option<usize>,
-    /// A code unused for this many steps is re-seeded from an encoder output (0: never)
-    /// [default: 200].
-    #[arg(long)]
-    dead_after: Option<usize>,
-    /// Look for dead codes every this many steps [default: 25].
-    #[arg(long)]
-    restart_every: Option<usize>,
-    /// Checkpoint every this many steps, and at the end [default: 250].
-    #[arg(long)]
-    checkpoint_every: Option<usize>,
+    /// comma-separated; `none` for none.
+    #[arg(long, value_delimiter = ',', default_values_t = RECIPE.extra_scales.iter().map(ToString::to_string).collect::<Vec<_>>())]
+    extra_scales: Vec<String>,
+    /// Encoder outputs for the k-means codebook init (0: taming's uniform init).
+    #[arg(long, default_value_t = RECIPE.kmeans_rows)]
+    kmeans_rows: usize,
+    /// A code unused for this many steps is re-seeded from an encoder output (0: never).
+    #[arg(long, default_value_t = RECIPE.dead_after)]
+    dead_after: usize,
+    /// Look for dead codes every this many steps.
+    #[arg(long, default_value_t = RECIPE.restart_every)]
+    restart_every: usize,
+    /// Checkpoint every this many steps, and at the end.
+    #[arg(long, default_value_t = RECIPE.checkpoint_every)]
+    checkpoint_every: usize,
     /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
-    /// of the run) [default: 0].
-    #[arg(long)]
-    log_every: Option<usize>,
-    /// [default: 0]
-    #[arg(long)]
-    seed: Option<u64>,
+    /// of the run).
+    #[arg(long, default_value_t = RECIPE.log_every)]
+    log_every: usize,
+    #[arg(long, default_value_t = RECIPE.seed)]
+    seed: u64,
 }
 
+/// The shipped model's recipe: the one source of `vq train`'s defaults.
+static RECIPE: LazyLock<TrainConfig> = LazyLock::new(|| TrainConfig::default_for(""));
+
 impl TrainArgs {
-    /// Writes every option that was given into `tc`.
-    fn apply(&self, tc: &mut train::TrainConfig) -> Result<()> {
-        fn set<T: Copy>(dst: &mut T, v: Option<T>) {
-            if let Some(v) = v {
-                *dst = v;
-            }
+    /// Writes into `tc` every option given on the command line (`m`: this command's matches).
+    fn apply(&self, m: &ArgMatches, tc: &mut TrainConfig) -> Result<()> {
+        let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+        macro_rules! take {
+            ($($field:ident),*) => {$(
+                if given(stringify!($field)) {
+                    tc.$field = self.$field;
+                }
+            )*};
         }
+        take!(
+            steps,
+            crop,
+            resize,
+            batch_size,
+            context_from,
+            context_crop,
+            context_batch_size,
+            beta1,
+            beta2,
+            warmup,
+            ae_warmup,
+            l1,
+            l2,
+            sharp,
+            kmeans_rows,
+            dead_after,
+            restart_every,
+            checkpoint_every,
+            log_every,
+            seed
+        );
         if let Some(d) = &self.data {
             tc.data = d.clone();
         }
-        set(&mut tc.steps, self.steps);
-        set(&mut tc.crop, self.crop);
-        set(&mut tc.resize, self.resize);
-        set(&mut tc.batch_size, self.batch_size);
-        set(&mut tc.context_from, self.context_from);
-        set(&mut tc.context_crop, self.context_crop);
-        set(&mut tc.context_batch_size, self.context_batch_size);
-        if let Some(lr) = self.lr {
-            tc.lr = lr;
-            tc.min_lr = lr / 10.0;
+        if given("lr") {
+            tc.lr = self.lr;
+            tc.min_lr = self.lr / 10.0;
         }
-        set(&mut tc.beta1, self.beta1);
-        set(&mut tc.beta2, self.beta2);
-        set(&mut tc.warmup, self.warmup);
-        set(&mut tc.ae_warmup, self.ae_warmup);
-        set(&mut tc.l1, self.l1);
-        set(&mut tc.l2, self.l2);
-        set(&mut tc.sharp, self.sharp);
         if self.no_flip {
             tc.hflip = false;
         }
         if self.no_shuffle_channels {
             tc.shuffle_channels = false;
         }
-        if let Some(v) = &self.extra_scales {
-            tc.extra_scales = v
+        if given("extra_scales") {
+            tc.extra_scales = self
+                .extra_scales
                 .iter()
                 .filter(|s| s.trim() != "none")
                 .map(|s| match s.trim().parse::<usize>() {
@@ -243,12 +249,6 @@ impl TrainArgs {
                 })
                 .collect::<Result<_>>()?;
         }
-        set(&mut tc.kmeans_rows, self.kmeans_rows);
-        set(&mut tc.dead_after, self.dead_after);
-        set(&mut tc.restart_every, self.restart_every);
-        set(&mut tc.checkpoint_every, self.checkpoint_every);
-        set(&mut tc.log_every, self.log_every);
-        set(&mut tc.seed, self.seed);
         Ok(())
     }
 }
@@ -276,7 +276,9 @@ pub struct Preprocess {
     upscale: bool,
 }
 
-pub fn run(cmd: VqCmd) -> Result<()> {
+/// Runs a `vq` command; `m` are the `vq` subcommand's matches (for what was given on the
+/// command line).
+pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
     match cmd {
         VqCmd::Encode {
             images,
@@ -302,7 +304,12 @@ pub fn run(cmd: VqCmd) -> Result<()> {
             swaps,
             output,
         } => edit(&tokens, &swaps, &output),
-        VqCmd::Train(a) => train(&a),
+        VqCmd::Train(a) => {
+            let tm = m
+                .subcommand_matches("train")
+                .expect("clap parsed `vq train`");
+            train(&a, tm)
+        }
         VqCmd::Eval {
             data,
             model,
@@ -314,25 +321,24 @@ pub fn run(cmd: VqCmd) -> Result<()> {
 }
 
 fn model_config(spec: &str) -> Result<VqConfig> {
-    if let Some(c) = train::preset(spec) {
+    if let Some(c) = preset(spec) {
         return Ok(c);
     }
     let p = Path::new(spec);
     if !p.exists() {
         bail!(
             "--config {spec}: neither a preset ({}) nor an existing config file",
-            train::PRESETS.join(", ")
+            PRESETS.join(", ")
         );
     }
     Ok(VqConfig::from_file(p)?)
 }
 
-fn train(a: &TrainArgs) -> Result<()> {
-    let state_file = a.out.join(train::STATE_FILE);
-    let (cfg, tc, resume) = if a.resume && state_file.is_file() {
-        let mut tc = train::TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
+fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
+    let (cfg, tc, resume) = if a.resume && train::checkpoint::has_checkpoint(&a.out) {
+        let mut tc = TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
         let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
-        a.apply(&mut tc)?;
+        a.apply(m, &mut tc)?;
         (cfg, tc, true)
     } else {
         if a.resume {
@@ -345,8 +351,8 @@ fn train(a: &TrainArgs) -> Result<()> {
             bail!("--data DIR is required (an image folder or a .txt list of images)");
         };
         let cfg = model_config(&a.config)?;
-        let mut tc = train::TrainConfig::default_for(data);
-        a.apply(&mut tc)?;
+        let mut tc = TrainConfig::default_for(data);
+        a.apply(m, &mut tc)?;
         (cfg, tc, false)
     };
     let st = train::train(&cfg, &tc, &a.out, resume, true)?;
@@ -371,10 +377,9 @@ fn train(a: &TrainArgs) -> Result<()> {
 }
 
 fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) -> Result<()> {
-    check_size(pre.size, None)?;
-    let paths = train::data_paths(data)?;
+    let paths = data::data_paths(data)?;
     let (model, weights) = load(m)?;
-    let r = train::evaluate(&model, &paths, pre.size, pre.upscale, batch, true)?;
+    let r = eval::evaluate(&model, &paths, pre.size, pre.upscale, batch, true)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
@@ -445,52 +450,6 @@ fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
     Ok((model, weights))
 }
 
-// `%` rather than `is_multiple_of`: the workspace supports Rust 1.85.
-#[allow(unknown_lints, clippy::manual_is_multiple_of)]
-fn check_size(size: u32, model: Option<&VqModel>) -> Result<()> {
-    if size == 0 || size % 16 != 0 {
-        bail!("--size {size} must be a positive multiple of 16 (VQGAN f16 downsamples by 16)");
-    }
-    if let Some(m) = model {
-        let f = m.config().downsample_factor() as u32;
-        if size % f != 0 {
-            bail!("--size {size} must be a multiple of the model's downsampling factor {f}");
-        }
-    }
-    Ok(())
-}
-
-fn load_images(paths: &[PathBuf], pre: &Preprocess) -> Result<Vec<RgbImage>> {
-    paths
-        .iter()
-        .map(|p| Ok(image_io::load_rgb_square(p, pre.size, pre.upscale)?))
-        .collect()
-}
-
-/// (n, 3, s, s) in [-1, 1].
-fn batch_tensor(imgs: &[RgbImage]) -> Result<Tensor> {
-    let ts = imgs
-        .iter()
-        .map(|i| image_io::to_tensor_chw(i, PixelRange::MinusOneOne, &Device::Cpu))
-        .collect::<imgseq_core::Result<Vec<_>>>()?;
-    Ok(Tensor::stack(&ts, 0)?)
-}
-
-fn progress(n: usize, what: &str) -> ProgressBar {
-    if n < 2 {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(n as u64);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{msg} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]",
-        )
-        .expect("valid template"),
-    );
-    pb.set_message(what.to_string());
-    pb
-}
-
 fn encode(
     images: &[PathBuf],
     m: &ModelArgs,
@@ -498,121 +457,25 @@ fn encode(
     batch: usize,
     out: &Path,
 ) -> Result<()> {
-    check_size(pre.size, None)?;
-    // Fail fast, before loading the model or decoding any pixels: every file must be a
-    // readable image of sufficient size (headers only).
-    for p in images {
-        let (w, h) = image_io::image_dimensions(p)?;
-        image_io::check_min_size(p, w, h, pre.size, pre.upscale)?;
-    }
+    // Fail fast, before loading the model: every file must be a readable image of sufficient
+    // size (headers only).
+    data::check_headers(images, pre.size, pre.upscale)?;
     let (model, _) = load(m)?;
-    check_size(pre.size, Some(&model))?;
-    let pb = progress(images.len(), "encoding");
-    let mut tokens: Vec<i64> = Vec::new();
-    let mut grid = (0, 0);
-    // Images are decoded batch by batch, so a long list needs memory for one batch only.
-    for chunk in images.chunks(batch.max(1)) {
-        let imgs = load_images(chunk, pre)?;
-        let q = model.encode(&batch_tensor(&imgs)?)?;
-        let (_, h, w) = q.indices.dims3()?;
-        grid = (h, w);
-        tokens.extend(
-            q.indices
-                .to_dtype(DType::I64)?
-                .flatten_all()?
-                .to_vec1::<i64>()?,
-        );
-        pb.inc(chunk.len() as u64);
-    }
-    pb.finish_and_clear();
-    let shape = if images.len() == 1 {
-        vec![grid.0, grid.1]
-    } else {
-        vec![images.len(), grid.0, grid.1]
-    };
-    npy::write_npy_i64(out, &shape, &tokens)?;
+    let tokens = inference::encode_files(&model, images, pre.size, pre.upscale, batch, true)?;
+    tokens.write(out)?;
     eprintln!(
         "wrote {} {:?} ({} tokens per image)",
         out.display(),
-        shape,
-        grid.0 * grid.1
+        tokens.shape(),
+        tokens.h * tokens.w
     );
     Ok(())
 }
 
-/// A token file: (n, h, w) and the values (n = 1 for a 2-D file).
-struct Tokens {
-    two_d: bool,
-    n: usize,
-    h: usize,
-    w: usize,
-    data: Vec<i64>,
-}
-
-fn read_tokens(path: &Path) -> Result<Tokens> {
-    let a = npy::read_npy(path)?;
-    let Some(data) = a.as_i64() else {
-        bail!(
-            "{}: tokens must be an integer array, found dtype {}",
-            path.display(),
-            a.descr
-        );
-    };
-    let (two_d, n, h, w) = match a.shape.as_slice() {
-        [h, w] => (true, 1, *h, *w),
-        [n, h, w] => (false, *n, *h, *w),
-        s => bail!(
-            "{}: tokens must have shape (h, w) or (n, h, w), found {s:?}",
-            path.display()
-        ),
-    };
-    if n == 0 || h == 0 || w == 0 {
-        bail!(
-            "{}: token array is empty (shape {:?})",
-            path.display(),
-            a.shape
-        );
-    }
-    Ok(Tokens {
-        two_d,
-        n,
-        h,
-        w,
-        data: data.to_vec(),
-    })
-}
-
-fn write_tokens(path: &Path, t: &Tokens) -> Result<()> {
-    let shape = if t.two_d {
-        vec![t.h, t.w]
-    } else {
-        vec![t.n, t.h, t.w]
-    };
-    Ok(npy::write_npy_i64(path, &shape, &t.data)?)
-}
-
 fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> {
-    let t = read_tokens(tokens)?;
+    let t = TokenGrid::read(tokens)?;
     let (model, _) = load(m)?;
-    let n_embed = model.config().n_embed as i64;
-    if let Some((i, &v)) = t
-        .data
-        .iter()
-        .enumerate()
-        .find(|(_, &v)| v < 0 || v >= n_embed)
-    {
-        let (img, r, c) = (i / (t.h * t.w), (i / t.w) % t.h, i % t.w);
-        let at = if t.two_d {
-            format!("[{r}, {c}]")
-        } else {
-            format!("[{img}, {r}, {c}]")
-        };
-        bail!(
-            "{}: token {v} at {at} is outside the codebook (n_embed = {n_embed}, valid 0..={})",
-            tokens.display(),
-            n_embed - 1
-        );
-    }
+    t.check_codebook(tokens, model.config().n_embed)?;
     let outs: Vec<PathBuf> = if t.n == 1 {
         vec![out.to_path_buf()]
     } else {
@@ -628,24 +491,7 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
             .map(|i| out.with_file_name(format!("{stem}_{i:03}.{ext}")))
             .collect()
     };
-    let pb = progress(t.n, "decoding");
-    let mut imgs = Vec::with_capacity(t.n);
-    let plane = t.h * t.w;
-    let step = batch.max(1);
-    for start in (0..t.n).step_by(step) {
-        let k = step.min(t.n - start);
-        let cells = &t.data[start * plane..(start + k) * plane];
-        let idx = Tensor::from_vec(cells.to_vec(), (k, t.h, t.w), &Device::Cpu)?;
-        let x = model.decode_indices(&idx)?;
-        for i in 0..k {
-            imgs.push(image_io::from_tensor_chw(
-                &x.get(i)?,
-                PixelRange::MinusOneOne,
-            )?);
-        }
-        pb.inc(k as u64);
-    }
-    pb.finish_and_clear();
+    let imgs = inference::decode_tokens(&model, &t, batch, true)?;
     // Write only after every image decoded, and remove partial results on failure.
     for (k, (p, img)) in outs.iter().zip(&imgs).enumerate() {
         if let Err(e) = image_io::save_png(p, img) {
@@ -662,33 +508,17 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
 }
 
 fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Result<()> {
-    check_size(pre.size, None)?;
     let img = image_io::load_rgb_square(image, pre.size, pre.upscale)?;
     let (model, weights) = load(m)?;
-    check_size(pre.size, Some(&model))?;
-    let q = model.encode(&batch_tensor(std::slice::from_ref(&img))?)?;
-    let rec = model.decode(&q.quantized)?;
-    let rec = image_io::from_tensor_chw(&rec, PixelRange::MinusOneOne)?;
-    let (_, h, w) = q.indices.dims3()?;
-    let toks = q
-        .indices
-        .to_dtype(DType::I64)?
-        .flatten_all()?
-        .to_vec1::<i64>()?;
-    let n_embed = model.config().n_embed;
-    let (used, perplexity) = metrics::codebook_usage(&toks, n_embed)?;
-    // Metrics on the 8-bit images (what is saved), scaled to [0, 1].
-    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
-    let (a, b) = (unit(&img)?, unit(&rec)?);
-    let psnr = metrics::psnr_tensor(&a, &b, 1.0)?;
-    let ssim = metrics::ssim(&a, &b)?;
+    let r = eval::roundtrip(&model, &img)?;
     std::fs::create_dir_all(out)
         .with_context(|| format!("{}: cannot create folder", out.display()))?;
-    npy::write_npy_i64(out.join("tokens.npy"), &[h, w], &toks)?;
-    image_io::save_png(out.join("recon.png"), &rec)?;
-    let pair = image_io::side_by_side(&[img, rec], 4);
+    r.tokens.write(out.join("tokens.npy"))?;
+    image_io::save_png(out.join("recon.png"), &r.reconstruction)?;
+    let pair = image_io::side_by_side(&[img, r.reconstruction], 4);
     image_io::save_png(out.join("side_by_side.png"), &pair)?;
     let c = model.config();
+    let (h, w) = (r.tokens.h, r.tokens.w);
     println!(
         "model: {} (f{}, {} codes)",
         weights.display(),
@@ -696,9 +526,12 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
         c.n_embed
     );
     println!("tokens: {} ({h}x{w} grid, raster order)", h * w);
-    println!("PSNR: {psnr:.2} dB");
-    println!("SSIM: {ssim:.4}");
-    println!("codebook entries used: {used} of {n_embed} (perplexity {perplexity:.1})");
+    println!("PSNR: {:.2} dB", r.psnr);
+    println!("SSIM: {:.4}", r.ssim);
+    println!(
+        "codebook entries used: {} of {} (perplexity {:.1})",
+        r.codes_used, c.n_embed, r.perplexity
+    );
     println!(
         "wrote {}/{{tokens.npy, recon.png, side_by_side.png}}",
         out.display()
@@ -720,12 +553,12 @@ fn parse_swap(s: &str) -> Result<((usize, usize), (usize, usize))> {
 }
 
 fn edit(tokens: &Path, swaps: &[String], out: &Path) -> Result<()> {
-    let mut t = read_tokens(tokens)?;
+    let mut t = TokenGrid::read(tokens)?;
     let mut parsed = Vec::with_capacity(swaps.len());
     for s in swaps {
         let (a, b) = parse_swap(s)?;
         for (r, c) in [a, b] {
-            if r >= t.h || c >= t.w {
+            if !t.contains(r, c) {
                 bail!(
                     "--swap {s}: cell ({r}, {c}) is outside the {}x{} token grid of {}",
                     t.h,
@@ -743,7 +576,7 @@ fn edit(tokens: &Path, swaps: &[String], out: &Path) -> Result<()> {
                 .swap(img * plane + r1 * t.w + c1, img * plane + r2 * t.w + c2);
         }
     }
-    write_tokens(out, &t)?;
+    t.write(out)?;
     eprintln!(
         "wrote {} ({} swap(s) applied to {} image(s))",
         out.display(),

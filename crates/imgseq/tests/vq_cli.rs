@@ -270,15 +270,16 @@ fn bad_inputs_fail_with_one_line_and_leave_no_output() {
         &m,
     ));
     assert!(e.contains("small.png") && e.contains("smaller than"), "{e}");
+    // The size rule is the model's own (VqConfig::check_input_size): the tiny model is f2.
     let mut m30 = m.clone();
-    m30[5] = "30".into();
+    m30[5] = "31".into();
     let e = fails(&with_model(
         &["vq", "encode", img.to_str().unwrap()],
         &["-o", o],
         &m30,
     ));
     assert!(
-        e.contains("--size 30") && e.contains("multiple of 16"),
+        e.contains("--size 31") && e.contains("multiple of 2,"),
         "{e}"
     );
     let e = fails(&with_model(

@@ -130,25 +130,18 @@ pub(crate) unsafe fn gemm<T: Real>(
     beta: T,
     par: gemm::Parallelism,
 ) {
-    gemm::gemm(
+    super::gemm::mm_scaled(
         m,
         n,
         k,
         dst,
-        dst_cs as isize,
-        dst_rs as isize,
+        (dst_rs, dst_cs),
         false,
         lhs,
-        lhs_cs as isize,
-        lhs_rs as isize,
+        (lhs_rs, lhs_cs),
         rhs,
-        rhs_cs as isize,
-        rhs_rs as isize,
-        T::ZERO,
+        (rhs_rs, rhs_cs),
         beta,
-        false,
-        false,
-        false,
         par,
     )
 }

@@ -31,25 +31,17 @@ pub fn nearest(z: &[f32], e: &[f32], d: usize) -> Vec<u32> {
             let zb = &z[bi * rows_per * d..(bi * rows_per + rows) * d];
             // SAFETY: dots holds rows × k, zb rows × d, e k × d (read transposed).
             unsafe {
-                gemm::gemm(
+                super::gemm::mm(
                     rows,
                     k,
                     d,
                     dots.as_mut_ptr(),
-                    1,
-                    k as isize,
+                    (k, 1),
                     false,
                     zb.as_ptr(),
-                    1,
-                    d as isize,
+                    (d, 1),
                     e.as_ptr(),
-                    d as isize,
-                    1,
-                    0f32,
-                    1f32,
-                    false,
-                    false,
-                    false,
+                    (1, d),
                     gemm::Parallelism::None,
                 );
             }

@@ -9,6 +9,7 @@
 //! The output is computed in column tiles that stay in L2, tiles run in parallel (rayon) with
 //! single-threaded GEMMs (the `gemm` crate's microkernels); the bias initialises the tile.
 
+use super::gemm::mm;
 use super::Real;
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -91,44 +92,6 @@ impl<T> Ptr<T> {
     fn get(self) -> *mut T {
         self.0
     }
-}
-
-/// dst (m×n) = alpha·dst + beta·lhs·rhs with explicit (row, col) strides.
-#[allow(clippy::too_many_arguments)]
-unsafe fn mm<T: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut T,
-    (dst_rs, dst_cs): (usize, usize),
-    accumulate: bool,
-    lhs: *const T,
-    (lhs_rs, lhs_cs): (usize, usize),
-    rhs: *const T,
-    (rhs_rs, rhs_cs): (usize, usize),
-    par: Parallelism,
-) {
-    gemm::gemm(
-        m,
-        n,
-        k,
-        dst,
-        dst_cs as isize,
-        dst_rs as isize,
-        accumulate,
-        lhs,
-        lhs_cs as isize,
-        lhs_rs as isize,
-        rhs,
-        rhs_cs as isize,
-        rhs_rs as isize,
-        if accumulate { T::ONE } else { T::ZERO },
-        T::ONE,
-        false,
-        false,
-        false,
-        par,
-    )
 }
 
 /// Index of input pixel (y, x) inside a channel's padded, phase-split plane.

@@ -1,49 +1,9 @@
 //! Linear layer y = x·Wᵀ + b (PyTorch weight layout) with the bias folded into the GEMM's
 //! destination, and its backward (dx = g·W, dW = gᵀ·x, db = Σ_rows g) straight on the buffers.
 
-use super::{threads, Real};
-use gemm::Parallelism;
+use super::gemm::{auto_parallelism, mm};
+use super::Real;
 use rayon::prelude::*;
-
-/// dst (m×n) = [dst +] lhs·rhs, strides as (row, col).
-#[allow(clippy::too_many_arguments)]
-unsafe fn mm<T: Real>(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut T,
-    (dst_rs, dst_cs): (usize, usize),
-    accumulate: bool,
-    lhs: *const T,
-    (lhs_rs, lhs_cs): (usize, usize),
-    rhs: *const T,
-    (rhs_rs, rhs_cs): (usize, usize),
-) {
-    let par = if m * n * k >= 1 << 16 {
-        Parallelism::Rayon(threads())
-    } else {
-        Parallelism::None
-    };
-    gemm::gemm(
-        m,
-        n,
-        k,
-        dst,
-        dst_cs as isize,
-        dst_rs as isize,
-        accumulate,
-        lhs,
-        lhs_cs as isize,
-        lhs_rs as isize,
-        rhs,
-        rhs_cs as isize,
-        rhs_rs as isize,
-        if accumulate { T::ONE } else { T::ZERO },
-        T::ONE,
-        false,
-        false,
-        false,
-        par,
-    )
-}
 
 /// x (rows × inp), w (out × inp), b (out) → (rows × out).
 pub fn linear<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, inp: usize, out: usize) -> Vec<T> {
@@ -60,7 +20,9 @@ pub fn linear<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, inp: usize, out: usize
         // SAFETY: buffer sizes match the (m, n, k) and strides passed.
         unsafe {
             mm(
-                (rows, out, inp),
+                rows,
+                out,
+                inp,
                 y.as_mut_ptr(),
                 (out, 1),
                 b.is_some(),
@@ -68,6 +30,7 @@ pub fn linear<T: Real>(x: &[T], w: &[T], b: Option<&[T]>, inp: usize, out: usize
                 (inp, 1),
                 w.as_ptr(),
                 (1, inp),
+                auto_parallelism(rows, out, inp),
             )
         };
     }
@@ -89,7 +52,9 @@ pub fn linear_bwd<T: Real>(
         // SAFETY: buffer sizes match the (m, n, k) and strides passed.
         unsafe {
             mm(
-                (rows, inp, out),
+                rows,
+                inp,
+                out,
                 dx.as_mut_ptr(),
                 (inp, 1),
                 false,
@@ -97,9 +62,12 @@ pub fn linear_bwd<T: Real>(
                 (out, 1),
                 w.as_ptr(),
                 (inp, 1),
+                auto_parallelism(rows, inp, out),
             );
             mm(
-                (out, inp, rows),
+                out,
+                inp,
+                rows,
                 dw.as_mut_ptr(),
                 (inp, 1),
                 false,
@@ -107,6 +75,7 @@ pub fn linear_bwd<T: Real>(
                 (1, out),
                 x.as_ptr(),
                 (inp, 1),
+                auto_parallelism(out, inp, rows),
             );
         }
     }

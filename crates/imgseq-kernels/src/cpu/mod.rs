@@ -13,6 +13,7 @@ pub mod act;
 pub mod attn;
 pub mod codebook;
 pub mod conv;
+mod gemm;
 pub mod linear;
 pub mod norm;
 

@@ -1,0 +1,206 @@
+//! A restricted, non-executing reader for PyTorch `torch.save` files (zip format, torch ≥ 1.6),
+//! such as taming's PyTorch-Lightning `last.ckpt`.
+//!
+//! Python's `pickle.load` would import and call whatever a checkpoint's pickle names, so a
+//! checkpoint can run arbitrary code. This crate instead interprets the pickle on a small
+//! stack machine of plain values that never calls anything; names outside an allowlist
+//! (`torch.*`, `collections.*`, Lightning) are refused as soon as they appear, and storage
+//! bytes are read only for the tensors asked for.
+//!
+//! * [`opcodes`]: the pickle opcodes by name.
+//! * `pickle`: the stack machine and the allowlist of globals.
+//! * `archive`: the zip layout (`data.pkl`, `data/<key>`).
+//! * `tensor`: storage types and views → candle tensors (any strides; floats become f32,
+//!   integers i64, bytes and bools u8).
+//! * [`error`]: [`TorchError`], convertible into [`imgseq_core::Error`].
+//!
+//! ```no_run
+//! let sd = imgseq_torch::read_state_dict("last.ckpt", &candle_core::Device::Cpu)?;
+//! for (name, t) in &sd {
+//!     println!("{name}: {} {:?}", t.dtype.torch_name(), t.tensor.dims());
+//! }
+//! # Ok::<(), imgseq_torch::TorchError>(())
+//! ```
+
+mod archive;
+pub mod error;
+pub mod opcodes;
+mod pickle;
+mod tensor;
+
+pub use error::{FormatError, PickleError, Result, TensorProblem, TorchError};
+pub use tensor::{CkptTensor, StorageDType, MAX_TENSOR_BYTES};
+
+use archive::Archive;
+use candle_core::Device;
+use error::FormatError as F;
+use pickle::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use tensor::TensorRef;
+
+/// A torch zip checkpoint, opened: the parsed object tree and access to its storages.
+pub struct Checkpoint {
+    archive: Archive,
+    root: Value,
+    /// Storage bytes still needed by a tensor not yet materialised.
+    cache: HashMap<String, Rc<Vec<u8>>>,
+}
+
+impl Checkpoint {
+    /// Opens `path` and interprets its pickle (no tensor data is read yet).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let mut archive = Archive::open(path)?;
+        let bytes = archive.read_pickle()?;
+        let root = pickle::load(&bytes).map_err(|e| TorchError::format(path, e))?;
+        Ok(Self {
+            archive,
+            root,
+            cache: HashMap::new(),
+        })
+    }
+
+    /// Names of the top-level keys (e.g. `state_dict`, `epoch`, `global_step`).
+    pub fn top_level_keys(&self) -> Vec<String> {
+        match &self.root {
+            Value::Dict(d) => d
+                .borrow()
+                .iter()
+                .filter_map(|(k, _)| match k {
+                    Value::Str(s) => Some(s.to_string()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Name, dtype and shape of every tensor of [`Self::state_dict`], without reading data.
+    pub fn tensor_infos(&self) -> Result<Vec<(String, StorageDType, Vec<usize>)>> {
+        Ok(self
+            .state_dict_refs()?
+            .into_iter()
+            .map(|(k, t)| (k, t.dtype, t.size.clone()))
+            .collect())
+    }
+
+    /// Top-level entries that are plain scalars (`epoch: 3`, `global_step: 10`, ...).
+    pub fn scalars(&self) -> Vec<(String, String)> {
+        let Value::Dict(d) = &self.root else {
+            return Vec::new();
+        };
+        d.borrow()
+            .iter()
+            .filter_map(|(k, v)| {
+                let Value::Str(k) = k else { return None };
+                let v = match v {
+                    Value::Int(i) => i.to_string(),
+                    Value::Float(f) => f.to_string(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Str(s) => format!("{s:?}"),
+                    Value::Bytes(b) => format!("<{} bytes>", b.len()),
+                    Value::Opaque(g) => format!("<{}.{} object, not built>", g.0, g.1),
+                    _ => return None,
+                };
+                Some((k.to_string(), v))
+            })
+            .collect()
+    }
+
+    /// The tensor entries of the `state_dict` entry, or of the root dict if it has none.
+    fn state_dict_refs(&self) -> Result<Vec<(String, Rc<TensorRef>)>> {
+        let path = self.archive.path();
+        let dict = match &self.root {
+            Value::Dict(d) => {
+                let sd = d.borrow().iter().find_map(|(k, v)| match (k, v) {
+                    (Value::Str(k), Value::Dict(sd)) if &**k == "state_dict" => Some(sd.clone()),
+                    _ => None,
+                });
+                sd.unwrap_or_else(|| d.clone())
+            }
+            other => {
+                return Err(TorchError::format(
+                    path,
+                    F::NotADict {
+                        found: other.describe(),
+                    },
+                ))
+            }
+        };
+        let entries: Vec<(String, Rc<TensorRef>)> = dict
+            .borrow()
+            .iter()
+            .filter_map(|(k, v)| match (k, v) {
+                (Value::Str(k), Value::Tensor(t)) => Some((k.to_string(), t.clone())),
+                _ => None,
+            })
+            .collect();
+        if entries.is_empty() {
+            return Err(TorchError::format(path, F::NoTensors));
+        }
+        Ok(entries)
+    }
+
+    /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, or the
+    /// top-level dict itself for a plain `torch.save(model.state_dict())`. Entries in file
+    /// order; non-tensor values are skipped.
+    pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
+        let entries = self.state_dict_refs()?;
+        // Storage bytes are kept only while a later tensor still needs them, so the peak is
+        // about one copy of the model (plus one storage), not two.
+        let mut pending: HashMap<String, usize> = HashMap::new();
+        for (_, t) in &entries {
+            *pending.entry(t.key.clone()).or_default() += 1;
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for (name, t) in entries {
+            let storage = self.storage(&t)?;
+            let tensor = tensor::materialise(self.archive.path(), &name, &t, &storage, device)?;
+            let left = pending.get_mut(&t.key).expect("counted");
+            *left -= 1;
+            if *left == 0 {
+                self.cache.remove(&t.key);
+            }
+            out.push((
+                name,
+                CkptTensor {
+                    dtype: t.dtype,
+                    tensor,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The bytes of the storage `t` views, checked to hold its declared element count.
+    fn storage(&mut self, t: &TensorRef) -> Result<Rc<Vec<u8>>> {
+        if let Some(b) = self.cache.get(&t.key) {
+            return Ok(b.clone());
+        }
+        let bytes = self.archive.read_storage(&t.key)?;
+        let want = t.storage_numel.saturating_mul(t.dtype.size());
+        if bytes.len() < want {
+            return Err(TorchError::format(
+                self.archive.path(),
+                F::TruncatedStorage {
+                    entry: self.archive.storage_entry(&t.key),
+                    len: bytes.len(),
+                    want,
+                },
+            ));
+        }
+        let b = Rc::new(bytes);
+        self.cache.insert(t.key.clone(), b.clone());
+        Ok(b)
+    }
+}
+
+/// Reads the model tensors of a checkpoint (see [`Checkpoint::state_dict`]).
+pub fn read_state_dict(
+    path: impl AsRef<Path>,
+    device: &Device,
+) -> Result<Vec<(String, CkptTensor)>> {
+    Checkpoint::open(path)?.state_dict(device)
+}

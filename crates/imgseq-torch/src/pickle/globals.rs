@@ -1,0 +1,186 @@
+//! The allowlist: which `module.name` globals a pickle may name, and what the few modelled
+//! ones rebuild. Nothing is ever imported or called.
+//!
+//! * A global outside `torch.*`, `collections.*`, `pytorch_lightning.*`, `lightning.*`,
+//!   `lightning_fabric.*` (and `_codecs.encode`) is refused as soon as it is named.
+//! * `REDUCE` (a call) is modelled for:
+//!   - `torch._utils._rebuild_tensor_v2` → a tensor view on a storage,
+//!   - `torch._utils._rebuild_parameter`, `torch._tensor._rebuild_from_type_v2` → the tensor,
+//!   - `collections.OrderedDict` → an empty dict,
+//!   - `_codecs.encode` → bytes (protocol 2's encoding of `bytes`).
+//!
+//!   A call or `NEWOBJ` of any other tolerated name (Lightning's `AttributeDict`,
+//!   `torch.device`, ...) yields an opaque placeholder that is never constructed. Old
+//!   Lightning keys its `callbacks` dict by the callback *class*, which is why inert names
+//!   exist at all.
+//! * torch's persistent id `('storage', torch.FloatStorage, key, location, numel)` becomes a
+//!   storage reference.
+
+use super::value::Value;
+use crate::error::PickleError;
+use crate::tensor::{StorageDType, TensorRef};
+use std::rc::Rc;
+
+type PResult<T> = std::result::Result<T, PickleError>;
+
+/// Module prefixes whose names may appear (inertly) in a checkpoint's pickle.
+const INERT_MODULES: [&str; 5] = [
+    "torch",
+    "collections",
+    "pytorch_lightning",
+    "lightning",
+    "lightning_fabric",
+];
+
+fn in_inert_module(module: &str) -> bool {
+    INERT_MODULES
+        .iter()
+        .any(|p| module == *p || module.starts_with(&format!("{p}.")))
+}
+
+/// The error for a name outside the allowlist (or instantiated by `INST`).
+pub(super) fn refused(module: &str, name: &str) -> PickleError {
+    PickleError::ForbiddenGlobal {
+        module: module.into(),
+        name: name.into(),
+    }
+}
+
+/// `GLOBAL` / `STACK_GLOBAL`: an inert name if it is allowed at all.
+pub(super) fn global(module: String, name: String) -> PResult<Value> {
+    if !((module == "_codecs" && name == "encode") || in_inert_module(&module)) {
+        return Err(refused(&module, &name));
+    }
+    Ok(Value::Global(Rc::new((module, name))))
+}
+
+/// `REDUCE`: `callable(*args)` for the few callables modelled; a placeholder for other
+/// tolerated names; everything else refused.
+pub(super) fn reduce(callable: Value, args: Value) -> PResult<Value> {
+    let (module, name) = match &callable {
+        Value::Global(g) => (g.0.as_str(), g.1.as_str()),
+        other => {
+            return Err(PickleError::CallsNonGlobal {
+                found: other.describe(),
+            })
+        }
+    };
+    let args = match args {
+        Value::Tuple(t) => t,
+        other => {
+            return Err(PickleError::ReduceArgsNotATuple {
+                found: other.describe(),
+            })
+        }
+    };
+    match (module, name) {
+        ("collections", "OrderedDict") if args.is_empty() => Ok(Value::empty_dict()),
+        ("torch._utils", "_rebuild_tensor_v2") => rebuild_tensor_v2(&args),
+        ("torch._utils", "_rebuild_parameter") => match args.first() {
+            Some(t @ Value::Tensor(_)) => Ok(t.clone()),
+            _ => Err(PickleError::MissingArgument {
+                call: "_rebuild_parameter",
+                expected: "tensor",
+            }),
+        },
+        ("_codecs", "encode") => match args.first() {
+            // protocol 2 pickles `bytes` as _codecs.encode(latin1 text, 'latin1').
+            Some(Value::Str(s)) => Ok(Value::Bytes(
+                s.chars()
+                    .map(|c| c as u32 as u8)
+                    .collect::<Vec<u8>>()
+                    .into(),
+            )),
+            _ => Err(PickleError::MissingArgument {
+                call: "_codecs.encode",
+                expected: "string",
+            }),
+        },
+        ("torch._tensor", "_rebuild_from_type_v2") => {
+            // (func, new_type, args, state): a tensor subclass; keep the plain tensor.
+            match (args.first(), args.get(2)) {
+                (Some(f @ Value::Global(_)), Some(a @ Value::Tuple(_))) => {
+                    reduce(f.clone(), a.clone())
+                }
+                _ => Err(PickleError::UnexpectedArguments {
+                    call: "_rebuild_from_type_v2",
+                }),
+            }
+        }
+        _ if in_inert_module(module) => Ok(Value::Opaque(Rc::new((module.into(), name.into())))),
+        _ => Err(refused(module, name)),
+    }
+}
+
+/// `_rebuild_tensor_v2(storage, offset, size, stride, ...)` → a view on the storage.
+fn rebuild_tensor_v2(args: &[Value]) -> PResult<Value> {
+    if args.len() < 4 {
+        return Err(PickleError::TooFewArguments {
+            call: "_rebuild_tensor_v2",
+        });
+    }
+    let (key, dtype, numel) = match &args[0] {
+        Value::Storage { key, dtype, numel } => (key.clone(), *dtype, *numel),
+        other => {
+            return Err(PickleError::NotAStorage {
+                found: other.describe(),
+            })
+        }
+    };
+    let bad = |what| PickleError::BadTensorArgument { what };
+    let offset = args[1].as_usize().ok_or(bad("storage offset"))?;
+    let size = args[2].as_usize_seq().ok_or(bad("size"))?;
+    let stride = args[3].as_usize_seq().ok_or(bad("stride"))?;
+    if size.len() != stride.len() {
+        return Err(PickleError::SizeStrideMismatch);
+    }
+    Ok(Value::Tensor(Rc::new(TensorRef {
+        key,
+        dtype,
+        storage_numel: numel,
+        offset,
+        size,
+        stride,
+    })))
+}
+
+/// `NEWOBJ` / `NEWOBJ_EX`: `cls.__new__(cls, ...)`, only as an opaque placeholder.
+pub(super) fn new_object(cls: Value) -> PResult<Value> {
+    match cls {
+        Value::Global(g) if in_inert_module(&g.0) => Ok(Value::Opaque(g)),
+        Value::Global(g) => Err(refused(&g.0, &g.1)),
+        other => Err(PickleError::InstantiatesNonGlobal {
+            found: other.describe(),
+        }),
+    }
+}
+
+/// `BINPERSID`: torch's persistent id `('storage', storage_type, key, location, numel)`.
+pub(super) fn persistent_load(pid: Value) -> PResult<Value> {
+    let t = match pid {
+        Value::Tuple(t) if t.len() >= 5 => t,
+        other => {
+            return Err(PickleError::MalformedPersistentId {
+                found: other.describe(),
+            })
+        }
+    };
+    match (&t[0], &t[1], &t[2], &t[4]) {
+        (Value::Str(tag), Value::Global(g), Value::Str(key), Value::Int(n))
+            if &**tag == "storage" && (g.0 == "torch" || g.0.starts_with("torch.")) && *n >= 0 =>
+        {
+            let (m, cls) = (&g.0, &g.1);
+            let dtype =
+                StorageDType::from_class(cls).ok_or_else(|| PickleError::UnsupportedStorage {
+                    module: m.clone(),
+                    name: cls.clone(),
+                })?;
+            Ok(Value::Storage {
+                key: key.to_string(),
+                dtype,
+                numel: *n as usize,
+            })
+        }
+        _ => Err(PickleError::UnsupportedPersistentId),
+    }
+}

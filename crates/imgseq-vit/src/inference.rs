@@ -1,0 +1,284 @@
+//! Using a trained classifier: load it with how its inputs are prepared, turn images into
+//! model input, and get tokens, class probabilities or an evaluation report out of it.
+//!
+//! An image goes through the same steps as the training data did: converted to the model's
+//! channels, letterboxed to the content size (28 for Fashion-MNIST), optionally inverted,
+//! centred on the model's canvas (32), normalised.
+
+use candle_core::{Device, Tensor};
+use image::DynamicImage;
+use imgseq_core::data::Split;
+use imgseq_core::image_io::{fit_dynamic, load_image, AsChw, Fit};
+use imgseq_core::{Error, Result};
+use std::path::Path;
+
+use crate::checkpoint::{load_classifier, ModelFiles};
+use crate::config::ViTConfig;
+use crate::data::{make_batch, pad_to, DataSource, ImageSet, Normalize};
+use crate::model::{probabilities, ViTForImageClassification};
+use crate::train::{evaluate, EvalReport, TrainConfig, EVAL_BATCH, TRAINING_FILE};
+
+/// A loaded classifier (on the CPU) with how its inputs are prepared.
+pub struct Classifier {
+    pub cfg: ViTConfig,
+    pub model: ViTForImageClassification,
+    /// Side of the image content before centre padding to `image_size` (28 for Fashion-MNIST
+    /// in a 32×32 model).
+    pub input_size: usize,
+    pub normalize: Normalize,
+}
+
+/// The continuous tokens of a batch and the position vectors that were added to them.
+pub struct Embedding {
+    /// Patch embeddings with CLS prepended and positions added: (b, 1 + patches, hidden).
+    pub tokens: Tensor,
+    /// Position vectors for this input size: (1, 1 + patches, hidden).
+    pub positions: Tensor,
+}
+
+impl Classifier {
+    /// Loads a checkpoint folder (or a `.safetensors` file with `config.json` beside it) and
+    /// the content size and normalisation recorded in the run's `training.json`; without
+    /// one, the whole canvas and HF's default normalisation.
+    pub fn load(path: &Path) -> Result<Self> {
+        let (cfg, model) = load_classifier(path, &Device::Cpu)?;
+        let files = ModelFiles::locate(path)?;
+        let dir = files.config.parent().unwrap_or(Path::new("."));
+        let tc_path = dir.join(TRAINING_FILE);
+        let (input_size, normalize) = if tc_path.exists() {
+            let tc = TrainConfig::load(&tc_path)?;
+            (tc.content_size(&cfg), tc.normalize)
+        } else {
+            (cfg.image_size, Normalize::hf_default(cfg.num_channels))
+        };
+        Ok(Self {
+            cfg,
+            model,
+            input_size,
+            normalize,
+        })
+    }
+
+    /// Side of the image content on a `size`×`size` input: scales with the size (28 of 32,
+    /// 42 of 48 for Fashion-MNIST).
+    pub fn content_size(&self, size: usize) -> usize {
+        self.input_size * size / self.cfg.image_size
+    }
+
+    /// One image as `(c, content, content)` bytes: letterboxed to `content` pixels (black fill,
+    /// white when inverting) and, with `invert`, gray levels inverted. The image must have the
+    /// model's channels (as [`load_image`] gives them).
+    pub fn image_bytes(&self, img: &DynamicImage, content: usize, invert: bool) -> Result<Vec<u8>> {
+        let fill = if invert { 255 } else { 0 };
+        let img = fit_dynamic(img, content as u32, Fit::Letterbox(fill))?;
+        let (c, _, _, mut chw) = img.to_chw_u8();
+        if c != self.cfg.num_channels {
+            return Err(Error::invalid(format!(
+                "the model takes {}-channel images, got {c} channels",
+                self.cfg.num_channels
+            )));
+        }
+        if invert {
+            chw.iter_mut().for_each(|v| *v = 255 - *v);
+        }
+        Ok(chw)
+    }
+
+    /// Images as a u8 set on a `size`×`size` canvas (content scaled by
+    /// [`content_size`](Self::content_size), centred), before normalisation.
+    pub fn image_set(
+        &self,
+        images: &[DynamicImage],
+        size: usize,
+        invert: bool,
+    ) -> Result<ImageSet> {
+        let content = self.content_size(size);
+        let mut bytes = Vec::new();
+        for img in images {
+            bytes.extend(self.image_bytes(img, content, invert)?);
+        }
+        let set = ImageSet::new(
+            bytes,
+            vec![0; images.len()],
+            (self.cfg.num_channels, content, content),
+            vec!["?".into()],
+        )?;
+        pad_to(set, size)
+    }
+
+    /// Model input for images: `(n, c, size, size)` f32, prepared as the training data was.
+    pub fn preprocess(&self, images: &[DynamicImage], size: usize, invert: bool) -> Result<Tensor> {
+        let set = self.image_set(images, size, invert)?;
+        let idx: Vec<usize> = (0..set.n).collect();
+        let (x, _) = make_batch(&set, &idx, &self.normalize, None, &Device::Cpu)?;
+        Ok(x)
+    }
+
+    /// Loads image files with the model's channels and [`preprocess`](Self::preprocess)es them.
+    pub fn load_images(
+        &self,
+        paths: &[impl AsRef<Path>],
+        size: usize,
+        invert: bool,
+    ) -> Result<Tensor> {
+        let images = paths
+            .iter()
+            .map(|p| load_image(p, self.cfg.num_channels))
+            .collect::<Result<Vec<_>>>()?;
+        self.preprocess(&images, size, invert)
+    }
+
+    /// Tokens and position vectors of preprocessed images `(b, c, h, w)`; positions are
+    /// interpolated when `h`×`w` is not the model's size.
+    pub fn embed(&self, x: &Tensor) -> Result<Embedding> {
+        let (_, _, h, w) = x.dims4()?;
+        self.cfg.check_input_size(h, w)?;
+        let interpolate = (h, w) != (self.cfg.image_size, self.cfg.image_size);
+        let e = &self.model.vit.embeddings;
+        Ok(Embedding {
+            tokens: e.forward(x, interpolate)?,
+            positions: e.positions(h, w, interpolate)?,
+        })
+    }
+
+    /// Class probabilities `(n, num_labels)` of preprocessed images at the model's size.
+    pub fn probabilities(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(probabilities(&self.model.forward(x, false)?)?)
+    }
+
+    /// The `k` (at least 1, at most all) most probable labels of each image, best first, as
+    /// (label index, probability).
+    pub fn top_k(&self, x: &Tensor, k: usize) -> Result<Vec<Vec<(usize, f32)>>> {
+        let probs = self.probabilities(x)?;
+        let k = k.clamp(1, self.cfg.num_labels());
+        let mut out = Vec::with_capacity(probs.dim(0)?);
+        for i in 0..probs.dim(0)? {
+            let row = probs.get(i)?.to_vec1::<f32>()?;
+            let mut order: Vec<usize> = (0..row.len()).collect();
+            order.sort_by(|&x, &y| row[y].total_cmp(&row[x]));
+            out.push(order[..k].iter().map(|&j| (j, row[j])).collect());
+        }
+        Ok(out)
+    }
+
+    /// One split of `source` as this model saw its data: at the content size, centred on the
+    /// canvas, the first `limit` images.
+    pub fn load_split(
+        &self,
+        source: &DataSource,
+        split: Split,
+        limit: Option<usize>,
+    ) -> Result<ImageSet> {
+        source.load_split(
+            split,
+            self.input_size,
+            self.cfg.num_channels,
+            self.cfg.image_size,
+            limit,
+        )
+    }
+
+    /// Accuracy, per-class accuracy and confusion matrix on `set` (as from
+    /// [`load_split`](Self::load_split)).
+    pub fn evaluate(&self, set: &ImageSet, progress: bool) -> Result<EvalReport> {
+        evaluate(
+            &self.model,
+            &self.cfg,
+            set,
+            &self.normalize,
+            EVAL_BATCH,
+            progress,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::DType;
+    use candle_nn::VarBuilder;
+    use image::{GrayImage, RgbImage};
+
+    fn classifier(channels: usize) -> Classifier {
+        let cfg = ViTConfig::seed(channels, &["a", "b", "c"]);
+        let model =
+            ViTForImageClassification::new(&cfg, VarBuilder::zeros(DType::F32, &Device::Cpu))
+                .unwrap();
+        Classifier {
+            input_size: 28,
+            normalize: Normalize::hf_default(channels),
+            cfg,
+            model,
+        }
+    }
+
+    /// The interleaved-to-planar loop the CLI used before `AsChw` took over.
+    fn reference_chw(img: &DynamicImage, channels: usize, invert: bool) -> Vec<u8> {
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        let raw = img.clone().into_bytes();
+        let mut chw = vec![0u8; raw.len()];
+        for y in 0..h {
+            for x in 0..w {
+                for c in 0..channels {
+                    let v = raw[(y * w + x) * channels + c];
+                    chw[c * h * w + y * w + x] = if invert { 255 - v } else { v };
+                }
+            }
+        }
+        chw
+    }
+
+    #[test]
+    fn image_bytes_are_those_of_the_planar_loop() {
+        let rgb = DynamicImage::ImageRgb8(RgbImage::from_fn(50, 40, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x * y) % 251) as u8])
+        }));
+        let gray = DynamicImage::ImageLuma8(GrayImage::from_fn(37, 61, |x, y| {
+            image::Luma([((x * 13 + y * 3) % 256) as u8])
+        }));
+        for (img, c) in [(rgb, 3), (gray, 1)] {
+            let m = classifier(c);
+            for invert in [false, true] {
+                let fitted =
+                    fit_dynamic(&img, 28, Fit::Letterbox(if invert { 255 } else { 0 })).unwrap();
+                assert_eq!(
+                    m.image_bytes(&img, 28, invert).unwrap(),
+                    reference_chw(&fitted, c, invert)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn preprocess_scales_content_with_size_and_embed_interpolates() {
+        let m = classifier(1);
+        let img = DynamicImage::ImageLuma8(GrayImage::from_pixel(10, 10, image::Luma([255])));
+        let x = m.preprocess(&[img.clone(), img], 48, false).unwrap();
+        assert_eq!(x.dims(), &[2, 1, 48, 48]);
+        assert_eq!(m.content_size(48), 42);
+        let e = m.embed(&x).unwrap();
+        assert_eq!(e.tokens.dims(), &[2, 145, 48]);
+        assert_eq!(e.positions.dims(), &[1, 145, 48]);
+        let x = Tensor::zeros((1, 1, 30, 30), DType::F32, &Device::Cpu).unwrap();
+        let err = m.embed(&x).err().unwrap().to_string();
+        assert_eq!(err, "input size 30 is not a multiple of the patch size 4");
+    }
+
+    #[test]
+    fn wrong_channel_count_is_an_error() {
+        let m = classifier(3);
+        let gray = DynamicImage::ImageLuma8(GrayImage::new(8, 8));
+        assert!(m.image_bytes(&gray, 28, false).is_err());
+    }
+
+    #[test]
+    fn top_k_is_clamped_and_sorted() {
+        let m = classifier(1);
+        let x = Tensor::zeros((2, 1, 32, 32), DType::F32, &Device::Cpu).unwrap();
+        let t = m.top_k(&x, 99).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].len(), 3);
+        assert!(t[0].windows(2).all(|w| w[0].1 >= w[1].1));
+        assert_eq!(m.top_k(&x, 0).unwrap()[0].len(), 1);
+    }
+}

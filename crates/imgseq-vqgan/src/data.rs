@@ -1,0 +1,229 @@
+//! Images in, tensors out: image lists, preprocessing for the tokenizer, and the cached
+//! training images with their random crops.
+
+use candle_core::{Device, Tensor};
+use image::RgbImage;
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::{Error, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// The image files of `data`: a folder (all images below it, sorted) or a `.txt` list (one
+/// path a line, `#` comments; relative paths are taken from the list's folder).
+pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
+    if data.is_dir() {
+        return imgseq_core::data::folder::list_images(data);
+    }
+    let text = std::fs::read_to_string(data).map_err(|e| Error::io(data, e))?;
+    let base = data.parent().unwrap_or(Path::new("."));
+    let paths: Vec<PathBuf> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let p = PathBuf::from(l);
+            if p.is_absolute() {
+                p
+            } else {
+                base.join(p)
+            }
+        })
+        .collect();
+    if paths.is_empty() {
+        return Err(Error::format(data, "the image list is empty"));
+    }
+    Ok(paths)
+}
+
+/// Reads only the headers of `paths`: every file must be an image of at least `size` pixels
+/// on its shorter side (or `upscale`), so that a bad file fails before any compute.
+pub fn check_headers(paths: &[PathBuf], size: u32, upscale: bool) -> Result<()> {
+    for p in paths {
+        let (w, h) = image_io::image_dimensions(p)?;
+        image_io::check_min_size(p, w, h, size, upscale)?;
+    }
+    Ok(())
+}
+
+/// The tokenizer's preprocessing of image files: shorter side resized to `size`, centre crop.
+pub fn load_square(paths: &[PathBuf], size: u32, upscale: bool) -> Result<Vec<RgbImage>> {
+    paths
+        .iter()
+        .map(|p| image_io::load_rgb_square(p, size, upscale))
+        .collect()
+}
+
+/// Images as the model's input, scaled to [-1, 1] (taming's `x/127.5 − 1`).
+///
+/// # Shapes
+/// n images of s×s → (n, 3, s, s)
+pub fn to_batch(imgs: &[RgbImage]) -> Result<Tensor> {
+    let ts = imgs
+        .iter()
+        .map(|i| image_io::to_tensor_chw(i, PixelRange::MinusOneOne, &Device::Cpu))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::stack(&ts, 0)?)
+}
+
+/// Loads every image as RGB with its shorter side resized to `max(resize, crop)` (aspect
+/// kept), in parallel. A broken file is an error naming it.
+pub fn load_training_images(
+    paths: &[PathBuf],
+    resize: usize,
+    crop: usize,
+) -> Result<Vec<RgbImage>> {
+    let side = resize.max(crop) as f64;
+    paths
+        .par_iter()
+        .map(|p| {
+            let img = image_io::load_rgb(p)?;
+            let (w, h) = img.dimensions();
+            let s = side / w.min(h) as f64;
+            let (nw, nh) = (
+                ((w as f64 * s).round() as u32).max(side as u32),
+                ((h as f64 * s).round() as u32).max(side as u32),
+            );
+            if (nw, nh) == (w, h) {
+                Ok(img)
+            } else {
+                image_io::resize_exact(&img, nw, nh)
+            }
+        })
+        .collect()
+}
+
+/// A batch of random `crop`×`crop` crops (random image, random offset, optional horizontal
+/// flip, optional random order of the colour channels) drawn from a generator seeded with
+/// `seed`, in [-1, 1].
+///
+/// # Shapes
+/// → (batch, 3, crop, crop)
+pub fn random_crops(
+    images: &[RgbImage],
+    crop: usize,
+    batch: usize,
+    hflip: bool,
+    shuffle_channels: bool,
+    seed: u64,
+) -> Result<Tensor> {
+    if images.is_empty() {
+        return Err(Error::invalid("no training images"));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let plane = crop * crop;
+    let mut out = vec![0f32; batch * 3 * plane];
+    for b in 0..batch {
+        let img = &images[rng.random_range(0..images.len())];
+        let (w, h) = (img.width() as usize, img.height() as usize);
+        if w < crop || h < crop {
+            return Err(Error::invalid(format!(
+                "a training image is {w}x{h}, smaller than the crop {crop}"
+            )));
+        }
+        let ox = rng.random_range(0..=w - crop);
+        let oy = rng.random_range(0..=h - crop);
+        let flip = hflip && rng.random::<bool>();
+        // One of the 6 orders of (r, g, b): new colours from the same shapes.
+        const PERMS: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        let perm = if shuffle_channels {
+            PERMS[rng.random_range(0..6)]
+        } else {
+            PERMS[0]
+        };
+        let raw = img.as_raw();
+        let dst = &mut out[b * 3 * plane..(b + 1) * 3 * plane];
+        for y in 0..crop {
+            let row = (oy + y) * w;
+            for x in 0..crop {
+                let sx = if flip { crop - 1 - x } else { x };
+                let px = &raw[(row + ox + sx) * 3..(row + ox + sx) * 3 + 3];
+                for c in 0..3 {
+                    dst[perm[c] * plane + y * crop + x] = PixelRange::MinusOneOne.to_f32(px[c]);
+                }
+            }
+        }
+    }
+    Ok(Tensor::from_vec(out, (batch, 3, crop, crop), &Device::Cpu)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_lists_resolve_relative_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let list = d.path().join("l.txt");
+        std::fs::write(&list, "# comment\n\na/x.png\n/abs/y.jpg\n").unwrap();
+        let p = data_paths(&list).unwrap();
+        assert_eq!(
+            p,
+            vec![d.path().join("a/x.png"), PathBuf::from("/abs/y.jpg")]
+        );
+        std::fs::write(&list, "# nothing\n").unwrap();
+        let e = data_paths(&list).unwrap_err().to_string();
+        assert!(e.contains("l.txt") && e.contains("empty"), "{e}");
+        let e = data_paths(&d.path().join("missing.txt"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.txt"), "{e}");
+    }
+
+    #[test]
+    fn shuffled_channels_are_a_permutation_of_the_crop() {
+        let img = RgbImage::from_fn(40, 30, |x, y| {
+            image::Rgb([(x * 6) as u8, (y * 8) as u8, ((x + y) * 3) as u8])
+        });
+        let planes = |t: &Tensor| -> Vec<Vec<f32>> {
+            (0..3)
+                .map(|c| {
+                    t.get(0)
+                        .unwrap()
+                        .get(c)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                })
+                .collect()
+        };
+        let mut moved = 0;
+        for seed in 0..12 {
+            let one = std::slice::from_ref(&img);
+            let plain = planes(&random_crops(one, 16, 1, true, false, seed).unwrap());
+            let shuf = planes(&random_crops(one, 16, 1, true, true, seed).unwrap());
+            let mut a = plain.clone();
+            let mut b = shuf.clone();
+            a.sort_by(|x, y| x.partial_cmp(y).unwrap());
+            b.sort_by(|x, y| x.partial_cmp(y).unwrap());
+            assert_eq!(a, b, "seed {seed}: not the same planes");
+            moved += usize::from(plain != shuf);
+        }
+        assert!(moved >= 6, "only {moved} of 12 crops were recoloured");
+    }
+
+    #[test]
+    fn crops_are_deterministic_and_in_range() {
+        let img = RgbImage::from_fn(40, 30, |x, y| image::Rgb([x as u8 * 6, y as u8 * 8, 0]));
+        let a = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 7).unwrap();
+        let b = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 7).unwrap();
+        assert_eq!(a.dims(), &[3, 3, 16, 16]);
+        let (va, vb) = (
+            a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            b.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
+        assert_eq!(va, vb);
+        assert!(va.iter().all(|v| (-1.0..=1.0).contains(v)));
+        assert!(random_crops(std::slice::from_ref(&img), 32, 1, false, false, 0).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! How lossy the tokenizer is: the one scoring (PSNR and SSIM on the 8-bit pictures scaled to
+//! [0, 1], codebook usage) used by `vq eval`, `vq roundtrip` and the training reports.
+
+use crate::data;
+use crate::inference::encode_decode;
+use crate::model::VqModel;
+use candle_core::Device;
+use image::RgbImage;
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::{metrics, Error, Result};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Reconstruction quality of a model over a set of images.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub images: usize,
+    pub size: u32,
+    /// Mean PSNR (dB) and SSIM over the images, on the 8-bit pictures scaled to [0, 1].
+    pub psnr: f64,
+    pub ssim: f64,
+    /// Distinct codes used across the whole set, of `n_embed`, and their perplexity.
+    pub codes_used: usize,
+    pub n_embed: usize,
+    pub usage_percent: f64,
+    pub perplexity: f64,
+    pub tokens_per_image: usize,
+    pub per_image: Vec<ImageScore>,
+}
+
+/// PSNR and SSIM of one reconstruction.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageScore {
+    pub path: PathBuf,
+    pub psnr: f64,
+    pub ssim: f64,
+}
+
+/// (PSNR dB, SSIM) of `recon` against `original`, on the 8-bit pictures (what is saved)
+/// scaled to [0, 1].
+pub fn score(original: &RgbImage, recon: &RgbImage) -> Result<(f64, f64)> {
+    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
+    let (a, b) = (unit(original)?, unit(recon)?);
+    Ok((metrics::psnr_tensor(&a, &b, 1.0)?, metrics::ssim(&a, &b)?))
+}
+
+/// Encodes and decodes every image (shorter side resized to `size`, centre crop, as
+/// `imgseq vq roundtrip`) in batches of `batch` and reports mean PSNR / SSIM and codebook
+/// usage over the set.
+pub fn evaluate(
+    model: &VqModel,
+    paths: &[PathBuf],
+    size: u32,
+    upscale: bool,
+    batch: usize,
+    progress: bool,
+) -> Result<EvalReport> {
+    if paths.is_empty() {
+        return Err(Error::invalid("eval: no images"));
+    }
+    model.config().check_input_size(size as usize)?;
+    data::check_headers(paths, size, upscale)?;
+    let pb = if progress {
+        imgseq_core::progress::items(paths.len(), "vq eval")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut all_idx: Vec<i64> = Vec::new();
+    let mut per_image = Vec::with_capacity(paths.len());
+    let mut tokens_per_image = 0;
+    for chunk in paths.chunks(batch.max(1)) {
+        let imgs = data::load_square(chunk, size, upscale)?;
+        let (tokens, recons) = encode_decode(model, &imgs)?;
+        tokens_per_image = tokens.h * tokens.w;
+        all_idx.extend(tokens.data);
+        for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
+            let (psnr, ssim) = score(img, r)?;
+            per_image.push(ImageScore {
+                path: p.clone(),
+                psnr,
+                ssim,
+            });
+        }
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let n_embed = model.config().n_embed;
+    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
+    let n = per_image.len() as f64;
+    // Identical images give an infinite PSNR; cap it at 100 dB so the mean stays finite.
+    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
+    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    Ok(EvalReport {
+        images: per_image.len(),
+        size,
+        psnr,
+        ssim,
+        codes_used: used,
+        n_embed,
+        usage_percent: 100.0 * used as f64 / n_embed as f64,
+        perplexity,
+        tokens_per_image,
+        per_image,
+    })
+}
+
+/// One image through the tokenizer and back, with how lossy it was.
+#[derive(Debug, Clone)]
+pub struct Roundtrip {
+    /// (h, w) token grid of the image.
+    pub tokens: crate::tokens::TokenGrid,
+    pub reconstruction: RgbImage,
+    pub psnr: f64,
+    pub ssim: f64,
+    /// Distinct codes among the image's tokens, and their perplexity.
+    pub codes_used: usize,
+    pub perplexity: f64,
+}
+
+/// Encodes `img` (already preprocessed to the model's input size), decodes its tokens and
+/// scores the reconstruction.
+pub fn roundtrip(model: &VqModel, img: &RgbImage) -> Result<Roundtrip> {
+    for side in [img.width(), img.height()] {
+        model.config().check_input_size(side as usize)?;
+    }
+    let (mut tokens, mut recons) = encode_decode(model, std::slice::from_ref(img))?;
+    tokens.batched = false;
+    let reconstruction = recons.remove(0);
+    let (codes_used, perplexity) = metrics::codebook_usage(&tokens.data, model.config().n_embed)?;
+    let (psnr, ssim) = score(img, &reconstruction)?;
+    Ok(Roundtrip {
+        tokens,
+        reconstruction,
+        psnr,
+        ssim,
+        codes_used,
+        perplexity,
+    })
+}

@@ -1,0 +1,141 @@
+//! A run folder: everything needed to use or resume a training run.
+//!
+//! `model.safetensors` (taming names, loads with [`crate::load_model`]) + `config.json`
+//! ([`VqConfig`]), `train.json` ([`TrainConfig`]), `optimizer.safetensors` (AdamW moments)
+//! and `state.json` ([`TrainState`]: step, code usage, history), written in that order:
+//! `state.json` last marks a complete checkpoint.
+
+use super::config::TrainConfig;
+use crate::config::VqConfig;
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
+use imgseq_core::optim::AdamW;
+use imgseq_core::weights::{load_tensors, save_tensors};
+use imgseq_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+pub const CONFIG_FILE: &str = "config.json";
+pub const TRAIN_FILE: &str = "train.json";
+pub const OPTIM_FILE: &str = "optimizer.safetensors";
+pub const STATE_FILE: &str = "state.json";
+
+/// One point of the training history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogPoint {
+    pub step: usize,
+    /// Mean total loss over the steps since the previous point.
+    pub loss: f64,
+    /// Mean batch PSNR (dB, on [-1, 1] pixels, data range 2) since the previous point.
+    pub psnr: f64,
+    /// Distinct codes used since the previous point, and their perplexity.
+    pub codes_used: usize,
+    pub perplexity: f64,
+    /// Codes re-seeded since the previous point.
+    pub restarted: usize,
+    pub img_per_s: f64,
+    pub lr: f64,
+}
+
+/// Progress of a run (saved as `state.json` at every checkpoint).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    pub step: usize,
+    /// Training seconds so far (across resumes).
+    pub seconds: f64,
+    /// For every code, the last step at which some position used it.
+    pub last_used: Vec<usize>,
+    pub restarts_total: usize,
+    pub history: Vec<LogPoint>,
+}
+
+/// Whether `out` holds a complete checkpoint to resume.
+pub fn has_checkpoint(out: &Path) -> bool {
+    out.join(STATE_FILE).is_file()
+}
+
+/// The model's variables sorted by name (the order they are saved and initialised in).
+pub fn sorted_vars(vars: &VarMap) -> Vec<(String, Var)> {
+    let data = vars.data().lock().expect("poisoned");
+    let mut v: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Writes the run folder's five files, `state.json` last.
+pub fn save(
+    out: &Path,
+    cfg: &VqConfig,
+    tc: &TrainConfig,
+    vars: &VarMap,
+    opt: &AdamW,
+    state: &TrainState,
+) -> Result<()> {
+    let tensors: Vec<(String, Tensor)> = sorted_vars(vars)
+        .into_iter()
+        .map(|(k, v)| (k, v.as_tensor().clone()))
+        .collect();
+    save_tensors(out.join(WEIGHTS_FILE), tensors.iter().map(|(k, v)| (k, v)))?;
+    write_bytes_atomic(out.join(CONFIG_FILE), cfg.to_json_string().as_bytes())?;
+    tc.save(&out.join(TRAIN_FILE))?;
+    let mut st: Vec<(String, Tensor)> = opt.state()?.into_iter().collect();
+    st.sort_by(|a, b| a.0.cmp(&b.0));
+    save_tensors(out.join(OPTIM_FILE), st.iter().map(|(k, v)| (k, v)))?;
+    write_json(out.join(STATE_FILE), state)
+}
+
+/// Loads the checkpoint in `out` into the model's variables (`named`, every one must be in
+/// the file with its shape) and the optimizer, and returns its state. The codebook size and
+/// the optimizer's step are checked against `state.json`.
+pub fn restore(
+    out: &Path,
+    n_embed: usize,
+    named: &[(String, Var)],
+    opt: &mut AdamW,
+) -> Result<TrainState> {
+    let state_path = out.join(STATE_FILE);
+    let state: TrainState = read_json(&state_path, STATE_FILE)?;
+    if state.last_used.len() != n_embed {
+        return Err(Error::format(
+            &state_path,
+            format!(
+                "`last_used` has {} entries, the model has {} codes",
+                state.last_used.len(),
+                n_embed
+            ),
+        ));
+    }
+    let wpath = out.join(WEIGHTS_FILE);
+    let saved = load_tensors(&wpath, &Device::Cpu)?;
+    for (name, var) in named {
+        let t = saved
+            .get(name)
+            .ok_or_else(|| Error::weights(&wpath, format!("missing tensor `{name}`")))?;
+        if t.dims() != var.as_tensor().dims() {
+            return Err(Error::weights(
+                &wpath,
+                format!(
+                    "`{name}` has shape {:?}, the model needs {:?}",
+                    t.dims(),
+                    var.as_tensor().dims()
+                ),
+            ));
+        }
+        var.set(&t.to_dtype(DType::F32)?)?;
+    }
+    let opath = out.join(OPTIM_FILE);
+    opt.load_state(&load_tensors(&opath, &Device::Cpu)?)
+        .map_err(|m| Error::format(&opath, m))?;
+    if opt.step != state.step {
+        return Err(Error::format(
+            &opath,
+            format!(
+                "optimizer step {} differs from state.json step {}",
+                opt.step, state.step
+            ),
+        ));
+    }
+    Ok(state)
+}

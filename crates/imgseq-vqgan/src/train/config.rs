@@ -1,0 +1,185 @@
+//! `train.json`: everything that defines a training run, and the recipe of the shipped model.
+
+use crate::config::VqConfig;
+use crate::loss::LossWeights;
+use imgseq_core::fsutil::{read_json, write_json};
+use imgseq_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+fn positive(name: &'static str, v: usize) -> Result<()> {
+    if v == 0 {
+        return Err(Error::setting(name, v, "must be positive"));
+    }
+    Ok(())
+}
+
+/// Everything that defines a training run (saved as `train.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Image folder, or a text file with one image path per line (relative paths are taken
+    /// from the file's folder).
+    pub data: PathBuf,
+    /// Side of the square random crops.
+    pub crop: usize,
+    /// Images are cached with their shorter side resized to `max(resize, crop)`; crops are
+    /// taken from that (384 = the size the model is evaluated at).
+    pub resize: usize,
+    pub batch_size: usize,
+    /// Second stage: from step `context_from` on (0: never), crops of side `context_crop` in
+    /// batches of `context_batch_size`. Small crops are cheap but the middle-block attention
+    /// and the GroupNorms then only ever see 6×6 latents; a model trained on 96² crops alone
+    /// rebuilt the 384² training images at 14 dB while its 96² crops were at 21 dB. (384² crops
+    /// in batches of 1 — exactly the evaluation geometry — overfit the 16 photos: 22 dB on
+    /// them, held-out down from 19.3 to 18.8 dB.)
+    #[serde(default)]
+    pub context_from: usize,
+    #[serde(default)]
+    pub context_crop: usize,
+    #[serde(default)]
+    pub context_batch_size: usize,
+    /// Total optimiser steps.
+    pub steps: usize,
+    /// Peak learning rate (Adam, β = (`beta1`, `beta2`), taming: (0.5, 0.9)).
+    pub lr: f64,
+    /// Learning rate at the end of the cosine decay.
+    pub min_lr: f64,
+    pub warmup: usize,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub weight_decay: f64,
+    /// Weight of mean |x̂ − x|.
+    pub l1: f64,
+    /// Weight of mean (x̂ − x)².
+    pub l2: f64,
+    /// Weight of the image-gradient L1 (sharpening) term.
+    pub sharp: f64,
+    /// Weight of taming's codebook + commitment loss.
+    pub codebook: f64,
+    /// Random horizontal flips.
+    pub hflip: bool,
+    /// Random order of the colour channels per crop (6 colourings of each crop; with 16
+    /// training photos the model otherwise learns their palettes, not colour).
+    #[serde(default)]
+    pub shuffle_channels: bool,
+    /// More copies of every training image, shorter side resized to each of these sizes
+    /// (scale augmentation: zoomed-in views of the same photos).
+    #[serde(default)]
+    pub extra_scales: Vec<usize>,
+    /// Encoder outputs collected for the k-means codebook initialisation (0: keep taming's
+    /// uniform(−1/n, 1/n) init).
+    pub kmeans_rows: usize,
+    /// Steps trained as a plain autoencoder (the quantizer bypassed) before the codebook is
+    /// initialised by k-means of the *trained* encoder's outputs; 0: k-means at step 0.
+    #[serde(default)]
+    pub ae_warmup: usize,
+    pub kmeans_iters: usize,
+    /// A code unused for this many steps is dead (0: no restarts).
+    pub dead_after: usize,
+    /// Dead codes are looked for every this many steps.
+    pub restart_every: usize,
+    /// Write a checkpoint every this many steps (and at the end).
+    pub checkpoint_every: usize,
+    /// Record a history point (and a log line when stderr is not a terminal) every this many
+    /// steps; 0 = every ~1% of the run.
+    pub log_every: usize,
+    pub seed: u64,
+}
+
+impl TrainConfig {
+    /// The recipe of the shipped `small` model.
+    pub fn default_for(data: impl Into<PathBuf>) -> Self {
+        Self {
+            data: data.into(),
+            crop: 96,
+            resize: 384,
+            batch_size: 8,
+            context_from: 4100,
+            context_crop: 256,
+            context_batch_size: 2,
+            steps: 7000,
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup: 100,
+            beta1: 0.9,
+            beta2: 0.99,
+            weight_decay: 0.0,
+            l1: 1.0,
+            l2: 1.0,
+            sharp: 1.0,
+            codebook: 1.0,
+            hflip: true,
+            shuffle_channels: true,
+            extra_scales: vec![512, 640],
+            kmeans_rows: 8192,
+            kmeans_iters: 10,
+            ae_warmup: 2000,
+            dead_after: 200,
+            restart_every: 25,
+            checkpoint_every: 250,
+            log_every: 0,
+            seed: 0,
+        }
+    }
+
+    /// (crop side, batch size) of the step with 0-based index `step`.
+    pub fn crop_at(&self, step: usize) -> (usize, usize) {
+        if self.context_from > 0 && step >= self.context_from {
+            (self.context_crop, self.context_batch_size)
+        } else {
+            (self.crop, self.batch_size)
+        }
+    }
+
+    /// The largest crop the run takes (images are cached at least this large).
+    pub fn max_crop(&self) -> usize {
+        if self.context_from > 0 && self.context_from < self.steps {
+            self.crop.max(self.context_crop)
+        } else {
+            self.crop
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        read_json(path, "train.json")
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        write_json(path, self)
+    }
+
+    /// Checks the numbers against the model: every setting is named as its field is.
+    pub fn validate(&self, cfg: &VqConfig) -> Result<()> {
+        cfg.check_side("crop", self.crop)?;
+        if self.context_from > 0 {
+            cfg.check_side("context_crop", self.context_crop)?;
+            positive("context_batch_size", self.context_batch_size)?;
+        }
+        positive("batch_size", self.batch_size)?;
+        positive("steps", self.steps)?;
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(Error::setting("lr", self.lr, "must be positive"));
+        }
+        for (n, w) in [
+            ("l1", self.l1),
+            ("l2", self.l2),
+            ("sharp", self.sharp),
+            ("codebook", self.codebook),
+        ] {
+            if !(w >= 0.0 && w.is_finite()) {
+                return Err(Error::setting(n, w, "must be ≥ 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The loss terms' weights.
+    pub fn loss_weights(&self) -> LossWeights {
+        LossWeights {
+            l1: self.l1,
+            l2: self.l2,
+            sharp: self.sharp,
+            codebook: self.codebook,
+        }
+    }
+}
