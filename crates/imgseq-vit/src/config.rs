@@ -72,14 +72,12 @@ pub fn patch_grid(h: usize, w: usize, patch_size: usize) -> Result<(usize, usize
         return Err(Error::invalid("the patch size is 0"));
     }
     if !h.is_multiple_of(patch_size) || !w.is_multiple_of(patch_size) {
-        let input = if h == w {
-            format!("input size {h}")
+        let msg = format!("is not a multiple of the patch size {patch_size}");
+        return Err(if h == w {
+            Error::setting("size", h, msg)
         } else {
-            format!("input {h}x{w}")
-        };
-        return Err(Error::invalid(format!(
-            "{input} is not a multiple of the patch size {patch_size}"
-        )));
+            Error::invalid(format!("input {h}x{w} {msg}"))
+        });
     }
     Ok((h / patch_size, w / patch_size))
 }
@@ -253,7 +251,7 @@ mod tests {
         let c = ViTConfig::fashion_mnist();
         assert_eq!(c.check_input_size(48, 32).unwrap(), (12, 8));
         let e = c.check_input_size(30, 30).unwrap_err().to_string();
-        assert_eq!(e, "input size 30 is not a multiple of the patch size 4");
+        assert_eq!(e, "size 30 is not a multiple of the patch size 4");
         let e = c.check_input_size(32, 30).unwrap_err().to_string();
         assert_eq!(e, "input 32x30 is not a multiple of the patch size 4");
         assert!(patch_grid(32, 32, 0).is_err());

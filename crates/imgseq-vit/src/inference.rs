@@ -261,7 +261,7 @@ mod tests {
         assert_eq!(e.positions.dims(), &[1, 145, 48]);
         let x = Tensor::zeros((1, 1, 30, 30), DType::F32, &Device::Cpu).unwrap();
         let err = m.embed(&x).err().unwrap().to_string();
-        assert_eq!(err, "input size 30 is not a multiple of the patch size 4");
+        assert_eq!(err, "size 30 is not a multiple of the patch size 4");
     }
 
     #[test]

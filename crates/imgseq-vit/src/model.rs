@@ -435,7 +435,7 @@ mod tests {
         let x = Tensor::zeros((1, 1, 30, 30), DType::F32, &Device::Cpu).unwrap();
         let msg = e.forward(&x, true).unwrap_err().to_string();
         assert!(
-            msg.contains("input size 30 is not a multiple of the patch size 4"),
+            msg.contains("size 30 is not a multiple of the patch size 4"),
             "{msg}"
         );
         let msg = e.positions(32, 30, true).unwrap_err().to_string();

@@ -63,7 +63,7 @@ pub fn default_config_path(weights: &Path) -> Result<PathBuf> {
         }
     }
     Err(Error::invalid(format!(
-        "{}: no config.json or model.yaml beside the weights; pass --config",
+        "{}: no config.json or model.yaml beside the weights; name the model's config file",
         weights.display()
     )))
 }

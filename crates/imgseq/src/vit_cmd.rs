@@ -207,7 +207,7 @@ impl DataArgs {
 fn embed(a: EmbedArgs) -> Result<()> {
     let m = Classifier::load(&a.w.resolve()?)?;
     let size = a.size.unwrap_or(m.cfg.image_size);
-    let (gh, gw) = m.cfg.check_input_size(size, size).context("--size")?;
+    let (gh, gw) = m.cfg.check_input_size(size, size)?;
     let x = m.load_images(std::slice::from_ref(&a.image), size, a.invert)?; // (1, c, size, size)
     let e = m.embed(&x)?;
     let (tokens, pos) = (&e.tokens, &e.positions); // (1, 65, 48) each

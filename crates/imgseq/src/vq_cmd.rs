@@ -6,6 +6,7 @@ use candle_core::Device;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
 use imgseq_core::image_io;
+use imgseq_vqgan::load::default_config_path;
 use imgseq_vqgan::presets::{preset, PRESETS};
 use imgseq_vqgan::train::{self, TrainConfig};
 use imgseq_vqgan::{data, eval, inference, load_model, TokenGrid, VqConfig, VqModel};
@@ -446,7 +447,11 @@ fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
         Some(w) => w.clone(),
         None => default_weights()?,
     };
-    let model = load_model(&weights, m.config.as_deref(), &Device::Cpu)?;
+    let config = match &m.config {
+        Some(c) => c.clone(),
+        None => default_config_path(&weights).map_err(|e| anyhow::anyhow!("{e}; pass --config"))?,
+    };
+    let model = load_model(&weights, Some(&config), &Device::Cpu)?;
     Ok((model, weights))
 }
 

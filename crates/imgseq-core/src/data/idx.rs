@@ -198,7 +198,7 @@ fn find(dir: &Path, name: &str) -> Result<PathBuf> {
         dir,
         format!(
             "Fashion-MNIST file {name}.gz not found; install the Debian package \
-             dataset-fashion-mnist or pass --data DIR"
+             dataset-fashion-mnist or name the folder that holds the files"
         ),
     ))
 }
@@ -271,7 +271,7 @@ pub(crate) mod tests {
         assert!(
             e.contains("t10k-images-idx3-ubyte.gz")
                 && e.contains("dataset-fashion-mnist")
-                && e.contains("--data DIR"),
+                && e.contains("folder that holds"),
             "{e}"
         );
         std::fs::write(
