@@ -1,0 +1,206 @@
+//! `manifest.json`: what a token shard set is — the tokenizer that made it, every finished
+//! shard with its sample count and SHA-256, and totals. A job of a job array writes
+//! `manifest-I-of-N.json`; [`merge`] checks the `N` parts against each other and joins them.
+
+use imgseq_core::fsutil::{read_json, write_json};
+use imgseq_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The name of shard `s`.
+pub fn shard_name(s: usize) -> String {
+    format!("shard-{s:06}.tar")
+}
+
+/// The record written beside shard `s` (`shard-000012.json`).
+pub fn record_name(s: usize) -> String {
+    format!("shard-{s:06}.json")
+}
+
+/// The skipped samples of shard `s` (`shard-000012.errors.jsonl`).
+pub fn errors_name(s: usize) -> String {
+    format!("shard-{s:06}.errors.jsonl")
+}
+
+/// The manifest a job of a job array writes.
+pub fn job_manifest_name(job: usize, jobs: usize) -> String {
+    format!("manifest-{job:04}-of-{jobs:04}.json")
+}
+
+pub const MANIFEST: &str = "manifest.json";
+pub const FORMAT: &str = "imgseq-tokens/1";
+
+/// The tokenizer and preprocessing that made the tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenizerInfo {
+    /// Architecture family (`taming`).
+    pub family: String,
+    pub weights: String,
+    pub weights_sha256: String,
+    /// The model config (our `config.json` form).
+    pub config: Value,
+    pub n_codes: usize,
+    /// Input side in pixels and the token grid (h, w) it gives.
+    pub size: u32,
+    pub grid: [usize; 2],
+    pub crop: String,
+    pub upscale: bool,
+    pub precision: String,
+}
+
+/// One finished shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRecord {
+    pub index: usize,
+    pub name: String,
+    /// Samples written, and samples of its range skipped (listed in its errors file).
+    pub samples: usize,
+    pub errors: usize,
+    /// Source-index range it covers.
+    pub first: usize,
+    pub end: usize,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// A job of a job array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub index: usize,
+    pub count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub tokenizer: TokenizerInfo,
+    /// The sources as given, and how many samples their index has.
+    pub inputs: Vec<String>,
+    pub input_samples: usize,
+    pub shard_size: usize,
+    /// Shards of the whole set (all jobs).
+    pub num_shards: usize,
+    /// Set in a job's part; absent in a whole (or merged) manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    pub shards: Vec<ShardRecord>,
+    pub samples: usize,
+    pub errors: usize,
+}
+
+impl Manifest {
+    pub fn read(path: &Path) -> Result<Self> {
+        let m: Manifest = read_json(path, "manifest")?;
+        if m.format != FORMAT {
+            return Err(Error::format(
+                path,
+                format!("format {:?}, expected {FORMAT:?}", m.format),
+            ));
+        }
+        Ok(m)
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        write_json(path, self)
+    }
+
+    /// Totals from the shard records.
+    pub fn recount(&mut self) {
+        self.shards.sort_by_key(|s| s.index);
+        self.samples = self.shards.iter().map(|s| s.samples).sum();
+        self.errors = self.shards.iter().map(|s| s.errors).sum();
+    }
+
+    /// The paths of the shard files, in order.
+    pub fn shard_paths(&self, dir: &Path) -> Vec<PathBuf> {
+        self.shards.iter().map(|s| dir.join(&s.name)).collect()
+    }
+}
+
+/// Joins the `N` job manifests in `dir` into `manifest.json`: they must agree on tokenizer,
+/// inputs and shard size, and together hold every shard exactly once, with each shard file
+/// present and of the recorded size.
+pub fn merge(dir: &Path) -> Result<Manifest> {
+    let mut parts: Vec<(PathBuf, Manifest)> = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut names: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("manifest-") && n.ends_with(".json"))
+        })
+        .collect();
+    names.sort();
+    for p in names {
+        let m = Manifest::read(&p)?;
+        parts.push((p, m));
+    }
+    let Some((first_path, first)) = parts.first().cloned() else {
+        return Err(Error::format(
+            dir,
+            "no job manifests (manifest-I-of-N.json) to merge",
+        ));
+    };
+    let count = first.job.map_or(1, |j| j.count);
+    let mut seen_jobs = vec![false; count];
+    let mut out = first.clone();
+    out.job = None;
+    out.shards.clear();
+    for (p, m) in &parts {
+        let same = m.tokenizer == first.tokenizer
+            && m.inputs == first.inputs
+            && m.input_samples == first.input_samples
+            && m.shard_size == first.shard_size
+            && m.num_shards == first.num_shards;
+        if !same {
+            return Err(Error::format(
+                p,
+                format!(
+                    "does not match {} (tokenizer, inputs or shard size differ)",
+                    first_path.display()
+                ),
+            ));
+        }
+        let Some(j) = m.job.filter(|j| j.count == count && j.index < count) else {
+            return Err(Error::format(
+                p,
+                format!("not a part of a {count}-job array"),
+            ));
+        };
+        if std::mem::replace(&mut seen_jobs[j.index], true) {
+            return Err(Error::format(p, format!("job {} appears twice", j.index)));
+        }
+        out.shards.extend(m.shards.iter().cloned());
+    }
+    if let Some(missing) = seen_jobs.iter().position(|s| !s) {
+        return Err(Error::format(
+            dir,
+            format!("job {missing} of {count} has no manifest yet (still running or not started)"),
+        ));
+    }
+    out.recount();
+    let indices: Vec<usize> = out.shards.iter().map(|s| s.index).collect();
+    if indices != (0..out.num_shards).collect::<Vec<_>>() {
+        return Err(Error::format(
+            dir,
+            format!(
+                "the job manifests hold shards {indices:?}, expected 0..{}",
+                out.num_shards
+            ),
+        ));
+    }
+    for s in &out.shards {
+        let p = dir.join(&s.name);
+        let len = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?.len();
+        if len != s.bytes {
+            return Err(Error::format(
+                &p,
+                format!("{len} bytes, the manifest says {}", s.bytes),
+            ));
+        }
+    }
+    out.write(&dir.join(MANIFEST))?;
+    Ok(out)
+}

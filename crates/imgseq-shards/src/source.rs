@@ -1,0 +1,308 @@
+//! What to tokenize: the ordered index of samples of one or more sources.
+//!
+//! A source is an image folder (every image below it, sorted), a `.txt` list (one path a line,
+//! `#` comments, relative to the list's folder), or a WebDataset `.tar` shard as img2dataset
+//! writes them: members grouped by key (the path up to the first `.` of the file name), an
+//! image `KEY.jpg|jpeg|png|webp|bmp` and optional `KEY.json`, `KEY.txt` (caption) and
+//! `KEY.cls` (label), which are kept as metadata. Listing reads names and sizes only; the bytes
+//! are read when a sample is processed, so memory does not grow with the images.
+
+use imgseq_core::data::folder::list_images;
+use imgseq_core::{Error, Result};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+
+/// Largest image file or tar member read (bigger ones are skipped as errors).
+pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
+/// Largest metadata member read.
+pub const MAX_META_BYTES: u64 = 4 << 20;
+
+const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "bmp"];
+const META_EXTS: [&str; 3] = ["json", "txt", "cls"];
+
+/// Where a file's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    File(PathBuf),
+    /// The data of a tar member: `size` bytes at `offset` of `tar`.
+    TarMember {
+        tar: PathBuf,
+        offset: u64,
+        size: u64,
+    },
+}
+
+impl Location {
+    /// Reads the bytes (at most `limit`; more is an error naming the place).
+    pub fn read(&self, limit: u64) -> Result<Vec<u8>> {
+        match self {
+            Location::File(p) => {
+                let f = File::open(p).map_err(|e| Error::io(p, e))?;
+                let meta = f.metadata().map_err(|e| Error::io(p, e))?;
+                if !meta.is_file() {
+                    return Err(Error::format(p, "not a regular file"));
+                }
+                if meta.len() > limit {
+                    return Err(Error::format(
+                        p,
+                        format!("{} bytes, more than the {limit}-byte limit", meta.len()),
+                    ));
+                }
+                let mut v = Vec::with_capacity(meta.len() as usize);
+                f.take(limit + 1)
+                    .read_to_end(&mut v)
+                    .map_err(|e| Error::io(p, e))?;
+                Ok(v)
+            }
+            Location::TarMember { tar, offset, size } => {
+                if *size > limit {
+                    return Err(Error::format(
+                        tar,
+                        format!("member at byte {offset} has {size} bytes, more than the {limit}-byte limit"),
+                    ));
+                }
+                let mut f = File::open(tar).map_err(|e| Error::io(tar, e))?;
+                f.seek(SeekFrom::Start(*offset))
+                    .map_err(|e| Error::io(tar, e))?;
+                let mut v = vec![0u8; *size as usize];
+                f.read_exact(&mut v).map_err(|e| Error::io(tar, e))?;
+                Ok(v)
+            }
+        }
+    }
+}
+
+/// One sample of the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleRef {
+    /// Unique in the index; the output shard's member names (`KEY.tokens.npy`).
+    pub key: String,
+    /// Where it came from, for people: `photos/a.jpg` or `data-000.tar:000012.jpg`.
+    pub source: String,
+    pub image: Location,
+    /// Metadata members by extension (`json`, `txt`, `cls`).
+    pub meta: Vec<(String, Location)>,
+}
+
+/// A sample with its bytes read.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub key: String,
+    pub source: String,
+    pub image: Vec<u8>,
+    /// `{"json": {...}, "caption": "...", "label": ...}`, whichever the source had.
+    pub meta: Map<String, Value>,
+}
+
+impl SampleRef {
+    /// Reads the image bytes and the metadata.
+    pub fn load(&self) -> Result<Sample> {
+        let image = self.image.read(MAX_IMAGE_BYTES)?;
+        let mut meta = Map::new();
+        for (ext, loc) in &self.meta {
+            let bytes = loc.read(MAX_META_BYTES)?;
+            let text = String::from_utf8_lossy(&bytes).trim().to_string();
+            match ext.as_str() {
+                "json" => {
+                    let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                        Error::format(
+                            Path::new(&self.source),
+                            format!("{}.json is not valid JSON: {e}", self.key),
+                        )
+                    })?;
+                    meta.insert("json".into(), v);
+                }
+                "txt" => {
+                    meta.insert("caption".into(), Value::String(text));
+                }
+                _ => {
+                    let label = text
+                        .parse::<i64>()
+                        .map(Value::from)
+                        .unwrap_or(Value::String(text));
+                    meta.insert("label".into(), label);
+                }
+            }
+        }
+        Ok(Sample {
+            key: self.key.clone(),
+            source: self.source.clone(),
+            image,
+            meta,
+        })
+    }
+}
+
+/// The index of all samples of `sources`, in order (sources in the order given; a folder
+/// sorted; a list in its order; a tar in member order). Keys are made unique by appending
+/// `_2`, `_3`, ... to repeats.
+pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
+    let mut all = Vec::new();
+    for src in sources {
+        let meta = std::fs::metadata(src).map_err(|e| Error::io(src, e))?;
+        if meta.is_dir() {
+            for p in list_images(src)? {
+                let rel = p.strip_prefix(src).unwrap_or(&p).to_path_buf();
+                all.push(file_sample(&rel, p));
+            }
+        } else if has_ext(src, "tar") {
+            all.extend(tar_samples(src)?);
+        } else if has_ext(src, "txt") {
+            all.extend(list_samples(src)?);
+        } else if IMAGE_EXTS.iter().any(|e| has_ext(src, e)) {
+            let name = PathBuf::from(src.file_name().unwrap_or_default());
+            all.push(file_sample(&name, src.clone()));
+        } else {
+            return Err(Error::format(
+                src,
+                "not a folder, a .txt list of images, a WebDataset .tar or an image",
+            ));
+        }
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for s in &mut all {
+        let n = seen.entry(s.key.clone()).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            s.key = format!("{}_{n}", s.key);
+        }
+    }
+    Ok(all)
+}
+
+fn has_ext(p: &Path, ext: &str) -> bool {
+    p.extension()
+        .is_some_and(|e| e.to_string_lossy().eq_ignore_ascii_case(ext))
+}
+
+/// A WebDataset key for a file: its relative path without the extension, no `..` or root,
+/// and no `.` left in the file name (WebDataset splits a member name at the first dot).
+fn key_of(rel: &Path) -> String {
+    let parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_string_lossy().replace('.', "_")),
+            _ => None,
+        })
+        .collect();
+    let k = parts.join("/");
+    if k.is_empty() {
+        "image".into()
+    } else {
+        k
+    }
+}
+
+fn file_sample(rel: &Path, path: PathBuf) -> SampleRef {
+    SampleRef {
+        key: key_of(rel),
+        source: path.display().to_string(),
+        image: Location::File(path),
+        meta: Vec::new(),
+    }
+}
+
+fn list_samples(list: &Path) -> Result<Vec<SampleRef>> {
+    let bytes = Location::File(list.to_path_buf()).read(1 << 30)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::format(list, "not a text list of image paths (not UTF-8 text)"))?;
+    let base = list.parent().unwrap_or(Path::new("."));
+    let out: Vec<SampleRef> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let rel = PathBuf::from(l);
+            let path = if rel.is_absolute() {
+                rel.clone()
+            } else {
+                base.join(&rel)
+            };
+            file_sample(&rel, path)
+        })
+        .collect();
+    if out.is_empty() {
+        return Err(Error::format(list, "the image list is empty"));
+    }
+    Ok(out)
+}
+
+/// (key, extension) of a WebDataset member name: the key is the path up to the first `.` of
+/// the file name.
+pub fn split_member(name: &str) -> Option<(&str, &str)> {
+    let base_start = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = name[base_start..].find('.')? + base_start;
+    Some((&name[..dot], &name[dot + 1..]))
+}
+
+fn tar_samples(tar_path: &Path) -> Result<Vec<SampleRef>> {
+    let f = File::open(tar_path).map_err(|e| Error::io(tar_path, e))?;
+    let mut ar = tar::Archive::new(f);
+    let bad = |e: std::io::Error| Error::format(tar_path, format!("not a readable tar: {e}"));
+    let mut out: Vec<SampleRef> = Vec::new();
+    let mut current: Option<(String, Option<(String, Location)>, Vec<(String, Location)>)> = None;
+    let flush = |cur: Option<(String, Option<(String, Location)>, Vec<(String, Location)>)>,
+                 out: &mut Vec<SampleRef>| {
+        if let Some((key, Some((name, image)), meta)) = cur {
+            out.push(SampleRef {
+                key,
+                source: format!("{}:{name}", tar_path.display()),
+                image,
+                meta,
+            });
+        }
+    };
+    for entry in ar.entries_with_seek().map_err(bad)? {
+        let entry = entry.map_err(bad)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+        let Some((key, ext)) = split_member(&name) else {
+            continue;
+        };
+        let ext = ext.to_ascii_lowercase();
+        let loc = Location::TarMember {
+            tar: tar_path.to_path_buf(),
+            offset: entry.raw_file_position(),
+            size: entry.size(),
+        };
+        if current.as_ref().is_none_or(|c| c.0 != key) {
+            flush(current.take(), &mut out);
+            current = Some((key.to_string(), None, Vec::new()));
+        }
+        let cur = current.as_mut().expect("set above");
+        if IMAGE_EXTS.contains(&ext.as_str()) && cur.1.is_none() {
+            cur.1 = Some((name.clone(), loc));
+        } else if META_EXTS.contains(&ext.as_str()) {
+            cur.2.push((ext, loc));
+        }
+    }
+    flush(current.take(), &mut out);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webdataset_member_names_split_at_the_first_dot_of_the_file_name() {
+        assert_eq!(
+            split_member("a/b.c/000012.tokens.npy"),
+            Some(("a/b.c/000012", "tokens.npy"))
+        );
+        assert_eq!(split_member("x.jpg"), Some(("x", "jpg")));
+        assert_eq!(split_member("noext"), None);
+    }
+
+    #[test]
+    fn keys_keep_the_relative_path_without_dots() {
+        assert_eq!(key_of(Path::new("cats/a.b.jpg")), "cats/a_b");
+        assert_eq!(key_of(Path::new("../x/./y.png")), "x/y");
+    }
+}

@@ -1,0 +1,265 @@
+//! `imgseq vq tokenize | merge-manifests | detokenize | stats`: whole datasets as token shards.
+
+use crate::vq_cmd::{load, ModelArgs, Preprocess};
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use clap::Args;
+use image::{Rgb, RgbImage};
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_shards::manifest::{self, Manifest, TokenizerInfo, MANIFEST};
+use imgseq_shards::wds;
+use imgseq_vqgan::tokenize::{self, Options};
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    /// Image folders (recursive), .txt lists of image paths, WebDataset .tar shards
+    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata).
+    #[arg(required = true)]
+    sources: Vec<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    pre: Preprocess,
+    /// Images per forward pass (batches are formed across files and shards).
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Samples per output shard.
+    #[arg(long, default_value_t = 10_000)]
+    shard_size: usize,
+    /// Output format: WebDataset tar shards (KEY.tokens.npy uint16 (h, w) + KEY.json).
+    #[arg(long, default_value = "wds", value_parser = ["wds"])]
+    format: String,
+    /// Job arrays: the number of processes that share the work (Slurm/Kubernetes array size).
+    #[arg(long, default_value_t = 1)]
+    num_shards: usize,
+    /// Job arrays: this process's index, 0 ≤ I < --num-shards (e.g. $SLURM_ARRAY_TASK_ID).
+    #[arg(long, default_value_t = 0)]
+    shard_index: usize,
+    /// Output folder (created; an interrupted run in it is resumed).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+}
+
+pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
+    let (model, weights) = load(&a.model)?;
+    let cfg = model.config();
+    let size = a.pre.size;
+    cfg.check_input_size(size as usize)?;
+    let f = cfg.downsample_factor();
+    let info = TokenizerInfo {
+        family: "taming".into(),
+        weights: weights.display().to_string(),
+        weights_sha256: wds::sha256_file(&weights)?,
+        config: serde_json::from_str(&cfg.to_json_string())?,
+        n_codes: cfg.n_embed,
+        size,
+        grid: [size as usize / f, size as usize / f],
+        crop: "shorter side resized to size (Catmull-Rom), centre crop; pixels/127.5 - 1".into(),
+        upscale: a.pre.upscale,
+        precision: "f32".into(),
+    };
+    let o = Options {
+        size,
+        upscale: a.pre.upscale,
+        batch: a.batch_size,
+        shard_size: a.shard_size,
+        num_jobs: a.num_shards,
+        job_index: a.shard_index,
+        progress: true,
+    };
+    let r = tokenize::tokenize(&model, &info, &a.sources, &a.output, &o)?;
+    println!(
+        "shards: {} ({} written now, {} already finished)",
+        r.shards, r.written, r.skipped
+    );
+    println!(
+        "samples: {} tokenized, {} skipped (see errors.jsonl); {}x{} tokens each",
+        r.samples, r.errors, info.grid[0], info.grid[1]
+    );
+    println!(
+        "encoded {} images at {:.1} images/s",
+        r.encoded, r.images_per_s
+    );
+    println!("wrote {}", r.manifest.display());
+    if r.samples == 0 && r.shards > 0 {
+        bail!("no image could be read: every sample was skipped (see errors.jsonl)");
+    }
+    Ok(())
+}
+
+/// Checks and joins the manifests of a job array's jobs into OUT/manifest.json.
+pub fn merge(dir: &Path) -> Result<()> {
+    let m = manifest::merge(dir)?;
+    println!(
+        "merged {} shards: {} samples, {} skipped; wrote {}",
+        m.shards.len(),
+        m.samples,
+        m.errors,
+        dir.join(MANIFEST).display()
+    );
+    Ok(())
+}
+
+fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let p = dir.join(MANIFEST);
+    if !p.is_file() {
+        bail!(
+            "{}: no manifest.json (not a finished token shard folder; after a job array run \
+             `imgseq vq merge-manifests {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(Manifest::read(&p)?)
+}
+
+#[derive(Args)]
+pub struct DetokenizeArgs {
+    /// A token shard folder (with manifest.json).
+    dir: PathBuf,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Decode at most this many samples.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 4)]
+    batch_size: usize,
+    /// Output folder: KEY.png per sample.
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+}
+
+pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
+    let m = read_manifest(&a.dir)?;
+    let (model, _) = load(&a.model)?;
+    let n_codes = model.config().n_embed;
+    if n_codes != m.tokenizer.n_codes {
+        bail!(
+            "{}: tokens of a {}-code tokenizer, the model has {n_codes} codes",
+            a.dir.display(),
+            m.tokenizer.n_codes
+        );
+    }
+    let limit = a.limit.unwrap_or(usize::MAX);
+    let mut done = 0usize;
+    std::fs::create_dir_all(&a.output)
+        .with_context(|| format!("{}: cannot create folder", a.output.display()))?;
+    'shards: for p in m.shard_paths(&a.dir) {
+        let samples = wds::read_shard(&p)?;
+        for chunk in samples.chunks(a.batch_size.max(1)) {
+            let chunk = &chunk[..chunk.len().min(limit - done)];
+            if chunk.is_empty() {
+                break 'shards;
+            }
+            let (h, w) = (chunk[0].h, chunk[0].w);
+            let mut flat = Vec::with_capacity(chunk.len() * h * w);
+            for s in chunk {
+                if (s.h, s.w) != (h, w) {
+                    bail!(
+                        "{}: {} has a {}x{} grid, expected {h}x{w}",
+                        p.display(),
+                        s.key,
+                        s.h,
+                        s.w
+                    );
+                }
+                if let Some((_, v)) = imgseq_core::codes::first_out_of_range(&s.tokens, n_codes) {
+                    bail!(
+                        "{}: {} has token {v}, outside the codebook of {n_codes}",
+                        p.display(),
+                        s.key
+                    );
+                }
+                flat.extend_from_slice(&s.tokens);
+            }
+            let idx = Tensor::from_vec(flat, (chunk.len(), h, w), &Device::Cpu)?;
+            let x = model.decode_indices(&idx)?;
+            for (i, s) in chunk.iter().enumerate() {
+                let img = image_io::from_tensor_chw(&x.get(i)?, PixelRange::MinusOneOne)?;
+                let out = a.output.join(format!("{}.png", s.key.replace('/', "__")));
+                image_io::save_png(&out, &img)?;
+            }
+            done += chunk.len();
+        }
+    }
+    println!("wrote {done} images to {}", a.output.display());
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// A token shard folder (with manifest.json).
+    dir: PathBuf,
+    /// Write the code-frequency plot (codes sorted by frequency, log scale) to this PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+pub fn stats(a: &StatsArgs) -> Result<()> {
+    let m = read_manifest(&a.dir)?;
+    let n = m.tokenizer.n_codes;
+    let mut counts = vec![0u64; n];
+    let mut samples = 0usize;
+    for p in m.shard_paths(&a.dir) {
+        for s in wds::read_shard(&p)? {
+            samples += 1;
+            for &t in &s.tokens {
+                match usize::try_from(t).ok().filter(|&t| t < n) {
+                    Some(t) => counts[t] += 1,
+                    None => bail!(
+                        "{}: {} has token {t}, outside the codebook of {n}",
+                        p.display(),
+                        s.key
+                    ),
+                }
+            }
+        }
+    }
+    let (used, ppl) = imgseq_core::codes::usage_from_counts(&counts);
+    let total: u64 = counts.iter().sum();
+    println!(
+        "samples: {samples} in {} shards; tokens: {total}",
+        m.shards.len()
+    );
+    println!(
+        "codebook usage: {used} of {n} codes ({:.1}%), perplexity {ppl:.1} (max {n})",
+        100.0 * used as f64 / n as f64
+    );
+    let mut sorted = counts.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let top: u64 = sorted.iter().take(n.div_ceil(10)).sum();
+    println!(
+        "the most frequent 10% of codes carry {:.1}% of the tokens",
+        100.0 * top as f64 / total.max(1) as f64
+    );
+    if let Some(p) = &a.plot {
+        image_io::save_png(p, &frequency_plot(&sorted))?;
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+/// Bars of the sorted code counts on a log scale: a flat profile is a healthy codebook.
+fn frequency_plot(sorted: &[u64]) -> RgbImage {
+    let (w, h, pad) = (800u32, 300u32, 20u32);
+    let mut img = RgbImage::from_pixel(w, h, Rgb([255, 255, 255]));
+    let max = (sorted.first().copied().unwrap_or(1).max(1) as f64).ln_1p();
+    let n = sorted.len().max(1);
+    for x in 0..(w - 2 * pad) {
+        let i = x as usize * n / (w - 2 * pad) as usize;
+        let v = (sorted.get(i).copied().unwrap_or(0) as f64).ln_1p() / max;
+        let bar = (v * (h - 2 * pad) as f64).round() as u32;
+        for y in 0..bar {
+            img.put_pixel(pad + x, h - pad - 1 - y, Rgb([40, 90, 170]));
+        }
+    }
+    for x in pad..w - pad {
+        img.put_pixel(x, h - pad, Rgb([0, 0, 0]));
+    }
+    for y in pad..=h - pad {
+        img.put_pixel(pad - 1, y, Rgb([0, 0, 0]));
+    }
+    img
+}

@@ -1,0 +1,393 @@
+//! `imgseq vq tokenize`: whole datasets → token shards that plain tools read, equal to
+//! `vq encode`, resumable after SIGKILL, split exactly by job arrays, bad images listed.
+
+mod common;
+
+use common::{fails, imgseq, ok};
+use image::{Rgb, RgbImage};
+use imgseq_core::npy;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn fx(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/vqgan")
+        .join(name)
+}
+
+fn model_args() -> Vec<String> {
+    vec![
+        "--weights".into(),
+        fx("tiny.safetensors").display().to_string(),
+        "--config".into(),
+        fx("tiny_config.json").display().to_string(),
+        "--size".into(),
+        "32".into(),
+    ]
+}
+
+fn args<'a>(head: &[&'a str], m: &'a [String], tail: &[&'a str]) -> Vec<&'a str> {
+    let mut v = head.to_vec();
+    v.extend(m.iter().map(String::as_str));
+    v.extend_from_slice(tail);
+    v
+}
+
+/// Picture `i`: different content per index, 40×36 (cropped to 32²).
+fn picture(i: u32) -> RgbImage {
+    RgbImage::from_fn(40, 36, |x, y| {
+        let check = if ((x + i) / 5 + y / 5) % 2 == 0 {
+            210
+        } else {
+            30
+        };
+        Rgb([
+            ((x * 7 + i * 13) % 256) as u8,
+            check,
+            ((x * y + i * 31) % 256) as u8,
+        ])
+    })
+}
+
+/// `n` pictures in `dir/sub/NNN.png` (two subfolders), paths in order.
+fn folder(dir: &Path, n: u32) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let sub = dir.join(if i % 2 == 0 { "even" } else { "odd" });
+            std::fs::create_dir_all(&sub).unwrap();
+            let p = sub.join(format!("{i:03}.png"));
+            picture(i).save(&p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// All files of a folder with their bytes, sorted by name.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// key → tokens of every shard of a finished folder.
+fn shard_tokens(dir: &Path) -> Vec<(String, Vec<i64>, serde_json::Value)> {
+    let m = imgseq_shards::Manifest::read(&dir.join("manifest.json")).unwrap();
+    m.shard_paths(dir)
+        .iter()
+        .flat_map(|p| imgseq_shards::wds::read_shard(p).unwrap())
+        .map(|s| (s.key, s.tokens, s.json))
+        .collect()
+}
+
+fn encode_one(p: &Path, m: &[String], dir: &Path) -> Vec<i64> {
+    let out = dir.join("one.npy");
+    ok(&args(
+        &["vq", "encode", p.to_str().unwrap()],
+        m,
+        &["-o", out.to_str().unwrap()],
+    ));
+    npy::read_npy_i64(&out).unwrap().1
+}
+
+#[test]
+fn tokens_equal_vq_encode_for_folders_lists_and_webdataset_tars() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model_args();
+    let imgs = folder(&d.path().join("imgs"), 5);
+    // Folder source.
+    let out = d.path().join("from_folder");
+    ok(&args(
+        &["vq", "tokenize", d.path().join("imgs").to_str().unwrap()],
+        &m,
+        &["--shard-size", "2", "-o", out.to_str().unwrap()],
+    ));
+    let got = shard_tokens(&out);
+    assert_eq!(got.len(), 5);
+    // Folder order is sorted paths: even/000, even/002, even/004, odd/001, odd/003.
+    let mut sorted = imgs.clone();
+    sorted.sort();
+    for ((key, toks, json), p) in got.iter().zip(&sorted) {
+        assert_eq!(toks, &encode_one(p, &m, d.path()), "{key}");
+        assert_eq!(json["source"], p.display().to_string());
+        assert_eq!(json["grid"], serde_json::json!([16, 16]));
+    }
+    assert_eq!(got[0].0, "even/000");
+    // A .txt list, in its own order.
+    let list = d.path().join("list.txt");
+    std::fs::write(&list, "imgs/odd/003.png\n# comment\nimgs/even/000.png\n").unwrap();
+    let out = d.path().join("from_list");
+    ok(&args(
+        &["vq", "tokenize", list.to_str().unwrap()],
+        &m,
+        &["-o", out.to_str().unwrap()],
+    ));
+    let got = shard_tokens(&out);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].1, encode_one(&imgs[3], &m, d.path()));
+    // A WebDataset tar as img2dataset writes it: KEY.png + KEY.json + KEY.cls; a key with a
+    // text file only (no image) is not a sample.
+    let tar_path = d.path().join("data-000.tar");
+    {
+        let mut b = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
+        let mut add = |name: &str, data: &[u8]| {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        };
+        for i in [1u32, 4] {
+            let mut png = Vec::new();
+            picture(i)
+                .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .unwrap();
+            add(&format!("00000{i}.png"), &png);
+            add(
+                &format!("00000{i}.json"),
+                format!("{{\"url\": \"http://x/{i}\"}}").as_bytes(),
+            );
+            add(&format!("00000{i}.cls"), format!("{i}").as_bytes());
+        }
+        add("000009.txt", b"a caption without an image");
+        b.finish().unwrap();
+    }
+    let out = d.path().join("from_tar");
+    ok(&args(
+        &["vq", "tokenize", tar_path.to_str().unwrap()],
+        &m,
+        &["-o", out.to_str().unwrap()],
+    ));
+    let got = shard_tokens(&out);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].0, "000004");
+    assert_eq!(got[1].1, encode_one(&imgs[4], &m, d.path()));
+    assert_eq!(got[1].2["label"], 4);
+    assert_eq!(got[1].2["json"]["url"], "http://x/4");
+}
+
+#[test]
+fn bad_images_are_skipped_and_listed_and_all_bad_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model_args();
+    let src = d.path().join("imgs");
+    folder(&src, 3);
+    std::fs::write(src.join("even/broken.png"), b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    RgbImage::new(8, 8).save(src.join("odd/tiny.png")).unwrap();
+    let out = d.path().join("out");
+    let s = ok(&args(
+        &["vq", "tokenize", src.to_str().unwrap()],
+        &m,
+        &["-o", out.to_str().unwrap()],
+    ));
+    assert!(s.contains("3 tokenized, 2 skipped"), "{s}");
+    let errs = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = errs
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["key"], "even/broken");
+    assert!(
+        lines[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("smaller than"),
+        "{errs}"
+    );
+    // Nothing readable at all: exit ≠ 0.
+    let bad = d.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("x.png"), b"garbage").unwrap();
+    let e = fails(&args(
+        &["vq", "tokenize", bad.to_str().unwrap()],
+        &m,
+        &["-o", d.path().join("o2").to_str().unwrap()],
+    ));
+    assert!(e.contains("no image could be read"), "{e}");
+}
+
+#[test]
+fn job_array_parts_merge_into_exactly_what_one_process_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model_args();
+    let src = d.path().join("imgs");
+    folder(&src, 7);
+    let single = d.path().join("single");
+    ok(&args(
+        &["vq", "tokenize", src.to_str().unwrap()],
+        &m,
+        &["--shard-size", "2", "-o", single.to_str().unwrap()],
+    ));
+    let arr = d.path().join("array");
+    for i in ["0", "1", "2"] {
+        ok(&args(
+            &["vq", "tokenize", src.to_str().unwrap()],
+            &m,
+            &[
+                "--shard-size",
+                "2",
+                "--num-shards",
+                "3",
+                "--shard-index",
+                i,
+                "-o",
+                arr.to_str().unwrap(),
+            ],
+        ));
+        if i == "1" {
+            // Not all jobs done: merging refuses.
+            let e = fails(&["vq", "merge-manifests", arr.to_str().unwrap()]);
+            assert!(e.contains("job 2 of 3 has no manifest"), "{e}");
+        }
+    }
+    ok(&["vq", "merge-manifests", arr.to_str().unwrap()]);
+    let shards = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        files(dir)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("shard-"))
+            .collect()
+    };
+    assert_eq!(shards(&single), shards(&arr));
+    assert_eq!(
+        shards(&single)
+            .iter()
+            .filter(|(n, _)| n.ends_with(".tar"))
+            .count(),
+        4
+    );
+    let ms = imgseq_shards::Manifest::read(&single.join("manifest.json")).unwrap();
+    let ma = imgseq_shards::Manifest::read(&arr.join("manifest.json")).unwrap();
+    assert_eq!(ms, ma);
+    // Another tokenizer setting into the same folder is refused.
+    let mut m2 = model_args();
+    m2[5] = "16".into();
+    let e = fails(&args(
+        &["vq", "tokenize", src.to_str().unwrap()],
+        &m2,
+        &["-o", single.to_str().unwrap()],
+    ));
+    assert!(e.contains("run.json") && e.contains("new folder"), "{e}");
+}
+
+#[test]
+fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model_args();
+    let src = d.path().join("imgs");
+    folder(&src, 60);
+    let full = d.path().join("full");
+    let cmd = |out: &Path| -> Vec<String> {
+        let mut v: Vec<String> = vec!["vq".into(), "tokenize".into(), src.display().to_string()];
+        v.extend(m.iter().cloned());
+        v.extend(["--shard-size", "4", "--batch-size", "3", "-o"].map(String::from));
+        v.push(out.display().to_string());
+        v
+    };
+    let full_args = cmd(&full);
+    ok(&full_args.iter().map(String::as_str).collect::<Vec<_>>());
+    // Time an uninterrupted run, then kill runs at pseudo-random points within it.
+    let killed = d.path().join("killed");
+    let kargs = cmd(&killed);
+    let t0 = std::time::Instant::now();
+    ok(&cmd(&d.path().join("timing"))
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let total = t0.elapsed().as_millis().max(20) as u64;
+    let mut seed = 12345u64;
+    let mut kills = 0;
+    for _ in 0..6 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let at = 5 + (seed >> 33) % total;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_imgseq"))
+            .args(&kargs)
+            .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(at));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    eprintln!("{kills} of 6 runs killed mid-way (run time {total} ms)");
+    ok(&kargs.iter().map(String::as_str).collect::<Vec<_>>());
+    let strip = |v: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
+        v.into_iter()
+            .filter(|(n, _)| n != "manifest.json" && n != "run.json")
+            .collect()
+    };
+    let (a, b) = (strip(files(&full)), strip(files(&killed)));
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b));
+    let differ: Vec<&String> = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.1 != y.1)
+        .map(|(x, _)| &x.0)
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "files that differ after kill + resume: {differ:?}"
+    );
+    let mf = imgseq_shards::Manifest::read(&full.join("manifest.json")).unwrap();
+    let mk = imgseq_shards::Manifest::read(&killed.join("manifest.json")).unwrap();
+    assert_eq!(mf.shards, mk.shards);
+    assert_eq!(mk.samples, 60);
+    // No temporary files are left behind.
+    assert!(files(&killed).iter().all(|(n, _)| !n.starts_with('.')));
+}
+
+#[test]
+fn detokenize_and_stats_read_a_shard_folder() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model_args();
+    let src = d.path().join("imgs");
+    folder(&src, 3);
+    let out = d.path().join("out");
+    ok(&args(
+        &["vq", "tokenize", src.to_str().unwrap()],
+        &m,
+        &["-o", out.to_str().unwrap()],
+    ));
+    let pics = d.path().join("pics");
+    ok(&args(
+        &["vq", "detokenize", out.to_str().unwrap()],
+        &m[..4],
+        &["--limit", "2", "-o", pics.to_str().unwrap()],
+    ));
+    let names: Vec<String> = files(&pics).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["even__000.png", "even__002.png"]);
+    let plot = d.path().join("codes.png");
+    let s = ok(&[
+        "vq",
+        "stats",
+        out.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(
+        s.contains("samples: 3") && s.contains("codebook usage:"),
+        "{s}"
+    );
+    assert_eq!(image::open(&plot).unwrap().width(), 800);
+    let e = fails(&["vq", "stats", src.to_str().unwrap()]);
+    assert!(e.contains("no manifest.json"), "{e}");
+    let _ = imgseq(&["--help"]);
+}
