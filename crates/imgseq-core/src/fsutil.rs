@@ -1,31 +1,100 @@
-//! File writing that never leaves a partial output behind.
+//! File writing: one path for every output of every command.
+//!
+//! * [`write_atomic`] writes `path.tmp-<pid>` beside the target, fsyncs it and renames it into
+//!   place, so a failed or killed write never leaves a half-written file; before writing it
+//!   refuses ([`check_output`]) to replace anything that is not a regular file — a device
+//!   node, FIFO, socket, folder or symlink is left untouched.
+//! * [`Outputs`] is one command's set of outputs: it also refuses an output that is one of the
+//!   command's inputs (same file, by device and inode), and when the command fails it removes
+//!   every output the command already wrote (and the folders it created), so a failed command
+//!   leaves nothing behind.
 
 use crate::{Error, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Writes a file by first writing `path.tmp-<pid>` in the same folder and renaming it into
-/// place once `fill` succeeded. On any error the temporary file is removed and `path` is left
+/// What kind of file system object `meta` (from `symlink_metadata`) is, in words.
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_symlink() {
+        return "a symbolic link";
+    }
+    if t.is_dir() {
+        return "a folder";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    "not a regular file"
+}
+
+/// Checks that `path` may receive a new file: it is absent or a regular file. Anything else
+/// (symlink — checked without following it —, folder, device node, FIFO, socket) is refused
+/// with an error naming it, and is left untouched.
+pub fn check_output(path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    if path.file_name().is_none() {
+        return Err(Error::format(path, "not a file path"));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_file() => Ok(()),
+        Ok(m) => Err(Error::format(
+            path,
+            format!(
+                "is {}, not a regular file; refusing to write over it",
+                kind(&m)
+            ),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Writes a file by first writing `.name.tmp-<pid>` in the same folder and renaming it into
+/// place once `fill` succeeded and the data is on disk. Refuses a `path` that is not a regular
+/// file ([`check_output`]). On any error the temporary file is removed and `path` is left
 /// untouched (or absent), so a failed command never leaves a half-written output.
 pub fn write_atomic<F>(path: impl AsRef<Path>, fill: F) -> Result<()>
 where
     F: FnOnce(&mut dyn Write) -> std::io::Result<()>,
 {
     let path = path.as_ref();
+    check_output(path)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .ok_or_else(|| Error::invalid(format!("{}: not a file path", path.display())))?;
+        .ok_or_else(|| Error::format(path, "not a file path"))?;
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
         name.to_string_lossy(),
         std::process::id()
     ));
+    // A stale temporary file of ours (same pid, an earlier crash) goes; a link there is
+    // removed, never followed.
+    if std::fs::symlink_metadata(&tmp).is_ok() {
+        let _ = std::fs::remove_file(&tmp);
+    }
     let res = (|| -> std::io::Result<()> {
-        let f = std::fs::File::create(&tmp)?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         let mut w = std::io::BufWriter::new(f);
         fill(&mut w)?;
         w.flush()?;
@@ -42,6 +111,163 @@ where
 /// [`write_atomic`] for an in-memory buffer.
 pub fn write_bytes_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
+}
+
+/// The identity of an existing file: (device, inode) on Unix, the canonical path elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FileId {
+    #[cfg(unix)]
+    Inode(u64, u64),
+    #[cfg_attr(unix, allow(dead_code))]
+    Path(PathBuf),
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileId::Inode(m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::canonicalize(path).ok().map(FileId::Path)
+    }
+}
+
+/// The outputs of one command.
+///
+/// Created with the command's inputs; every output goes through [`Outputs::check`] (before
+/// any work, to fail fast) and [`Outputs::write`] (which checks again and records the file).
+/// Dropping an `Outputs` that was not [`finish`](Outputs::finish)ed — the command failed —
+/// removes every file it wrote and every folder it created, newest first.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    inputs: Vec<(PathBuf, FileId)>,
+    written: Vec<PathBuf>,
+    created_dirs: Vec<PathBuf>,
+    finished: bool,
+}
+
+impl Outputs {
+    /// The outputs of a command that reads `inputs` (files that do not exist are ignored:
+    /// they cannot be overwritten by mistake).
+    pub fn new<P: AsRef<Path>>(inputs: impl IntoIterator<Item = P>) -> Self {
+        let mut o = Self::default();
+        for p in inputs {
+            o.add_input(p);
+        }
+        o
+    }
+
+    /// One more input of the command.
+    pub fn add_input(&mut self, path: impl AsRef<Path>) {
+        let path = path.as_ref();
+        if let Some(id) = file_id(path) {
+            self.inputs.push((path.to_path_buf(), id));
+        }
+    }
+
+    /// Checks that `path` may be written: absent or a regular file ([`check_output`]), not
+    /// one of the command's inputs, and in an existing folder.
+    pub fn check(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        check_output(path)?;
+        if let Some(id) = file_id(path) {
+            if let Some((input, _)) = self.inputs.iter().find(|(_, i)| *i == id) {
+                let what = if input == path {
+                    "is also an input of this command".to_string()
+                } else {
+                    format!("is the same file as the input {}", input.display())
+                };
+                return Err(Error::format(
+                    path,
+                    format!("{what}; refusing to overwrite it"),
+                ));
+            }
+        }
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !self.created_dirs.iter().any(|d| d == dir) && !dir.is_dir() {
+            return Err(Error::format(
+                path,
+                format!("cannot write: the folder {} does not exist", dir.display()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes `path` with `write` (any writer that goes through [`write_atomic`]) after
+    /// [`check`](Self::check)ing it, and records it for removal should the command fail.
+    pub fn write<T>(
+        &mut self,
+        path: impl AsRef<Path>,
+        write: impl FnOnce(&Path) -> Result<T>,
+    ) -> Result<T> {
+        let path = path.as_ref();
+        self.check(path)?;
+        let v = write(path)?;
+        self.written.push(path.to_path_buf());
+        Ok(v)
+    }
+
+    /// Records `path` as written by the command through some other writer (one that writes
+    /// several files at once, say) after [`check`](Self::check)ing it beforehand.
+    pub fn record(&mut self, path: impl AsRef<Path>) {
+        self.written.push(path.as_ref().to_path_buf());
+    }
+
+    /// [`write_bytes_atomic`] through [`write`](Self::write).
+    pub fn write_bytes(&mut self, path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
+        self.write(path, |p| write_bytes_atomic(p, bytes))
+    }
+
+    /// Creates `dir` and its missing parents (refusing a path that exists and is not a
+    /// folder); the folders created are removed again if the command fails.
+    pub fn create_dir_all(&mut self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        let mut missing = Vec::new();
+        for a in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            match std::fs::symlink_metadata(a) {
+                Ok(m) if m.is_dir() => break,
+                // A link to a folder is a folder to write into (the user made it so).
+                Ok(m) if m.file_type().is_symlink() && a.is_dir() => break,
+                Ok(m) => return Err(Error::format(a, format!("is {}, not a folder", kind(&m)))),
+                Err(_) => missing.push(a.to_path_buf()),
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // Outermost first, so that removal (newest first) takes the innermost first.
+        self.created_dirs.extend(missing.into_iter().rev());
+        Ok(())
+    }
+
+    /// The files written so far.
+    pub fn written(&self) -> &[PathBuf] {
+        &self.written
+    }
+
+    /// The command succeeded: keep its outputs.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Outputs {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        for p in self.written.iter().rev() {
+            let _ = std::fs::remove_file(p);
+        }
+        for d in self.created_dirs.iter().rev() {
+            // Only if empty: never a file that was not ours.
+            let _ = std::fs::remove_dir(d);
+        }
+    }
 }
 
 /// Reads a JSON file into `T`; a parse failure names the file and says it is not a valid
@@ -74,6 +300,68 @@ mod tests {
         assert!(r.is_err());
         assert!(!p.exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writes_refuse_links_folders_and_sockets_and_leave_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = write_bytes_atomic(&link, b"new").unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(write_bytes_atomic(&sub, b"x")
+            .unwrap_err()
+            .to_string()
+            .contains("folder"));
+        let sock = dir.path().join("sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert!(write_bytes_atomic(&sock, b"x")
+            .unwrap_err()
+            .to_string()
+            .contains("socket"));
+    }
+
+    #[test]
+    fn outputs_refuse_inputs_and_remove_what_a_failed_command_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        std::fs::write(&input, b"input").unwrap();
+        let outs = Outputs::new([&input]);
+        let e = outs.check(&input).unwrap_err().to_string();
+        assert!(e.contains("input"), "{e}");
+        let e = outs
+            .check(dir.path().join("missing/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        drop(outs);
+        // A failed command: its files and the folders it made go.
+        let mut outs = Outputs::new([&input]);
+        outs.create_dir_all(dir.path().join("a/b")).unwrap();
+        outs.write_bytes(dir.path().join("a/b/one"), b"1").unwrap();
+        outs.write_bytes(dir.path().join("two"), b"2").unwrap();
+        drop(outs);
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["in.txt"]);
+        // A finished one keeps them.
+        let mut outs = Outputs::new([&input]);
+        outs.write_bytes(dir.path().join("two"), b"2").unwrap();
+        outs.finish();
+        assert_eq!(std::fs::read(dir.path().join("two")).unwrap(), b"2");
     }
 
     #[test]

@@ -28,6 +28,49 @@ pub const MAX_ALLOC: u64 = 1 << 30;
 pub const FILTER: FilterType = FilterType::CatmullRom;
 /// File extensions (lower case) recognised as images.
 pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "bmp"];
+/// Default cap, in GiB, on the memory one model forward may need ([`check_memory`]);
+/// the environment variable `IMGSEQ_MAX_MEMORY_GB` overrides it.
+pub const MAX_MEMORY_GB: f64 = 8.0;
+
+/// The memory cap in bytes: `IMGSEQ_MAX_MEMORY_GB` (a positive number of GiB) when set,
+/// else [`MAX_MEMORY_GB`].
+pub fn memory_limit() -> std::result::Result<u128, String> {
+    let gb = match std::env::var("IMGSEQ_MAX_MEMORY_GB") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<f64>() {
+            Ok(g) if g > 0.0 && g.is_finite() => g,
+            _ => {
+                return Err(format!(
+                    "IMGSEQ_MAX_MEMORY_GB={v} is not a positive number of GiB"
+                ))
+            }
+        },
+        _ => MAX_MEMORY_GB,
+    };
+    Ok((gb * (1u64 << 30) as f64) as u128)
+}
+
+/// `Ok` when an operation that needs about `bytes` of memory fits under [`memory_limit`];
+/// otherwise the reason, e.g. "needs about 17.0 GiB of memory, more than the 8 GiB limit
+/// (IMGSEQ_MAX_MEMORY_GB)", for the caller to put after the setting or file it concerns.
+/// Called before allocating anything sized by a file or a flag, so that an absurd size is a
+/// clean error instead of an aborted allocation.
+pub fn check_memory(bytes: u128) -> std::result::Result<(), String> {
+    let limit = memory_limit()?;
+    if bytes <= limit {
+        return Ok(());
+    }
+    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+    let need = gib(bytes);
+    let need = if need >= 1e6 {
+        format!("{need:.2e}")
+    } else {
+        format!("{need:.1}")
+    };
+    Err(format!(
+        "needs about {need} GiB of memory, more than the {} GiB limit (IMGSEQ_MAX_MEMORY_GB)",
+        gib(limit)
+    ))
+}
 
 /// An 8-bit image buffer with any pixel type (`RgbImage`, `GrayImage`, ...).
 pub type Image8<P> = ImageBuffer<P, Vec<u8>>;
@@ -117,9 +160,93 @@ pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     limits.max_image_width = Some(MAX_SIDE);
     limits.max_image_height = Some(MAX_SIDE);
     limits.max_alloc = Some(MAX_ALLOC);
-    let mut r = reader(path)?;
+    let r = reader(path)?;
+    if r.format() == Some(image::ImageFormat::Jpeg) {
+        // The JPEG decoder fills a truncated scan with gray and reports success: check that
+        // the data ends with an end-of-image marker after its last scan.
+        let bytes = read_limited(path)?;
+        if !jpeg_is_complete(&bytes) {
+            return Err(Error::format(
+                path,
+                "corrupt or truncated image (the JPEG data ends before its end-of-image marker)",
+            ));
+        }
+        let mut r = ImageReader::with_format(std::io::Cursor::new(bytes), image::ImageFormat::Jpeg);
+        r.limits(limits);
+        return r.decode().map_err(|e| decode_error(path, e));
+    }
+    let mut r = r;
     r.limits(limits);
     r.decode().map_err(|e| decode_error(path, e))
+}
+
+/// Decodes an image held in memory (a tar member, a Parquet cell) as 8-bit RGB with the same
+/// checks as a file: format from the content, size and allocation limits, truncated JPEG
+/// refused. `name` is what messages call it.
+pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
+    let r = ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| Error::io(name, e))?;
+    let Some(format) = r.format() else {
+        return Err(Error::format(
+            name,
+            "not an image (expected png, jpeg, webp or bmp)",
+        ));
+    };
+    let (w, h) = r.into_dimensions().map_err(|e| decode_error(name, e))?;
+    if w > MAX_SIDE || h > MAX_SIDE {
+        return Err(Error::format(
+            name,
+            format!("image is {w}x{h} pixels, larger than the {MAX_SIDE}x{MAX_SIDE} limit"),
+        ));
+    }
+    if w == 0 || h == 0 {
+        return Err(Error::format(name, format!("image is empty ({w}x{h})")));
+    }
+    if format == image::ImageFormat::Jpeg && !jpeg_is_complete(bytes) {
+        return Err(Error::format(
+            name,
+            "corrupt or truncated image (the JPEG data ends before its end-of-image marker)",
+        ));
+    }
+    let mut limits = Limits::default();
+    limits.max_image_width = Some(MAX_SIDE);
+    limits.max_image_height = Some(MAX_SIDE);
+    limits.max_alloc = Some(MAX_ALLOC);
+    let mut r = ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    r.limits(limits);
+    Ok(match r.decode().map_err(|e| decode_error(name, e))? {
+        DynamicImage::ImageRgb8(i) => i,
+        other => other.to_rgb8(),
+    })
+}
+
+/// The bytes of an image file of at most [`MAX_ALLOC`] bytes.
+fn read_limited(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_ALLOC + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    if bytes.len() as u64 > MAX_ALLOC {
+        return Err(Error::format(
+            path,
+            format!("image file is larger than {} MiB", MAX_ALLOC >> 20),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Whether JPEG data has an end-of-image marker (`FF D9`) after its last start-of-scan
+/// (`FF DA`). Inside entropy-coded data a `FF` byte is always followed by `00` or a restart
+/// marker, so neither pair can appear there by chance.
+pub fn jpeg_is_complete(bytes: &[u8]) -> bool {
+    let last = |m: u8| bytes.windows(2).rposition(|w| w == [0xFF, m]);
+    match (last(0xDA), last(0xD9)) {
+        (Some(sos), Some(eoi)) => eoi > sos,
+        _ => false,
+    }
 }
 
 /// Loads an image as 8-bit RGB (alpha is dropped, gray is replicated).
@@ -442,10 +569,60 @@ pub fn save_png<P>(path: impl AsRef<Path>, img: &Image8<P>) -> Result<()>
 where
     P: Pixel<Subpixel = u8> + PixelWithColorType,
 {
+    save_as(path.as_ref(), img, image::ImageFormat::Png)
+}
+
+/// The format an output image file gets from its extension (png, jpg/jpeg, webp — lossless —,
+/// bmp; any case); any other extension, or none, is an error naming the file.
+pub fn output_format(path: impl AsRef<Path>) -> Result<image::ImageFormat> {
     let path = path.as_ref();
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "png" => Ok(image::ImageFormat::Png),
+        "jpg" | "jpeg" => Ok(image::ImageFormat::Jpeg),
+        "webp" => Ok(image::ImageFormat::WebP),
+        "bmp" => Ok(image::ImageFormat::Bmp),
+        "" => Err(Error::format(
+            path,
+            format!(
+                "an output image needs an extension to choose its format ({})",
+                IMAGE_EXTENSIONS.join(", ")
+            ),
+        )),
+        e => Err(Error::format(
+            path,
+            format!(
+                "cannot write images of extension `.{e}` (supported: {})",
+                IMAGE_EXTENSIONS.join(", ")
+            ),
+        )),
+    }
+}
+
+/// Writes an 8-bit gray or RGB image, atomically, in the format its extension names
+/// ([`output_format`]).
+pub fn save_image<P>(path: impl AsRef<Path>, img: &Image8<P>) -> Result<()>
+where
+    P: Pixel<Subpixel = u8> + PixelWithColorType,
+{
+    let path = path.as_ref();
+    save_as(path, img, output_format(path)?)
+}
+
+fn save_as<P>(path: &Path, img: &Image8<P>, format: image::ImageFormat) -> Result<()>
+where
+    P: Pixel<Subpixel = u8> + PixelWithColorType,
+{
     let mut buf = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut buf, image::ImageFormat::Png)
-        .map_err(|e| Error::format(path, format!("cannot encode PNG ({e})")))?;
+    img.write_to(&mut buf, format).map_err(|e| {
+        Error::format(
+            path,
+            format!("cannot encode {} ({e})", format.extensions_str()[0]),
+        )
+    })?;
     write_bytes_atomic(path, buf.get_ref())
 }
 
@@ -539,6 +716,35 @@ mod tests {
         std::fs::write(&big, b).unwrap();
         let e = load_rgb(&big).unwrap_err().to_string();
         assert!(e.contains("big.png") && e.contains("too large"), "{e}");
+    }
+
+    #[test]
+    fn truncated_jpeg_is_an_error_and_outputs_follow_their_extension() {
+        let d = tempfile::tempdir().unwrap();
+        let jpg = d.path().join("a.jpg");
+        save_image(&jpg, &gradient(64, 48)).unwrap();
+        let bytes = std::fs::read(&jpg).unwrap();
+        assert!(bytes.starts_with(&[0xFF, 0xD8]) && jpeg_is_complete(&bytes));
+        assert_eq!(load_rgb(&jpg).unwrap().dimensions(), (64, 48));
+        let cut = d.path().join("cut.jpg");
+        std::fs::write(&cut, &bytes[..bytes.len() - 40]).unwrap();
+        let e = load_rgb(&cut).unwrap_err().to_string();
+        assert!(e.contains("cut.jpg") && e.contains("truncated"), "{e}");
+        let e = save_image(d.path().join("a.gif"), &gradient(4, 4))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.gif") && e.contains("`.gif`"), "{e}");
+        assert!(output_format("x").is_err());
+    }
+
+    #[test]
+    fn memory_check_names_the_limit() {
+        assert!(check_memory(1 << 20).is_ok());
+        let e = check_memory(1 << 50).unwrap_err();
+        assert!(
+            e.contains("needs about") && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -239,15 +239,27 @@ pub fn split_member(name: &str) -> Option<(&str, &str)> {
     Some((&name[..dot], &name[dot + 1..]))
 }
 
+/// The consecutive members of one key while a tar is listed.
+struct Group {
+    key: String,
+    /// (member name, where) of the first image member.
+    image: Option<(String, Location)>,
+    meta: Vec<(String, Location)>,
+}
+
 fn tar_samples(tar_path: &Path) -> Result<Vec<SampleRef>> {
     let f = File::open(tar_path).map_err(|e| Error::io(tar_path, e))?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(tar_path, format!("not a readable tar: {e}"));
     let mut out: Vec<SampleRef> = Vec::new();
-    let mut current: Option<(String, Option<(String, Location)>, Vec<(String, Location)>)> = None;
-    let flush = |cur: Option<(String, Option<(String, Location)>, Vec<(String, Location)>)>,
-                 out: &mut Vec<SampleRef>| {
-        if let Some((key, Some((name, image)), meta)) = cur {
+    let mut current: Option<Group> = None;
+    let flush = |cur: Option<Group>, out: &mut Vec<SampleRef>| {
+        if let Some(Group {
+            key,
+            image: Some((name, image)),
+            meta,
+        }) = cur
+        {
             out.push(SampleRef {
                 key,
                 source: format!("{}:{name}", tar_path.display()),
@@ -271,15 +283,19 @@ fn tar_samples(tar_path: &Path) -> Result<Vec<SampleRef>> {
             offset: entry.raw_file_position(),
             size: entry.size(),
         };
-        if current.as_ref().is_none_or(|c| c.0 != key) {
+        if current.as_ref().is_none_or(|c| c.key != key) {
             flush(current.take(), &mut out);
-            current = Some((key.to_string(), None, Vec::new()));
+            current = Some(Group {
+                key: key.to_string(),
+                image: None,
+                meta: Vec::new(),
+            });
         }
         let cur = current.as_mut().expect("set above");
-        if IMAGE_EXTS.contains(&ext.as_str()) && cur.1.is_none() {
-            cur.1 = Some((name.clone(), loc));
+        if IMAGE_EXTS.contains(&ext.as_str()) && cur.image.is_none() {
+            cur.image = Some((name.clone(), loc));
         } else if META_EXTS.contains(&ext.as_str()) {
-            cur.2.push((ext, loc));
+            cur.meta.push((ext, loc));
         }
     }
     flush(current.take(), &mut out);

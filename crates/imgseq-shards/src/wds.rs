@@ -75,6 +75,8 @@ pub struct Finished {
 impl ShardWriter {
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        // Never rename over a link, device, FIFO or folder that sits at the shard's name.
+        imgseq_core::fsutil::check_output(&path)?;
         let name = path
             .file_name()
             .ok_or_else(|| Error::invalid(format!("{}: not a file path", path.display())))?;

@@ -58,6 +58,38 @@ pub enum FormatError {
         "not a readable PyTorch zip checkpoint ({detail}); truncated, or saved by torch < 1.6"
     )]
     NotAZip { detail: String },
+    /// A device, FIFO, directory, ...: reading it might never end.
+    #[error("not a regular file")]
+    NotARegularFile,
+    /// A pickle without the zip around it: torch < 1.6's legacy format or `pickle.dump`.
+    #[error(
+        "a bare pickle, not a zip checkpoint (saved by torch < 1.6 or by pickle.dump); imgseq \
+         reads torch >= 1.6 zip checkpoints: load and torch.save it again with a current torch"
+    )]
+    BarePickle,
+    /// An archive entry that inflates to more than imgseq reads for it.
+    #[error("`{entry}` inflates to more than {max} bytes; refused")]
+    EntryTooLarge { entry: String, max: u64 },
+    /// Compressed storages that would inflate to far more than the file's size.
+    #[error(
+        "compressed storages would inflate to more than {max} bytes from a {file_len}-byte \
+         file; refused"
+    )]
+    InflateBudget { max: u64, file_len: u64 },
+    /// The tensors of the file would take far more memory than the file's size explains
+    /// (views that repeat their storage many times over).
+    #[error(
+        "tensor `{key}` brings the tensors read to more than {max} bytes from a \
+         {file_len}-byte file (a view repeats its storage); refused"
+    )]
+    TensorBudget {
+        key: String,
+        max: u64,
+        file_len: u64,
+    },
+    /// An allocation sized by the file failed.
+    #[error("cannot allocate {bytes} bytes")]
+    OutOfMemory { bytes: usize },
     /// A zip archive without `data.pkl`.
     #[error("zip archive has no data.pkl; not a torch.save file")]
     NoPickle,
@@ -125,6 +157,9 @@ pub enum PickleError {
     BadInt,
     #[error("integer too large in pickle")]
     IntTooLarge,
+    /// Containers nested deeper than a checkpoint ever nests them.
+    #[error("pickle nests containers more than {max} levels deep")]
+    TooDeep { max: u32 },
     #[error("pickle stack underflow")]
     StackUnderflow,
     #[error("pickle MARK missing")]

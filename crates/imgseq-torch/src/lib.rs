@@ -28,6 +28,7 @@ pub mod opcodes;
 mod pickle;
 mod tensor;
 
+pub use archive::{inflate_budget, MAX_PICKLE_BYTES};
 pub use error::{FormatError, PickleError, Result, TensorProblem, TorchError};
 pub use tensor::{CkptTensor, StorageDType, MAX_TENSOR_BYTES};
 
@@ -51,10 +52,17 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Opens `path` and interprets its pickle (no tensor data is read yet).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let mut archive = Archive::open(path)?;
+        Self::with_archive(Archive::open(path.as_ref())?)
+    }
+
+    /// [`Self::open`] on the bytes of a checkpoint file; `path` is only used in messages.
+    pub fn from_bytes(path: impl AsRef<Path>, bytes: Vec<u8>) -> Result<Self> {
+        Self::with_archive(Archive::from_bytes(path.as_ref(), bytes)?)
+    }
+
+    fn with_archive(mut archive: Archive) -> Result<Self> {
         let bytes = archive.read_pickle()?;
-        let root = pickle::load(&bytes).map_err(|e| TorchError::format(path, e))?;
+        let root = pickle::load(&bytes).map_err(|e| TorchError::format(archive.path(), e))?;
         Ok(Self {
             archive,
             root,
@@ -78,12 +86,26 @@ impl Checkpoint {
     }
 
     /// Name, dtype and shape of every tensor of [`Self::state_dict`], without reading data.
+    /// Each view is checked against the element count its storage declares.
     pub fn tensor_infos(&self) -> Result<Vec<(String, StorageDType, Vec<usize>)>> {
-        Ok(self
-            .state_dict_refs()?
+        self.state_dict_refs()?
             .into_iter()
-            .map(|(k, t)| (k, t.dtype, t.size.clone()))
-            .collect())
+            .map(|(k, t)| {
+                t.checked_numel()
+                    .map_err(|problem| self.bad_tensor(&k, problem))?;
+                Ok((k, t.dtype, t.size.clone()))
+            })
+            .collect()
+    }
+
+    fn bad_tensor(&self, key: &str, problem: TensorProblem) -> TorchError {
+        TorchError::format(
+            self.archive.path(),
+            F::BadTensor {
+                key: key.to_string(),
+                problem,
+            },
+        )
     }
 
     /// Top-level entries that are plain scalars (`epoch: 3`, `global_step: 10`, ...).
@@ -154,8 +176,27 @@ impl Checkpoint {
         for (_, t) in &entries {
             *pending.entry(t.key.clone()).or_default() += 1;
         }
+        // The memory the tensors take is checked before anything is read: views may repeat
+        // their storage (stride 0), so a few bytes of file can describe terabytes.
+        let file_len = self.archive.file_len();
+        let budget = tensor_budget(file_len);
+        let mut total = 0u64;
         let mut out = Vec::with_capacity(entries.len());
         for (name, t) in entries {
+            let numel = t
+                .checked_numel()
+                .map_err(|problem| self.bad_tensor(&name, problem))?;
+            total = total.saturating_add(t.out_bytes(numel));
+            if total > budget {
+                return Err(TorchError::format(
+                    self.archive.path(),
+                    F::TensorBudget {
+                        key: name,
+                        max: budget,
+                        file_len,
+                    },
+                ));
+            }
             let storage = self.storage(&t)?;
             let tensor = tensor::materialise(self.archive.path(), &name, &t, &storage, device)?;
             let left = pending.get_mut(&t.key).expect("counted");
@@ -179,22 +220,33 @@ impl Checkpoint {
         if let Some(b) = self.cache.get(&t.key) {
             return Ok(b.clone());
         }
-        let bytes = self.archive.read_storage(&t.key)?;
-        let want = t.storage_numel.saturating_mul(t.dtype.size());
-        if bytes.len() < want {
-            return Err(TorchError::format(
-                self.archive.path(),
-                F::TruncatedStorage {
-                    entry: self.archive.storage_entry(&t.key),
-                    len: bytes.len(),
-                    want,
-                },
-            ));
-        }
-        let b = Rc::new(bytes);
+        let want = t
+            .storage_numel
+            .checked_mul(t.dtype.size())
+            .ok_or_else(|| self.bad_tensor(&t.key, TensorProblem::ImpossibleSize))?;
+        let b = Rc::new(self.archive.read_storage(&t.key, want)?);
         self.cache.insert(t.key.clone(), b.clone());
         Ok(b)
     }
+}
+
+/// Most bytes the tensors of a checkpoint of `file_len` bytes may take once read: 8 times
+/// the file (an int8 storage becomes int64, views may share a storage), at least 256 MiB.
+pub fn tensor_budget(file_len: u64) -> u64 {
+    file_len.saturating_mul(8).max(256 << 20)
+}
+
+/// What the `torch_ckpt` fuzz target runs on its input (and the corpus replay test): open
+/// the bytes as a checkpoint, list it and read its tensors. Must never panic or abort.
+#[doc(hidden)]
+pub fn fuzz_checkpoint_bytes(data: &[u8]) {
+    let Ok(mut c) = Checkpoint::from_bytes("fuzz.ckpt", data.to_vec()) else {
+        return;
+    };
+    let _ = c.top_level_keys();
+    let _ = c.scalars();
+    let _ = c.tensor_infos();
+    let _ = c.state_dict(&Device::Cpu);
 }
 
 /// Reads the model tensors of a checkpoint (see [`Checkpoint::state_dict`]).

@@ -87,6 +87,46 @@ pub(crate) struct TensorRef {
     pub stride: Vec<usize>,
 }
 
+impl TensorRef {
+    /// The element count of the view, checked (with overflow checks: the sizes come from
+    /// the file and may be anything) to lie inside the `storage_numel` elements its
+    /// storage declares.
+    pub fn checked_numel(&self) -> std::result::Result<usize, TensorProblem> {
+        let numel = self
+            .size
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s))
+            .ok_or(TensorProblem::ImpossibleSize)?;
+        let last = self.last_index()?;
+        if numel > 0 && last >= self.storage_numel {
+            return Err(TensorProblem::OutsideStorage);
+        }
+        Ok(numel)
+    }
+
+    /// Largest element index the view touches.
+    fn last_index(&self) -> std::result::Result<usize, TensorProblem> {
+        self.size
+            .iter()
+            .zip(&self.stride)
+            .try_fold(self.offset, |a, (s, st)| {
+                a.checked_add(s.saturating_sub(1).checked_mul(*st)?)
+            })
+            .ok_or(TensorProblem::ImpossibleStride)
+    }
+
+    /// Bytes the materialised tensor of `numel` elements takes (floats become f32, integers
+    /// i64), saturating.
+    pub fn out_bytes(&self, numel: usize) -> u64 {
+        let es = match self.dtype {
+            StorageDType::I64 | StorageDType::I32 | StorageDType::I16 | StorageDType::I8 => 8,
+            StorageDType::U8 | StorageDType::Bool => 1,
+            _ => 4,
+        };
+        (numel as u64).saturating_mul(es)
+    }
+}
+
 /// Builds tensor `name` of the file at `path` from the view `t` on `storage` (the bytes of
 /// storage `t.key`, at least `t.storage_numel` elements long).
 pub(crate) fn materialise(
@@ -106,23 +146,10 @@ pub(crate) fn materialise(
             },
         )
     };
-    // Element count and largest element index touched, with overflow checks: the sizes
-    // come from the file and may be anything.
-    let numel = t
-        .size
-        .iter()
-        .try_fold(1usize, |a, &s| a.checked_mul(s))
-        .ok_or_else(|| bad(TensorProblem::ImpossibleSize))?;
-    let last = t
-        .size
-        .iter()
-        .zip(&t.stride)
-        .try_fold(t.offset, |a, (s, st)| {
-            a.checked_add(s.saturating_sub(1).checked_mul(*st)?)
-        })
-        .ok_or_else(|| bad(TensorProblem::ImpossibleStride))?;
+    let numel = t.checked_numel().map_err(bad)?;
+    let last = t.last_index().map_err(bad)?;
     let avail = storage.len() / es;
-    if numel > 0 && (last >= avail || last >= t.storage_numel) {
+    if numel > 0 && last >= avail {
         return Err(bad(TensorProblem::OutsideStorage));
     }
     // Views may repeat elements (stride 0); refuse absurd expansions instead of aborting
@@ -136,7 +163,8 @@ pub(crate) fn materialise(
             },
         ));
     }
-    let bytes = gather(t, numel, storage);
+    let bytes = gather(t, numel, storage)
+        .ok_or_else(|| TorchError::format(path, FormatError::OutOfMemory { bytes: numel * es }))?;
     let shape = t.size.clone();
     let raw = |dt: DType| Tensor::from_raw_buffer(&bytes, dt, &shape, &Device::Cpu);
     let tensor = match t.dtype {
@@ -158,9 +186,10 @@ pub(crate) fn materialise(
 
 /// The `numel` elements of view `t`, row-major over its size, as contiguous bytes. The view
 /// has been checked to lie inside `storage`.
-fn gather(t: &TensorRef, numel: usize, storage: &[u8]) -> Vec<u8> {
+fn gather(t: &TensorRef, numel: usize, storage: &[u8]) -> Option<Vec<u8>> {
     let es = t.dtype.size();
-    let mut bytes = Vec::with_capacity(numel * es);
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(numel * es).ok()?;
     if is_contiguous(t) {
         bytes.extend_from_slice(&storage[t.offset * es..(t.offset + numel) * es]);
     } else if numel > 0 {
@@ -177,7 +206,7 @@ fn gather(t: &TensorRef, numel: usize, storage: &[u8]) -> Vec<u8> {
             }
         }
     }
-    bytes
+    Some(bytes)
 }
 
 /// True when the view's strides are row-major (dimensions of size 1 may have any stride).

@@ -71,6 +71,13 @@ pub fn patch_grid(h: usize, w: usize, patch_size: usize) -> Result<(usize, usize
     if patch_size == 0 {
         return Err(Error::invalid("the patch size is 0"));
     }
+    if h == 0 || w == 0 {
+        return Err(if h == w {
+            Error::setting("size", h, "must be positive")
+        } else {
+            Error::invalid(format!("input {h}x{w} is empty"))
+        });
+    }
     if !h.is_multiple_of(patch_size) || !w.is_multiple_of(patch_size) {
         let msg = format!("is not a multiple of the patch size {patch_size}");
         return Err(if h == w {
@@ -154,11 +161,105 @@ impl ViTConfig {
             .unwrap_or_else(|| i.to_string())
     }
 
-    /// Checks the relations between fields that the model relies on.
+    /// An estimate (an upper bound in practice) of the peak memory in bytes of running
+    /// `batch` inputs of `h`×`w` pixels through the patch embedding (and, with `encoder`,
+    /// the transformer): the largest activation (input pixels, tokens × hidden, tokens × MLP
+    /// width) times 6, plus with `encoder` the attention scores, tokens² per head and image.
+    pub fn forward_bytes(&self, batch: usize, h: usize, w: usize, encoder: bool) -> u128 {
+        let p = self.patch_size.max(1) as u128;
+        let (b, h, w) = (batch as u128, h as u128, w as u128);
+        let n = (h / p) * (w / p) + 1;
+        let width = if encoder {
+            self.hidden_size.max(self.intermediate_size) as u128
+        } else {
+            self.hidden_size as u128
+        };
+        let act = (self.num_channels as u128 * h * w).max(n.saturating_mul(width));
+        let mut floats = b.saturating_mul(act).saturating_mul(6);
+        if encoder {
+            let scores = b
+                .saturating_mul(self.num_attention_heads as u128)
+                .saturating_mul(n.saturating_mul(n));
+            floats = floats.saturating_add(scores);
+        }
+        floats.saturating_mul(4)
+    }
+
+    /// Refuses, before anything is allocated, inputs whose forward
+    /// ([`forward_bytes`](Self::forward_bytes)) would need more memory than
+    /// [`imgseq_core::image_io::memory_limit`]. With `size_setting` the error names the
+    /// setting `size` (the side of a square input chosen by the caller), else the input size.
+    pub fn check_memory(
+        &self,
+        batch: usize,
+        h: usize,
+        w: usize,
+        encoder: bool,
+        size_setting: bool,
+    ) -> Result<()> {
+        use imgseq_core::image_io::check_memory;
+        let Err(msg) = check_memory(self.forward_bytes(batch, h, w, encoder)) else {
+            return Ok(());
+        };
+        if batch > 1 && check_memory(self.forward_bytes(1, h, w, encoder)).is_ok() {
+            return Err(Error::invalid(format!(
+                "{batch} inputs of {h}x{w} pixels at once {msg}"
+            )));
+        }
+        Err(if h == w && size_setting {
+            Error::setting("size", h, msg)
+        } else {
+            Error::invalid(format!("an input of {h}x{w} pixels {msg}"))
+        })
+    }
+
+    /// Checks the fields' values and the relations between them that the model relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::invalid(format!("invalid ViT config: {m}")));
         if let Err(e) = self.check_input_size(self.image_size, self.image_size) {
             return bad(format!("image_size and patch_size: {e}"));
+        }
+        for (name, v) in [
+            ("num_channels", self.num_channels),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("intermediate_size", self.intermediate_size),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be positive"));
+            }
+        }
+        if !(self.layer_norm_eps > 0.0 && self.layer_norm_eps.is_finite()) {
+            return bad(format!(
+                "layer_norm_eps {} must be a positive number",
+                self.layer_norm_eps
+            ));
+        }
+        if !(self.initializer_range >= 0.0 && self.initializer_range.is_finite()) {
+            return bad(format!(
+                "initializer_range {} must be ≥ 0",
+                self.initializer_range
+            ));
+        }
+        for (name, v) in [
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            (
+                "attention_probs_dropout_prob",
+                self.attention_probs_dropout_prob,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(format!("{name} {v} must be in [0, 1]"));
+            }
+        }
+        // The model, weights and one image at the configured size must fit the memory limit.
+        if let Err(msg) = imgseq_core::image_io::check_memory(self.forward_bytes(
+            1,
+            self.image_size,
+            self.image_size,
+            true,
+        )) {
+            return bad(format!("image_size {} {msg}", self.image_size));
         }
         if self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
@@ -255,5 +356,34 @@ mod tests {
         let e = c.check_input_size(32, 30).unwrap_err().to_string();
         assert_eq!(e, "input 32x30 is not a multiple of the patch size 4");
         assert!(patch_grid(32, 32, 0).is_err());
+        let e = c.check_input_size(0, 0).unwrap_err().to_string();
+        assert_eq!(e, "size 0 must be positive");
+    }
+
+    #[test]
+    fn memory_estimate_refuses_huge_inputs_and_bad_fields() {
+        let c = ViTConfig::fashion_mnist();
+        assert!(c.forward_bytes(500, 32, 32, true) < 1 << 30);
+        c.check_memory(500, 32, 32, true, false).unwrap();
+        // (1, 1, 2000, 2000): 250,001 tokens, 4 heads → ~1 TB of attention scores.
+        let e = c.check_memory(1, 2000, 2000, true, false).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.starts_with("an input of 2000x2000 pixels needs about"),
+            "{e}"
+        );
+        let e = c.check_memory(1, 16000, 16000, false, true).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.starts_with("size 16000 needs") && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+            "{e}"
+        );
+        let mut bad = c.clone();
+        bad.layer_norm_eps = -1.0;
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("layer_norm_eps -1"), "{e}");
+        let mut bad = c;
+        bad.num_hidden_layers = 0;
+        assert!(bad.validate().is_err());
     }
 }

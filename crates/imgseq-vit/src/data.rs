@@ -111,6 +111,9 @@ impl DataSource {
         size: usize,
         limit: Option<usize>,
     ) -> Result<Dataset> {
+        if limit == Some(0) {
+            return Err(Error::setting("limit", 0, "must be positive"));
+        }
         let mut set = match self {
             DataSource::FashionMnist(dir) => fashion_mnist(dir.as_deref(), split)?,
             DataSource::Cifar10(dir) => cifar10(dir, split)?,

@@ -108,6 +108,9 @@ impl Classifier {
 
     /// Model input for images: `(n, c, size, size)` f32, prepared as the training data was.
     pub fn preprocess(&self, images: &[DynamicImage], size: usize, invert: bool) -> Result<Tensor> {
+        self.cfg.check_input_size(size, size)?;
+        self.cfg
+            .check_memory(images.len(), size, size, false, true)?;
         let set = self.image_set(images, size, invert)?;
         let idx: Vec<usize> = (0..set.n).collect();
         let (x, _) = make_batch(&set, &idx, &self.normalize, None, &Device::Cpu)?;
@@ -121,6 +124,10 @@ impl Classifier {
         size: usize,
         invert: bool,
     ) -> Result<Tensor> {
+        // Refuse an absurd size before decoding anything.
+        self.cfg.check_input_size(size, size)?;
+        self.cfg
+            .check_memory(paths.len(), size, size, false, true)?;
         let images = paths
             .iter()
             .map(|p| load_image(p, self.cfg.num_channels))
@@ -131,8 +138,9 @@ impl Classifier {
     /// Tokens and position vectors of preprocessed images `(b, c, h, w)`; positions are
     /// interpolated when `h`×`w` is not the model's size.
     pub fn embed(&self, x: &Tensor) -> Result<Embedding> {
-        let (_, _, h, w) = x.dims4()?;
+        let (b, _, h, w) = x.dims4()?;
         self.cfg.check_input_size(h, w)?;
+        self.cfg.check_memory(b, h, w, false, false)?;
         let interpolate = (h, w) != (self.cfg.image_size, self.cfg.image_size);
         let e = &self.model.vit.embeddings;
         Ok(Embedding {
@@ -141,16 +149,37 @@ impl Classifier {
         })
     }
 
-    /// Class probabilities `(n, num_labels)` of preprocessed images at the model's size.
-    pub fn probabilities(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(probabilities(&self.model.forward(x, false)?)?)
+    /// Logits `(n, num_labels)` of preprocessed images `(n, c, h, w)`; an input of another
+    /// size than the model's needs `interpolate` (positions interpolated). The input size is
+    /// checked against the patch size and the memory limit before any work.
+    pub fn logits(&self, x: &Tensor, interpolate: bool) -> Result<Tensor> {
+        let (b, c, h, w) = x.dims4()?;
+        if c != self.cfg.num_channels {
+            return Err(Error::invalid(format!(
+                "the model takes {}-channel input, got {c} channels",
+                self.cfg.num_channels
+            )));
+        }
+        self.cfg.check_input_size(h, w)?;
+        if interpolate || (h, w) == (self.cfg.image_size, self.cfg.image_size) {
+            self.cfg.check_memory(b, h, w, true, false)?;
+        }
+        Ok(self.model.forward(x, interpolate)?)
     }
 
-    /// The `k` (at least 1, at most all) most probable labels of each image, best first, as
-    /// (label index, probability).
+    /// Class probabilities `(n, num_labels)` of preprocessed images at the model's size.
+    pub fn probabilities(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(probabilities(&self.logits(x, false)?)?)
+    }
+
+    /// The `k` (at least 1; more than the number of labels gives all) most probable labels of
+    /// each image, best first, as (label index, probability).
     pub fn top_k(&self, x: &Tensor, k: usize) -> Result<Vec<Vec<(usize, f32)>>> {
+        if k == 0 {
+            return Err(Error::setting("top_k", k, "must be positive"));
+        }
         let probs = self.probabilities(x)?;
-        let k = k.clamp(1, self.cfg.num_labels());
+        let k = k.min(self.cfg.num_labels());
         let mut out = Vec::with_capacity(probs.dim(0)?);
         for i in 0..probs.dim(0)? {
             let row = probs.get(i)?.to_vec1::<f32>()?;
@@ -162,20 +191,22 @@ impl Classifier {
     }
 
     /// One split of `source` as this model saw its data: at the content size, centred on the
-    /// canvas, the first `limit` images.
+    /// canvas, the first `limit` images, labelled with the model's label ids
+    /// ([`relabel`]).
     pub fn load_split(
         &self,
         source: &DataSource,
         split: Split,
         limit: Option<usize>,
     ) -> Result<ImageSet> {
-        source.load_split(
+        let set = source.load_split(
             split,
             self.input_size,
             self.cfg.num_channels,
             self.cfg.image_size,
             limit,
-        )
+        )?;
+        relabel(set, &self.cfg, source)
     }
 
     /// Accuracy, per-class accuracy and confusion matrix on `set` (as from
@@ -190,6 +221,54 @@ impl Classifier {
             progress,
         )
     }
+}
+
+/// Gives `set` the label ids and class names of the model `cfg`. When every class name of
+/// the data is one of the model's labels, classes are matched by name (an image folder with
+/// classes `b/` and `a/` is scored against the model's labels `a` and `b` whatever their
+/// order). Otherwise the data's classes must be the model's by index: an image folder, whose
+/// classes are only names, is then an error naming the class the model does not know; a
+/// built-in dataset (Fashion-MNIST, CIFAR-10) is taken by index when it has no more classes
+/// than the model.
+pub fn relabel(mut set: ImageSet, cfg: &ViTConfig, source: &DataSource) -> Result<ImageSet> {
+    let model_names: Vec<String> = (0..cfg.num_labels()).map(|i| cfg.label(i)).collect();
+    let by_name: Option<Vec<u16>> = set
+        .class_names
+        .iter()
+        .map(|n| model_names.iter().position(|m| m == n).map(|i| i as u16))
+        .collect();
+    match by_name {
+        Some(map) => {
+            for l in &mut set.labels {
+                *l = map[*l as usize];
+            }
+        }
+        None => {
+            if let DataSource::ImageFolder(dir) = source {
+                let missing = set
+                    .class_names
+                    .iter()
+                    .find(|n| !model_names.contains(n))
+                    .expect("some name is missing");
+                return Err(Error::format(
+                    dir,
+                    format!(
+                        "class folder `{missing}` is not one of the model's labels ({})",
+                        model_names.join(", ")
+                    ),
+                ));
+            }
+            if set.class_names.len() > model_names.len() {
+                return Err(Error::invalid(format!(
+                    "the data has {} classes, the model only {}",
+                    set.class_names.len(),
+                    model_names.len()
+                )));
+            }
+        }
+    }
+    set.class_names = model_names;
+    Ok(set)
 }
 
 #[cfg(test)]
@@ -279,6 +358,7 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].len(), 3);
         assert!(t[0].windows(2).all(|w| w[0].1 >= w[1].1));
-        assert_eq!(m.top_k(&x, 0).unwrap()[0].len(), 1);
+        let e = m.top_k(&x, 0).unwrap_err().to_string();
+        assert_eq!(e, "top_k 0 must be positive");
     }
 }

@@ -70,8 +70,68 @@ impl TrainConfig {
         }
     }
 
+    /// Reads and validates ([`validate`](Self::validate)) a `training.json`; a bad value is
+    /// an error naming the file.
     pub fn load(path: &Path) -> Result<Self> {
-        read_json(path, TRAINING_FILE)
+        let tc: Self = read_json(path, TRAINING_FILE)?;
+        tc.validate()
+            .map_err(|e| Error::format(path, e.to_string()))?;
+        Ok(tc)
+    }
+
+    /// Checks every number of the recipe; a bad one is an error naming its setting
+    /// (`batch_size 0 must be positive`). The one owner of these rules: a new run's options
+    /// and a resumed `training.json` both go through it.
+    pub fn validate(&self) -> Result<()> {
+        let positive = |name: &'static str, v: usize| {
+            if v == 0 {
+                return Err(Error::setting(name, v, "must be positive"));
+            }
+            Ok(())
+        };
+        positive("epochs", self.epochs)?;
+        positive("batch_size", self.batch_size)?;
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(Error::setting("lr", self.lr, "must be a positive number"));
+        }
+        for (name, v) in [
+            ("min_lr", self.min_lr),
+            ("weight_decay", self.weight_decay),
+            ("warmup_epochs", self.warmup_epochs),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(Error::setting(name, v, "must be a number ≥ 0"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(Error::setting(
+                "label_smoothing",
+                self.label_smoothing,
+                "must be in [0, 1)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.augment.erase_prob) {
+            return Err(Error::setting(
+                "erase_prob",
+                self.augment.erase_prob,
+                "must be a probability in [0, 1]",
+            ));
+        }
+        if let Some(s) = self.input_size {
+            positive("input_size", s)?;
+        }
+        let n = &self.normalize;
+        if n.image_mean.len() != n.image_std.len()
+            || n.image_mean.iter().any(|m| !m.is_finite())
+            || n.image_std.iter().any(|s| !(*s > 0.0 && s.is_finite()))
+        {
+            return Err(Error::invalid(format!(
+                "image_mean {:?} / image_std {:?}: one finite mean and one positive std per \
+                 channel are needed",
+                n.image_mean, n.image_std
+            )));
+        }
+        Ok(())
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -84,8 +144,22 @@ impl TrainConfig {
         self.input_size.unwrap_or(cfg.image_size)
     }
 
-    /// Checks that `train_set` fills at least one batch.
+    /// [`check_train_set`](Self::check_train_set), and the test set (every epoch is scored
+    /// on it) must not be empty.
+    pub fn check_sets(&self, train_set: &ImageSet, test_set: &ImageSet) -> Result<()> {
+        self.check_train_set(train_set)?;
+        if test_set.n == 0 {
+            return Err(Error::invalid(
+                "the test set has no images (every epoch is scored on it)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the recipe ([`validate`](Self::validate)) and that `train_set` fills at least
+    /// one batch.
     pub fn check_train_set(&self, train_set: &ImageSet) -> Result<()> {
+        self.validate()?;
         if train_set.n < self.batch_size {
             return Err(Error::invalid(format!(
                 "the training set has {} images, fewer than one batch of {}",
@@ -115,6 +189,56 @@ pub fn load_run(dir: &Path) -> Result<Option<(ViTConfig, TrainConfig)>> {
     let tc = TrainConfig::load(&tc_path)?;
     let cfg = ViTConfig::load(dir.join(CONFIG_FILE))?;
     Ok(Some((cfg, tc)))
+}
+
+/// The files of a run folder.
+pub const RUN_FILES: [&str; 5] = [
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    TRAINING_FILE,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+];
+/// The run file with the AdamW moments.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The run file with the progress ([`TrainState`]); written last at every checkpoint.
+pub const STATE_FILE: &str = "state.json";
+
+/// The run files present in `dir`.
+pub fn run_files(dir: &Path) -> Vec<&'static str> {
+    RUN_FILES
+        .into_iter()
+        .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+        .collect()
+}
+
+/// The rule for starting a run in `out`: resuming needs a complete checkpoint there (its
+/// `state.json`), a new run needs a folder without run files (a run is never overwritten by
+/// accident; [`clear_run`] removes one on purpose).
+pub fn check_start(out: &Path, resume: bool) -> Result<()> {
+    let present = run_files(out);
+    if resume && !out.join(STATE_FILE).is_file() {
+        return Err(Error::format(out, "no run to resume (no state.json there)"));
+    }
+    if !resume && !present.is_empty() {
+        return Err(Error::format(
+            out,
+            format!(
+                "already holds a training run ({}); resume it, or remove it first",
+                present.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Removes the run files from `out` (only those: other files and the folder stay).
+pub fn clear_run(out: &Path) -> Result<()> {
+    for f in run_files(out) {
+        let p = out.join(f);
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+    }
+    Ok(())
 }
 
 /// Progress of a run (saved as `state.json` after every epoch).
@@ -207,6 +331,12 @@ pub fn evaluate(
     batch_size: usize,
     progress: bool,
 ) -> Result<EvalReport> {
+    if set.n == 0 {
+        return Err(Error::invalid("the evaluation set has no images"));
+    }
+    if batch_size == 0 {
+        return Err(Error::setting("batch_size", batch_size, "must be positive"));
+    }
     let k = cfg.num_labels();
     let mut confusion = vec![vec![0usize; k]; k];
     let dev = Device::Cpu;
@@ -246,15 +376,18 @@ pub fn evaluate(
         })
         .collect();
     Ok(EvalReport {
-        accuracy: correct as f64 / set.n.max(1) as f64,
+        accuracy: correct as f64 / set.n as f64,
         per_class,
         confusion,
         n: set.n,
     })
 }
 
-/// Trains (or resumes, when `out` holds a run) a classifier; writes a checkpoint after every
-/// epoch. Returns the final state.
+/// Trains (or, with `resume`, continues the run in `out`) a classifier; writes a checkpoint
+/// after every epoch. Starting follows [`check_start`]: a new run refuses a folder holding
+/// one, `resume` needs one. Nothing is written (not even the folder) before the first
+/// checkpoint, so a run that fails early (bad data, divergence) leaves nothing behind.
+/// Returns the final state.
 pub fn train(
     model_cfg: &ViTConfig,
     tc: &TrainConfig,
@@ -264,7 +397,8 @@ pub fn train(
     resume: bool,
 ) -> Result<TrainState> {
     model_cfg.validate()?;
-    tc.check_train_set(train_set)?;
+    tc.check_sets(train_set, test_set)?;
+    check_start(out, resume)?;
     if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
         return Err(Error::invalid(format!(
             "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
@@ -277,14 +411,13 @@ pub fn train(
         )));
     }
     let dev = Device::Cpu;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let vars = VarMap::new();
     let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
     let model = ViTForImageClassification::new(model_cfg, vb).map_err(tensor_err)?;
     let mut opt = AdamW::new(named_vars(&vars), tc.lr, tc.weight_decay)?;
-    let state_path = out.join("state.json");
+    let state_path = out.join(STATE_FILE);
     let mut state = TrainState::default();
-    if resume && state_path.exists() {
+    if resume {
         state = read_json(&state_path, "state.json")?;
         let saved = load_tensors(out.join(WEIGHTS_FILE), &dev)?;
         let data = vars.data().lock().expect("poisoned");
@@ -296,7 +429,7 @@ pub fn train(
                 .map_err(|e| Error::weights(out.join(WEIGHTS_FILE), format!("`{name}`: {e}")))?;
         }
         drop(data);
-        let opt_path = out.join("optimizer.safetensors");
+        let opt_path = out.join(OPTIMIZER_FILE);
         let st = load_tensors(&opt_path, &dev)?;
         opt.load_state(&st)
             .map_err(|m| Error::format(&opt_path, m))?;
@@ -309,7 +442,15 @@ pub fn train(
     } else {
         init_weights(&vars, model_cfg.initializer_range, tc.seed)?;
     }
-    tc.save(&out.join(TRAINING_FILE))?;
+    if state.epochs_done >= tc.epochs {
+        eprintln!(
+            "{}: already at epoch {} of {}",
+            out.display(),
+            state.epochs_done,
+            tc.epochs
+        );
+        return Ok(state);
+    }
 
     let steps_per_epoch = train_set.n / tc.batch_size;
     let total_steps = steps_per_epoch * tc.epochs;
@@ -398,8 +539,11 @@ pub fn train(
             100.0 * report.accuracy,
             (steps_per_epoch * tc.batch_size) as f64 / secs
         );
+        // The checkpoint; the folder is made at the first one.
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        tc.save(&out.join(TRAINING_FILE))?;
         save_classifier(out, model_cfg, &vars)?;
-        save_tensors(out.join("optimizer.safetensors"), &opt.state()?)?;
+        save_tensors(out.join(OPTIMIZER_FILE), &opt.state()?)?;
         write_json(&state_path, &state)?;
     }
     Ok(state)

@@ -56,6 +56,47 @@ pub struct VqConfig {
     pub legacy: bool,
 }
 
+/// Most levels (`ch_mult` entries) a model may have: a downsampling factor of 2^15.
+pub const MAX_LEVELS: usize = 16;
+/// Most channels of any level (`ch × ch_mult[i]`).
+pub const MAX_CHANNELS: usize = 1 << 16;
+/// Most weights a model may have: 2^30, 4 GiB as f32 (taming's f16 model has 7·10⁷).
+pub const MAX_WEIGHTS: u128 = 1 << 30;
+/// Upper bounds of the single fields, far above any real model, so that sizes computed from
+/// them cannot overflow.
+pub const LIMITS: [(&str, usize); 7] = [
+    ("ddconfig.ch", MAX_CHANNELS),
+    ("ddconfig.z_channels", MAX_CHANNELS),
+    ("ddconfig.in_channels", 1024),
+    ("ddconfig.out_ch", 1024),
+    ("ddconfig.num_res_blocks", 64),
+    ("embed_dim", MAX_CHANNELS),
+    ("n_embed", 1 << 24),
+];
+/// Largest config file read.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = imgseq_core::weights::read_regular_file(path, MAX_CONFIG_BYTES, "a config")?;
+    String::from_utf8(bytes).map_err(|_| Error::format(path, "not UTF-8 text"))
+}
+
+/// What the `vq_config` fuzz target runs (and the corpus replay test): the bytes as our
+/// JSON config and as a taming YAML, each validated. Must never panic.
+#[doc(hidden)]
+pub fn fuzz_config_bytes(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let p = Path::new("fuzz.cfg");
+    if let Ok(c) = VqConfig::from_json_str(text, p) {
+        let _ = (c.downsample_factor(), c.check_input_size(256));
+    }
+    if let Ok(c) = VqConfig::from_taming_yaml_str(text, p) {
+        let _ = (c.downsample_factor(), c.check_input_size(256));
+    }
+}
+
 fn default_beta() -> f64 {
     0.25
 }
@@ -87,9 +128,48 @@ impl VqConfig {
         }
     }
 
-    /// Spatial downsampling factor: 2^(levels − 1).
+    /// Spatial downsampling factor: 2^(levels − 1) (saturating at `usize::MAX` for a config
+    /// that [`Self::validate`] would refuse for its number of levels).
     pub fn downsample_factor(&self) -> usize {
-        1 << (self.ddconfig.ch_mult.len().saturating_sub(1))
+        let shift = self.ddconfig.ch_mult.len().saturating_sub(1);
+        u32::try_from(shift)
+            .ok()
+            .and_then(|s| 1usize.checked_shl(s))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The number of weights the model has (an upper bound: attention counted at every
+    /// level), with saturating arithmetic so that any config can be asked.
+    pub fn weight_count(&self) -> u128 {
+        let d = &self.ddconfig;
+        let u = |x: usize| x as u128;
+        let mul = |a: u128, b: u128| a.saturating_mul(b);
+        let conv = |a: u128, b: u128| mul(mul(a, b), 9);
+        // ResnetBlock a→b (two 3×3 convs and a 1×1 shortcut) plus an attention block of b.
+        let block = |a: u128, b: u128| {
+            conv(a, b)
+                .saturating_add(conv(b, b))
+                .saturating_add(mul(a, b))
+                .saturating_add(mul(mul(b, b), 4))
+        };
+        let r = u(d.num_res_blocks);
+        let mut n = conv(u(d.in_channels), u(d.ch)).saturating_add(conv(u(d.ch), u(d.out_ch)));
+        let mut prev = u(d.ch);
+        for &m in &d.ch_mult {
+            let c = mul(u(d.ch), u(m));
+            // Encoder: r blocks; decoder: r + 1 blocks; one resampling conv each.
+            let level = block(prev, c)
+                .saturating_add(mul(mul(r, 2), block(c, c)))
+                .saturating_add(mul(conv(c, c), 2));
+            n = n.saturating_add(level);
+            prev = c;
+        }
+        let z = u(d.z_channels);
+        let e = u(self.embed_dim);
+        n.saturating_add(mul(block(prev, prev), 4)) // two mid blocks each side
+            .saturating_add(mul(conv(prev, z), 2)) // encoder conv_out, decoder conv_in
+            .saturating_add(mul(mul(z, e), 2)) // quant_conv, post_quant_conv
+            .saturating_add(mul(u(self.n_embed), e)) // codebook
     }
 
     /// The one rule for input sizes: an image side must be a positive multiple of the
@@ -111,18 +191,53 @@ impl VqConfig {
         Ok(())
     }
 
-    /// Checks the numbers that the model construction relies on.
+    /// Checks the numbers that the model construction relies on, and that the model is
+    /// small enough to build: every field within [`LIMITS`] (so no size computed from them
+    /// overflows) and at most [`MAX_WEIGHTS`] weights in all. Messages name the field.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let d = &self.ddconfig;
         let bad = |m: String| Err(Error::format(path, m));
         if d.ch_mult.is_empty() {
             return bad("`ddconfig.ch_mult` is empty".into());
         }
+        if d.ch_mult.len() > MAX_LEVELS {
+            return bad(format!(
+                "`ddconfig.ch_mult` has {} levels; at most {MAX_LEVELS} (a downsampling factor \
+                 of {})",
+                d.ch_mult.len(),
+                1usize << (MAX_LEVELS - 1)
+            ));
+        }
+        let fields = [
+            ("ddconfig.ch", d.ch),
+            ("ddconfig.z_channels", d.z_channels),
+            ("ddconfig.in_channels", d.in_channels),
+            ("ddconfig.out_ch", d.out_ch),
+            ("ddconfig.num_res_blocks", d.num_res_blocks),
+            ("embed_dim", self.embed_dim),
+            ("n_embed", self.n_embed),
+        ];
+        for (name, v) in fields {
+            let max = LIMITS
+                .iter()
+                .find(|l| l.0 == name)
+                .map_or(usize::MAX, |l| l.1);
+            if v > max {
+                return bad(format!("`{name}` is {v}; at most {max}"));
+            }
+        }
         for (i, m) in d.ch_mult.iter().enumerate() {
-            if d.ch * m == 0 || !(d.ch * m).is_multiple_of(32) {
+            let c = d.ch.checked_mul(*m).filter(|&c| c <= MAX_CHANNELS);
+            let Some(c) = c else {
                 return bad(format!(
-                    "level {i} has {} channels; GroupNorm(32) needs a positive multiple of 32",
-                    d.ch * m
+                    "`ddconfig.ch` × `ddconfig.ch_mult[{i}]` ({} × {m}) is more than \
+                     {MAX_CHANNELS} channels",
+                    d.ch
+                ));
+            };
+            if c == 0 || !c.is_multiple_of(32) {
+                return bad(format!(
+                    "level {i} has {c} channels; GroupNorm(32) needs a positive multiple of 32"
                 ));
             }
         }
@@ -134,14 +249,40 @@ impl VqConfig {
         if d.double_z {
             return bad("`ddconfig.double_z: true` is a KL autoencoder, not a VQGAN".into());
         }
+        if !(0.0..1.0).contains(&d.dropout) {
+            return bad(format!(
+                "`ddconfig.dropout` is {}; must be in [0, 1)",
+                d.dropout
+            ));
+        }
+        if !self.beta.is_finite() || self.beta < 0.0 {
+            return bad(format!(
+                "`beta` is {}; must be a finite number >= 0",
+                self.beta
+            ));
+        }
+        let n = self.weight_count();
+        if n > MAX_WEIGHTS {
+            return bad(format!(
+                "the model would have about {n} weights ({} GiB as f32), more than imgseq builds \
+                 ({} GiB); lower `ch`, `ch_mult`, `num_res_blocks`, `z_channels`, `embed_dim` \
+                 or `n_embed`",
+                n.saturating_mul(4) >> 30,
+                (MAX_WEIGHTS * 4) >> 30
+            ));
+        }
         Ok(())
     }
 
     /// Reads our `config.json` (JSON form of [`VqConfig`]).
     pub fn from_json_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
+        Self::from_json_str(&read_text(path)?, path)
+    }
+
+    /// [`Self::from_json_file`] on text; `path` is only used in messages.
+    pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
+        let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))?;
         let cfg = Self::from_json_value(&v, path)?;
         cfg.validate(path)?;
@@ -171,8 +312,7 @@ impl VqConfig {
     /// `lossconfig` and everything else is ignored).
     pub fn from_taming_yaml_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_taming_yaml_str(&text, path)
+        Self::from_taming_yaml_str(&read_text(path)?, path)
     }
 
     /// [`Self::from_taming_yaml_file`] on text; `path` is only used in messages.

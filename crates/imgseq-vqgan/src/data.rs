@@ -16,7 +16,7 @@ pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
     if data.is_dir() {
         return imgseq_core::data::folder::list_images(data);
     }
-    let text = std::fs::read_to_string(data).map_err(|e| Error::io(data, e))?;
+    let text = read_list(data)?;
     let base = data.parent().unwrap_or(Path::new("."));
     let paths: Vec<PathBuf> = text
         .lines()
@@ -35,6 +35,40 @@ pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
         return Err(Error::format(data, "the image list is empty"));
     }
     Ok(paths)
+}
+
+/// Largest image list read, in bytes.
+const MAX_LIST_BYTES: u64 = 64 << 20;
+
+/// The text of an image list, refusing what is not one (an image, binary data, a device
+/// that never ends) with an error naming the file.
+fn read_list(data: &Path) -> Result<String> {
+    use std::io::Read;
+    let not_a_list = |why: &str| {
+        Error::format(
+            data,
+            format!("not a text list of image paths ({why}; give a folder or a .txt list)"),
+        )
+    };
+    let meta = std::fs::metadata(data).map_err(|e| Error::io(data, e))?;
+    if !meta.is_file() {
+        return Err(not_a_list("not a regular file"));
+    }
+    let f = std::fs::File::open(data).map_err(|e| Error::io(data, e))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_LIST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(data, e))?;
+    if image::guess_format(&bytes).is_ok() {
+        return Err(not_a_list("it is an image"));
+    }
+    if bytes.len() as u64 > MAX_LIST_BYTES {
+        return Err(not_a_list(&format!(
+            "larger than {} MiB",
+            MAX_LIST_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| not_a_list("not UTF-8 text"))
 }
 
 /// Reads only the headers of `paths`: every file must be an image of at least `size` pixels
@@ -169,6 +203,16 @@ mod tests {
             p,
             vec![d.path().join("a/x.png"), PathBuf::from("/abs/y.jpg")]
         );
+        let png = d.path().join("x.png");
+        RgbImage::new(2, 2).save(&png).unwrap();
+        let e = data_paths(&png).unwrap_err().to_string();
+        assert!(
+            e.contains("x.png: not a text list of image paths (it is an image"),
+            "{e}"
+        );
+        std::fs::write(&list, b"\xff\xfe\x00binary").unwrap();
+        let e = data_paths(&list).unwrap_err().to_string();
+        assert!(e.contains("l.txt") && e.contains("not UTF-8"), "{e}");
         std::fs::write(&list, "# nothing\n").unwrap();
         let e = data_paths(&list).unwrap_err().to_string();
         assert!(e.contains("l.txt") && e.contains("empty"), "{e}");

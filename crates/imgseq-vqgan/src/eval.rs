@@ -58,7 +58,12 @@ pub fn evaluate(
     if paths.is_empty() {
         return Err(Error::invalid("eval: no images"));
     }
+    crate::inference::check_batch(batch)?;
     model.config().check_input_size(size as usize)?;
+    let s = size as usize;
+    model
+        .config()
+        .check_memory(batch.min(paths.len()), s, s, Some(s))?;
     data::check_headers(paths, size, upscale)?;
     let pb = if progress {
         imgseq_core::progress::items(paths.len(), "vq eval")
@@ -68,7 +73,7 @@ pub fn evaluate(
     let mut all_idx: Vec<i64> = Vec::new();
     let mut per_image = Vec::with_capacity(paths.len());
     let mut tokens_per_image = 0;
-    for chunk in paths.chunks(batch.max(1)) {
+    for chunk in paths.chunks(batch) {
         let imgs = data::load_square(chunk, size, upscale)?;
         let (tokens, recons) = encode_decode(model, &imgs)?;
         tokens_per_image = tokens.h * tokens.w;
@@ -123,6 +128,10 @@ pub fn roundtrip(model: &VqModel, img: &RgbImage) -> Result<Roundtrip> {
     for side in [img.width(), img.height()] {
         model.config().check_input_size(side as usize)?;
     }
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    model
+        .config()
+        .check_memory(1, h, w, (h == w).then_some(h))?;
     let (mut tokens, mut recons) = encode_decode(model, std::slice::from_ref(img))?;
     tokens.batched = false;
     let reconstruction = recons.remove(0);

@@ -1,6 +1,7 @@
 //! Using a trained tokenizer: image files → token grids, token grids → images, in batches so
 //! that a long list needs memory for one batch only.
 
+use crate::config::VqConfig;
 use crate::data;
 use crate::model::{Bottleneck, VqModel};
 use crate::tokens::TokenGrid;
@@ -8,8 +9,78 @@ use candle_core::{DType, Device, Tensor};
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::progress;
-use imgseq_core::Result;
+use imgseq_core::{Error, Result};
 use std::path::PathBuf;
+
+impl VqConfig {
+    /// An estimate (an upper bound in practice) of the peak memory in bytes of one
+    /// encode + decode of `batch` images of `height`×`width` pixels: the largest activation
+    /// (times 6: input, output, residual, normalised copy, padded conv input and slack), the
+    /// attention matrices ((h·w)² floats per image at every attention resolution and in the
+    /// middle block, the lowest level) and the codebook distances (positions × codes).
+    pub fn forward_bytes(&self, batch: usize, height: usize, width: usize) -> u128 {
+        let d = &self.ddconfig;
+        let levels = d.ch_mult.len().max(1);
+        let b = batch as u128;
+        let (mut act, mut attn) = (3 * b * height as u128 * width as u128, 0u128);
+        for i in 0..levels {
+            let (hi, wi) = ((height >> i) as u128, (width >> i) as u128);
+            // A level sees its own channels, its predecessor's (encoder) and, upsampled, its
+            // successor's (decoder).
+            let c = [i.saturating_sub(1), i, (i + 1).min(levels - 1)]
+                .iter()
+                .map(|&j| d.ch as u128 * d.ch_mult.get(j).copied().unwrap_or(1) as u128)
+                .max()
+                .unwrap_or(0);
+            act = act.max(b.saturating_mul(c).saturating_mul(hi * wi));
+            let n = hi * wi;
+            if d.attn_resolutions.contains(&(d.resolution >> i)) || i == levels - 1 {
+                attn = attn.max(b.saturating_mul(n.saturating_mul(n)));
+            }
+        }
+        let low = (height >> (levels - 1)) as u128 * (width >> (levels - 1)) as u128;
+        let codes = b.saturating_mul(low).saturating_mul(self.n_embed as u128);
+        4 * act
+            .saturating_mul(6)
+            .saturating_add(attn)
+            .saturating_add(codes)
+    }
+
+    /// Refuses (before anything is allocated) a forward of `batch` images of
+    /// `height`×`width` pixels that would need more memory than
+    /// [`image_io::memory_limit`]; the error names `batch_size` when one image would fit,
+    /// else `size` (the square input side) when given, else the input size.
+    pub fn check_memory(
+        &self,
+        batch: usize,
+        height: usize,
+        width: usize,
+        size: Option<usize>,
+    ) -> Result<()> {
+        let Err(msg) = image_io::check_memory(self.forward_bytes(batch, height, width)) else {
+            return Ok(());
+        };
+        if batch > 1 && image_io::check_memory(self.forward_bytes(1, height, width)).is_ok() {
+            return Err(Error::setting(
+                "batch_size",
+                batch,
+                format!("at {height}x{width} pixels {msg}"),
+            ));
+        }
+        Err(match size {
+            Some(s) => Error::setting("size", s, msg),
+            None => Error::invalid(format!("a {height}x{width} image {msg}")),
+        })
+    }
+}
+
+/// A batch size must be positive.
+pub fn check_batch(batch: usize) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::setting("batch_size", batch, "must be positive"));
+    }
+    Ok(())
+}
 
 /// Token grids of a batch of preprocessed images (`batched`, n = images).
 fn grid_of(indices: &Tensor) -> Result<TokenGrid> {
@@ -52,7 +123,11 @@ pub fn encode_files(
     batch: usize,
     show_progress: bool,
 ) -> Result<TokenGrid> {
-    model.config().check_input_size(size as usize)?;
+    check_batch(batch)?;
+    let cfg = model.config();
+    cfg.check_input_size(size as usize)?;
+    let s = size as usize;
+    cfg.check_memory(batch.min(paths.len()).max(1), s, s, Some(s))?;
     data::check_headers(paths, size, upscale)?;
     let pb = if show_progress {
         progress::items(paths.len(), "encoding")
@@ -66,7 +141,7 @@ pub fn encode_files(
         batched: paths.len() != 1,
         data: Vec::new(),
     };
-    for chunk in paths.chunks(batch.max(1)) {
+    for chunk in paths.chunks(batch) {
         let imgs = data::load_square(chunk, size, upscale)?;
         let q = model.encode(&data::to_batch(&imgs)?)?;
         let g = grid_of(&q.indices)?;
@@ -79,13 +154,29 @@ pub fn encode_files(
 }
 
 /// Decodes every image of `tokens` in batches of `batch`. The indices must be in the
-/// codebook (check with [`TokenGrid::check_codebook`] for an error that names the file).
+/// codebook (check with [`TokenGrid::check_codebook`] for an error that names the file); a
+/// grid whose decoding would need more memory than allowed is refused before any work.
 pub fn decode_tokens(
     model: &VqModel,
     tokens: &TokenGrid,
     batch: usize,
     show_progress: bool,
 ) -> Result<Vec<RgbImage>> {
+    check_batch(batch)?;
+    let cfg = model.config();
+    let f = cfg.downsample_factor();
+    let (hp, wp) = (tokens.h.saturating_mul(f), tokens.w.saturating_mul(f));
+    if let Err(e) = cfg.check_memory(batch.min(tokens.n), hp, wp, None) {
+        return Err(match e {
+            Error::Invalid(_) => Error::invalid(format!(
+                "a {}x{} token grid decodes to a {hp}x{wp} image, which {}",
+                tokens.h,
+                tokens.w,
+                image_io::check_memory(cfg.forward_bytes(1, hp, wp)).unwrap_err()
+            )),
+            e => e,
+        });
+    }
     let pb = if show_progress {
         progress::items(tokens.n, "decoding")
     } else {
@@ -93,7 +184,7 @@ pub fn decode_tokens(
     };
     let mut imgs = Vec::with_capacity(tokens.n);
     let plane = tokens.h * tokens.w;
-    let step = batch.max(1);
+    let step = batch;
     for start in (0..tokens.n).step_by(step) {
         let k = step.min(tokens.n - start);
         let cells = &tokens.data[start * plane..(start + k) * plane];

@@ -14,6 +14,7 @@
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
 //! * [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
 //! * [`inference`]: image files → tokens → images, in batches.
+//! * [`tokenize`]: whole datasets → resumable token shards (job arrays, errors lists).
 //! * [`eval`]: the one scoring (PSNR, SSIM, codebook usage) of `vq eval`, `vq roundtrip`.
 //!
 //! Training it:
@@ -31,6 +32,7 @@ pub mod loss;
 pub mod model;
 pub mod presets;
 pub mod quantize;
+pub mod tokenize;
 pub mod tokens;
 pub mod train;
 

@@ -12,19 +12,53 @@ use std::path::{Path, PathBuf};
 /// Prefix of the training-only tensors (LPIPS, discriminator) in taming checkpoints.
 pub const IGNORED_PREFIXES: [&str; 1] = ["loss."];
 
-/// True when the file looks like a torch zip checkpoint (by magic, then by extension).
-pub fn is_torch_checkpoint(path: &Path) -> bool {
-    let mut magic = [0u8; 4];
-    if let Ok(mut f) = std::fs::File::open(path) {
-        use std::io::Read;
-        if f.read_exact(&mut magic).is_ok() {
-            return &magic == b"PK\x03\x04";
-        }
+/// What a weights file holds, told by its first bytes (then by its extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightsFormat {
+    /// A `torch.save` zip (torch >= 1.6), e.g. a Lightning `last.ckpt`.
+    TorchZip,
+    /// A pickle without the zip: torch < 1.6's legacy format or `pickle.dump` (refused by
+    /// the checkpoint reader with a message saying so).
+    BarePickle,
+    Safetensors,
+}
+
+/// The format of the file at `path` (which must be a regular file): zip magic → torch; a
+/// pickle `PROTO` → bare pickle; an 8-byte header length followed by `{` → safetensors;
+/// otherwise `.ckpt`/`.pt`/`.pth`/`.bin` → torch, anything else safetensors.
+pub fn weights_format(path: &Path) -> Result<WeightsFormat> {
+    use std::io::Read;
+    let (f, _) = imgseq_core::weights::open_regular_file(path)?;
+    let mut head = Vec::with_capacity(9);
+    f.take(9)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(format_of(path, &head))
+}
+
+fn format_of(path: &Path, head: &[u8]) -> WeightsFormat {
+    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
+        return WeightsFormat::TorchZip;
     }
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("ckpt" | "pt" | "pth" | "bin")
-    )
+    if matches!(head, [0x80, 2..=5, ..]) {
+        return WeightsFormat::BarePickle;
+    }
+    if head.len() == 9 && head[8] == b'{' {
+        return WeightsFormat::Safetensors;
+    }
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("ckpt" | "pt" | "pth" | "bin") => WeightsFormat::TorchZip,
+        _ => WeightsFormat::Safetensors,
+    }
+}
+
+/// True when the file is a torch checkpoint (zip or bare pickle), see [`weights_format`].
+/// A path that cannot be read is judged by its extension (its reader then says why).
+pub fn is_torch_checkpoint(path: &Path) -> bool {
+    match weights_format(path) {
+        Ok(f) => f != WeightsFormat::Safetensors,
+        Err(_) => format_of(path, &[]) == WeightsFormat::TorchZip,
+    }
 }
 
 /// Reads every tensor of a safetensors file or a torch checkpoint's state dict.
@@ -103,8 +137,10 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// The element count (saturating; [`inspect`] refuses files where it, or the total over
+    /// all tensors, does not fit in a `usize`).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
     }
 }
 
@@ -154,31 +190,101 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
             top_level_keys: c.top_level_keys(),
         }
     } else {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let st = candle_core::safetensors::SliceSafetensors::new(&bytes)
-            .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))?;
-        let tensors = st
-            .tensors()
-            .into_iter()
-            .map(|(name, v)| {
-                let dtype = DType::try_from(v.dtype())
-                    .map(candle_dtype_name)
-                    .unwrap_or("other");
-                TensorInfo {
-                    name,
-                    dtype: dtype.into(),
-                    shape: v.shape().to_vec(),
-                }
-            })
-            .collect();
-        WeightsSummary {
-            format: "safetensors",
-            tensors,
-            ..Default::default()
-        }
+        let bytes = imgseq_core::weights::read_regular_file(
+            path,
+            imgseq_core::weights::MAX_SAFETENSORS_BYTES,
+            "a safetensors file",
+        )?;
+        summarize_safetensors(path, &bytes)?
     };
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
+    check_counts(path, &s.tensors)?;
     Ok(s)
+}
+
+/// Every tensor's element count, and their total, fit in a `usize` (sizes come from the
+/// file and may be anything).
+fn check_counts(path: &Path, tensors: &[TensorInfo]) -> Result<()> {
+    let mut total = 0usize;
+    for t in tensors {
+        let n = t
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| {
+                Error::format(
+                    path,
+                    format!("tensor `{}` of shape {:?} is too large", t.name, t.shape),
+                )
+            })?;
+        total = total.checked_add(n).ok_or_else(|| {
+            Error::format(path, "the tensors hold more elements than can be counted")
+        })?;
+    }
+    Ok(())
+}
+
+/// The safetensors part of [`inspect`], on the bytes of the file.
+fn summarize_safetensors(path: &Path, bytes: &[u8]) -> Result<WeightsSummary> {
+    let st = candle_core::safetensors::SliceSafetensors::new(bytes)
+        .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))?;
+    let tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            let dtype = DType::try_from(v.dtype())
+                .map(candle_dtype_name)
+                .unwrap_or("other");
+            TensorInfo {
+                name,
+                dtype: dtype.into(),
+                shape: v.shape().to_vec(),
+            }
+        })
+        .collect();
+    Ok(WeightsSummary {
+        format: "safetensors",
+        tensors,
+        ..Default::default()
+    })
+}
+
+/// The model the `safetensors_audited` fuzz target loads into: one level of 32 channels.
+#[doc(hidden)]
+pub fn fuzz_tiny_config() -> VqConfig {
+    let mut c = VqConfig::vqgan_imagenet_f16_1024();
+    c.ddconfig.ch = 32;
+    c.ddconfig.ch_mult = vec![1];
+    c.ddconfig.num_res_blocks = 1;
+    c.ddconfig.attn_resolutions = vec![];
+    c.ddconfig.z_channels = 4;
+    c.embed_dim = 4;
+    c.n_embed = 8;
+    c
+}
+
+/// [`fuzz_safetensors_bytes`] into the model of [`fuzz_tiny_config`].
+#[doc(hidden)]
+pub fn fuzz_safetensors_tiny(data: &[u8]) {
+    thread_local! {
+        static CFG: VqConfig = fuzz_tiny_config();
+    }
+    CFG.with(|c| fuzz_safetensors_bytes(data, c));
+}
+
+/// What the `safetensors_audited` fuzz target runs (and the corpus replay test): the bytes
+/// summarised as `weights inspect` does, then loaded with the audit into the model of `cfg`
+/// (a tiny one). Must never panic.
+#[doc(hidden)]
+pub fn fuzz_safetensors_bytes(data: &[u8], cfg: &VqConfig) {
+    let path = Path::new("fuzz.safetensors");
+    if let Ok(s) = summarize_safetensors(path, data) {
+        let _ = check_counts(path, &s.tensors);
+    }
+    let Ok(map) = imgseq_core::weights::parse_safetensors(path, data, &Device::Cpu) else {
+        return;
+    };
+    let _ = build(cfg, &AuditedWeights::new(path, map), &Device::Cpu);
 }
 
 /// What [`convert_checkpoint`] wrote.

@@ -237,7 +237,7 @@ pub fn tokenize(
             if !o.progress {
                 // Plain log lines without a terminal: every 10% of the work.
                 let k = pb.position() as usize;
-                if todo_samples >= 10 && k % (todo_samples / 10) == 0 {
+                if todo_samples >= 10 && k.is_multiple_of(todo_samples / 10) {
                     eprintln!(
                         "tokenize: {k}/{todo_samples} samples, {:.1} images/s",
                         encoded as f64 / t0.elapsed().as_secs_f64().max(1e-9)

@@ -78,18 +78,39 @@ impl TokenGrid {
         npy::write_npy_i64(path, &self.shape(), &self.data)
     }
 
+    /// The cell of flat index `i`, as `[r, c]` or `[image, r, c]`.
+    fn cell(&self, i: usize) -> String {
+        let (img, r, c) = (i / (self.h * self.w), (i / self.w) % self.h, i % self.w);
+        if self.batched {
+            format!("[{img}, {r}, {c}]")
+        } else {
+            format!("[{r}, {c}]")
+        }
+    }
+
+    /// Every index must be ≥ 0 (what can be checked without a model; see
+    /// [`check_codebook`](Self::check_codebook)); the error names `path` and the cell.
+    pub fn check_non_negative(&self, path: impl AsRef<Path>) -> Result<()> {
+        match self.data.iter().position(|&v| v < 0) {
+            None => Ok(()),
+            Some(i) => Err(Error::format(
+                path,
+                format!(
+                    "token {} at {} is negative (codebook indices start at 0)",
+                    self.data[i],
+                    self.cell(i)
+                ),
+            )),
+        }
+    }
+
     /// Every index must name one of `n_embed` codes ([`codes::first_out_of_range`]); the
     /// error names `path` and the cell.
     pub fn check_codebook(&self, path: impl AsRef<Path>, n_embed: usize) -> Result<()> {
         let Some((i, v)) = codes::first_out_of_range(&self.data, n_embed) else {
             return Ok(());
         };
-        let (img, r, c) = (i / (self.h * self.w), (i / self.w) % self.h, i % self.w);
-        let at = if self.batched {
-            format!("[{img}, {r}, {c}]")
-        } else {
-            format!("[{r}, {c}]")
-        };
+        let at = self.cell(i);
         Err(Error::format(
             path,
             format!(

@@ -5,6 +5,7 @@
 //! `imgseq weights ...` inspect and convert weight files
 
 mod paths;
+mod tokenize_cmd;
 mod vit_cmd;
 mod vit_plot;
 mod vq_cmd;
@@ -45,6 +46,10 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(n) = cli.threads {
+        if let Err(e) = check_threads(n) {
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::FAILURE;
+        }
         // Both rayon (our kernels) and candle's gemm read the global pool.
         let _ = rayon_pool(n);
     }
@@ -75,6 +80,17 @@ fn one_line(e: &anyhow::Error) -> String {
         })
         .collect();
     parts.join(": ").replace('\n', " ")
+}
+
+/// `--threads` must be between 1 and 4 per core (at most 1024): more only costs memory and
+/// start-up time (100,000 threads never finished starting).
+fn check_threads(n: usize) -> anyhow::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let max = (4 * cores).min(1024);
+    if n == 0 || n > max {
+        anyhow::bail!("--threads {n} must be between 1 and {max} (4 per core, {cores} cores)");
+    }
+    Ok(())
 }
 
 fn rayon_pool(n: usize) -> anyhow::Result<()> {

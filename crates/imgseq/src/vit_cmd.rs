@@ -4,13 +4,15 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use clap::{Args, Subcommand, ValueEnum};
 use imgseq_core::data::Split;
+use imgseq_core::fsutil::Outputs;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
 use imgseq_vit::config::SEED_IMAGE_SIZE;
 use imgseq_vit::data::{channel_stats, Augment, DataSource, Normalize};
+use imgseq_vit::inference::relabel;
 use imgseq_vit::model::param_count;
-use imgseq_vit::train::{load_run, TrainConfig};
+use imgseq_vit::train::{check_start, clear_run, load_run, TrainConfig};
 use imgseq_vit::{Classifier, ViTConfig};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
 
@@ -99,13 +101,13 @@ pub struct TrainArgs {
     epochs: usize,
     #[arg(long, default_value_t = train_default().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = train_default().lr)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().lr)]
     lr: f64,
-    #[arg(long, default_value_t = train_default().weight_decay)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().weight_decay)]
     weight_decay: f64,
-    #[arg(long, default_value_t = train_default().warmup_epochs)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().warmup_epochs)]
     warmup_epochs: f64,
-    #[arg(long, default_value_t = train_default().label_smoothing)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().label_smoothing)]
     label_smoothing: f64,
     /// Max random shift in pixels (augmentation).
     #[arg(long, default_value_t = train_default().augment.shift)]
@@ -114,13 +116,16 @@ pub struct TrainArgs {
     #[arg(long)]
     no_flip: bool,
     /// Probability of random erasing.
-    #[arg(long, default_value_t = train_default().augment.erase_prob)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().augment.erase_prob)]
     erase_prob: f32,
     #[arg(long, default_value_t = train_default().seed)]
     seed: u64,
-    /// Continue the run in --out from its last checkpoint.
-    #[arg(long)]
+    /// Continue the run in --out from its last checkpoint (there must be one).
+    #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
+    /// Start a new run in --out even if it holds one (its run files are removed first).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Args)]
@@ -129,7 +134,7 @@ pub struct EvalArgs {
     data: DataArgs,
     #[command(flatten)]
     w: WeightsArg,
-    /// Also write the report as JSON.
+    /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -151,6 +156,7 @@ pub struct ClassifyArgs {
 pub struct PlotArgs {
     #[command(flatten)]
     w: WeightsArg,
+    /// Output image (png, jpg, jpeg, webp or bmp, by extension).
     #[arg(short, long, default_value = "positions.png")]
     output: PathBuf,
 }
@@ -185,6 +191,24 @@ impl WeightsArg {
             None => default_model(DEFAULT_VIT),
         }
     }
+
+    /// The model's files (inputs an output must not replace): the weights path and, for a
+    /// folder, the files in it.
+    fn inputs(&self) -> Vec<PathBuf> {
+        let Ok(p) = self.resolve() else {
+            return Vec::new();
+        };
+        let mut v = vec![p.clone()];
+        let dir = if p.is_dir() {
+            p
+        } else {
+            p.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        for f in imgseq_vit::train::RUN_FILES {
+            v.push(dir.join(f));
+        }
+        v
+    }
 }
 
 impl DataArgs {
@@ -205,6 +229,13 @@ impl DataArgs {
 }
 
 fn embed(a: EmbedArgs) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(a.image.clone()).chain(a.w.inputs()));
+    for p in a.npy.iter().chain(&a.pos_npy) {
+        outs.check(p)?;
+    }
+    if a.npy.is_some() && a.npy == a.pos_npy {
+        bail!("--npy and --pos-npy name the same file");
+    }
     let m = Classifier::load(&a.w.resolve()?)?;
     let size = a.size.unwrap_or(m.cfg.image_size);
     let (gh, gw) = m.cfg.check_input_size(size, size)?;
@@ -228,34 +259,52 @@ fn embed(a: EmbedArgs) -> Result<()> {
     println!("token embeddings:    {:?}", tokens.dims());
     println!("position embeddings: {:?}", pos.dims());
     if let Some(p) = &a.npy {
-        write_npy_f32(p, &[1, n, hdim], &tokens.flatten_all()?.to_vec1::<f32>()?)?;
-        println!("wrote {}", p.display());
+        let v = tokens.flatten_all()?.to_vec1::<f32>()?;
+        outs.write(p, |p| write_npy_f32(p, &[1, n, hdim], &v))?;
     }
     if let Some(p) = &a.pos_npy {
-        write_npy_f32(p, &[1, n, hdim], &pos.flatten_all()?.to_vec1::<f32>()?)?;
+        let v = pos.flatten_all()?.to_vec1::<f32>()?;
+        outs.write(p, |p| write_npy_f32(p, &[1, n, hdim], &v))?;
+    }
+    outs.finish();
+    for p in a.npy.iter().chain(&a.pos_npy) {
         println!("wrote {}", p.display());
     }
     Ok(())
 }
 
+/// [`check_start`] with the flags that settle it.
+fn check_run_folder(out: &Path, resume: bool) -> Result<()> {
+    check_start(out, resume).map_err(|e| {
+        let hint = if resume {
+            "start one without --resume"
+        } else {
+            "--resume continues it, --overwrite starts over"
+        };
+        anyhow::anyhow!("{e} ({hint})")
+    })
+}
+
 fn train(a: TrainArgs) -> Result<()> {
     let source = a.data.source()?;
     let limit = a.data.limit;
-    let run = if a.resume { load_run(&a.out)? } else { None };
-    let (model_cfg, mut tc, train_set, test_set) = if let Some((cfg, tc)) = run {
+    let (model_cfg, mut tc, train_set, test_set) = if a.resume {
+        check_run_folder(&a.out, true)?;
+        let Some((cfg, tc)) = load_run(&a.out)? else {
+            bail!(
+                "{}: no run to resume (no training.json there)",
+                a.out.display()
+            );
+        };
         let (input, c, size) = (tc.content_size(&cfg), cfg.num_channels, cfg.image_size);
         let tr = source.load_split(Split::Train, input, c, size, limit)?;
         let te = source.load_split(Split::Test, input, c, size, limit)?;
+        let (tr, te) = (relabel(tr, &cfg, &source)?, relabel(te, &cfg, &source)?);
         (cfg, tc, tr, te)
     } else {
         let (channels, input) = source.native_shape();
-        let size = SEED_IMAGE_SIZE;
-        let tr = source.load_split(Split::Train, input, channels, size, limit)?;
-        let te = source.load_split(Split::Test, input, channels, size, limit)?;
-        let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
-        let cfg = ViTConfig::seed(channels, &names);
-        let (mean, std) = channel_stats(&tr);
-        let tc = TrainConfig {
+        // The options are checked before any data is read.
+        let mut tc = TrainConfig {
             dataset: source.name().into(),
             input_size: Some(input),
             epochs: a.epochs,
@@ -270,18 +319,33 @@ fn train(a: TrainArgs) -> Result<()> {
                 hflip: !a.no_flip,
                 erase_prob: a.erase_prob,
             },
-            normalize: Normalize {
-                image_mean: mean,
-                image_std: std,
-            },
+            normalize: Normalize::hf_default(channels),
             ..TrainConfig::default()
+        };
+        tc.validate()?;
+        if a.overwrite {
+            clear_run(&a.out)?;
+        }
+        check_run_folder(&a.out, false)?;
+        let size = SEED_IMAGE_SIZE;
+        let tr = source.load_split(Split::Train, input, channels, size, limit)?;
+        let te = source.load_split(Split::Test, input, channels, size, limit)?;
+        // The classes are the training data's (its class folders' names for an image folder);
+        // the test split is labelled by name with them.
+        let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
+        let cfg = ViTConfig::seed(channels, &names);
+        let te = relabel(te, &cfg, &source)?;
+        let (mean, std) = channel_stats(&tr);
+        tc.normalize = Normalize {
+            image_mean: mean,
+            image_std: std,
         };
         (cfg, tc, tr, te)
     };
     if a.resume {
         tc.epochs = a.epochs.max(tc.epochs);
     }
-    tc.check_train_set(&train_set)?;
+    tc.check_sets(&train_set, &test_set)?;
     eprintln!(
         "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
         param_count(&model_cfg),
@@ -302,22 +366,31 @@ fn train(a: TrainArgs) -> Result<()> {
 }
 
 fn eval(a: EvalArgs) -> Result<()> {
+    let mut outs = Outputs::new(a.w.inputs());
+    if let Some(j) = &a.json {
+        outs.check(j)?;
+    }
     let path = a.w.resolve()?;
     let m = Classifier::load(&path)?;
-    let set = m.load_split(&a.data.source()?, Split::Test, a.data.limit)?;
-    let r = m.evaluate(&set, true)?;
+    let source = a.data.source()?;
+    let set = m.load_split(&source, Split::Test, a.data.limit)?;
+    // An empty test split is the library's error; here it gets the data's name.
+    let r = m.evaluate(&set, true).map_err(|e| match &a.data.data {
+        Some(d) if set.n == 0 => anyhow::anyhow!("{}: {e}", d.display()),
+        _ => e.into(),
+    })?;
     println!("model: {}", path.display());
     println!("test images: {}", r.n);
     println!("accuracy: {:.2}%", 100.0 * r.accuracy);
     println!("per-class accuracy:");
     let k = m.cfg.num_labels();
     for i in 0..k {
-        println!(
-            "  {:>2} {:<14} {:6.2}%",
-            i,
-            m.cfg.label(i),
-            100.0 * r.per_class[i]
-        );
+        let acc = if r.per_class[i].is_nan() {
+            "  (no test images)".to_string()
+        } else {
+            format!("{:6.2}%", 100.0 * r.per_class[i])
+        };
+        println!("  {:>2} {:<14} {acc}", i, m.cfg.label(i));
     }
     println!("confusion matrix (rows: true, columns: predicted):");
     print!("     ");
@@ -334,8 +407,9 @@ fn eval(a: EvalArgs) -> Result<()> {
     }
     if let Some(j) = &a.json {
         let text = serde_json::to_string_pretty(&r)?;
-        imgseq_core::fsutil::write_bytes_atomic(j, text.as_bytes())?;
+        outs.write_bytes(j, text.as_bytes())?;
     }
+    outs.finish();
     Ok(())
 }
 
@@ -353,13 +427,20 @@ fn classify(a: ClassifyArgs) -> Result<()> {
 }
 
 fn plot_positions(a: PlotArgs) -> Result<()> {
+    let mut outs = Outputs::new(a.w.inputs());
+    imgseq_core::image_io::output_format(&a.output)?;
+    outs.check(&a.output)?;
     let m = Classifier::load(&a.w.resolve()?)?;
     let pos = m.model.vit.embeddings.patch_positions()?; // (64, hidden), CLS excluded
     let (n, d) = pos.dims2()?;
-    crate::vit_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d, &a.output)
+    crate::vit_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d, &a.output, &mut outs)?;
+    outs.finish();
+    Ok(())
 }
 
 fn forward(a: ForwardArgs) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(a.input.clone()).chain(a.w.inputs()));
+    outs.check(&a.output)?;
     let m = Classifier::load(&a.w.resolve()?)?;
     let (shape, data) = read_npy_f32(&a.input)?;
     if shape.len() != 4 || shape[1] != m.cfg.num_channels {
@@ -372,18 +453,15 @@ fn forward(a: ForwardArgs) -> Result<()> {
     }
     let x = Tensor::from_vec(data, (shape[0], shape[1], shape[2], shape[3]), &Device::Cpu)?;
     let logits = m
-        .model
-        .forward(&x, a.interpolate_pos_encoding)
+        .logits(&x, a.interpolate_pos_encoding)
         .with_context(|| format!("{}: cannot run the model on this input", a.input.display()))?;
     let dims = logits.dims().to_vec();
-    write_npy_f32(
-        &a.output,
-        &dims,
-        &logits
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?,
-    )?;
+    let v = logits
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    outs.write(&a.output, |p| write_npy_f32(p, &dims, &v))?;
+    outs.finish();
     let pred = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
     println!(
         "logits {:?} -> {}; predictions {:?}",

@@ -9,6 +9,7 @@
 
 use anyhow::{bail, Result};
 use image::{Rgb, RgbImage};
+use imgseq_core::fsutil::Outputs;
 use std::path::Path;
 
 /// Pixels per similarity cell, and gap between the small maps.
@@ -60,7 +61,13 @@ pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
 /// Draws the similarity maps of `n` patch position vectors of width `d` (`pos`: (n, d) row
 /// major, CLS excluded; `n` must be a square) into `output` and prints how much 2-D structure
 /// they hold.
-pub fn plot_positions(pos: &[f32], n: usize, d: usize, output: &Path) -> Result<()> {
+pub fn plot_positions(
+    pos: &[f32],
+    n: usize,
+    d: usize,
+    output: &Path,
+    outs: &mut Outputs,
+) -> Result<()> {
     let side = (n as f64).sqrt().round() as usize;
     if side * side != n {
         bail!("{n} position slots do not form a square grid");
@@ -86,7 +93,7 @@ pub fn plot_positions(pos: &[f32], n: usize, d: usize, output: &Path) -> Result<
             }
         }
     }
-    imgseq_core::image_io::save_png(output, &img)?;
+    outs.write(output, |p| imgseq_core::image_io::save_image(p, &img))?;
     // A number that says whether 2-D structure was learned: mean similarity of grid neighbours
     // versus of patches at least half the grid apart.
     let (mut near, mut nn, mut far, mut nf) = (0f32, 0, 0f32, 0);

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
+use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_vqgan::load::default_config_path;
 use imgseq_vqgan::presets::{preset, PRESETS};
@@ -45,7 +46,7 @@ pub enum VqCmd {
         /// Images per forward pass.
         #[arg(long, default_value_t = 2)]
         batch_size: usize,
-        /// Output PNG.
+        /// Output image (png, jpg, jpeg, webp or bmp, by extension).
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
     },
@@ -62,12 +63,19 @@ pub enum VqCmd {
         output: PathBuf,
     },
     /// Swap token cells: `--swap R1,C1:R2,C2` (0-based row,column), repeatable, applied in
-    /// order to every image of the file.
+    /// order to every image of the file. Negative tokens are refused; with --weights or
+    /// --config every token must also be in the model's codebook.
     Edit {
         tokens: PathBuf,
         /// A swap `R1,C1:R2,C2`.
         #[arg(long = "swap", required = true)]
         swaps: Vec<String>,
+        /// Check the tokens against this model's codebook (its config beside it).
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// Check the tokens against the codebook size of this model config.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Output token file (.npy).
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
@@ -77,6 +85,18 @@ pub enum VqCmd {
     /// perceptual or adversarial loss. Checkpoints (model.safetensors, config.json,
     /// train.json, optimizer.safetensors, state.json) go to --out; --resume continues.
     Train(Box<TrainArgs>),
+    /// Whole datasets → WebDataset token shards (resumable; job arrays with --num-shards/
+    /// --shard-index); skipped images are listed in errors.jsonl.
+    Tokenize(Box<crate::tokenize_cmd::TokenizeArgs>),
+    /// Check and join the manifests of a job array's jobs into OUT/manifest.json.
+    MergeManifests {
+        /// The shared output folder of the jobs.
+        dir: PathBuf,
+    },
+    /// Token shards → images (KEY.png per sample).
+    Detokenize(crate::tokenize_cmd::DetokenizeArgs),
+    /// Codebook usage, perplexity and a code-frequency plot of a token shard folder.
+    Stats(crate::tokenize_cmd::StatsArgs),
     /// Mean PSNR, SSIM and codebook usage (% of codes used across the set) of a model's
     /// reconstructions of every image in a folder (or a .txt list of image paths).
     Eval {
@@ -111,9 +131,12 @@ pub struct TrainArgs {
     /// taming's model.yaml).
     #[arg(long, default_value = "small")]
     config: String,
-    /// Continue the run in --out from its last checkpoint.
-    #[arg(long)]
+    /// Continue the run in --out from its last checkpoint (there must be one).
+    #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
+    /// Start a new run in --out even if it holds one (its run files are removed first).
+    #[arg(long)]
+    overwrite: bool,
     /// Total optimiser steps.
     #[arg(long, default_value_t = RECIPE.steps)]
     steps: usize,
@@ -134,13 +157,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = RECIPE.context_batch_size)]
     context_batch_size: usize,
     /// Peak learning rate; warm-up then cosine decay to lr/10.
-    #[arg(long, default_value_t = RECIPE.lr)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.lr)]
     lr: f64,
     /// Adam β1 (taming uses 0.5, tuned for its GAN phase).
-    #[arg(long, default_value_t = RECIPE.beta1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.beta1)]
     beta1: f64,
     /// Adam β2.
-    #[arg(long, default_value_t = RECIPE.beta2)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.beta2)]
     beta2: f64,
     /// Learning-rate warm-up steps.
     #[arg(long, default_value_t = RECIPE.warmup)]
@@ -150,13 +173,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = RECIPE.ae_warmup)]
     ae_warmup: usize,
     /// Weight of the L1 reconstruction loss.
-    #[arg(long, default_value_t = RECIPE.l1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.l1)]
     l1: f64,
     /// Weight of the L2 reconstruction loss.
-    #[arg(long, default_value_t = RECIPE.l2)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.l2)]
     l2: f64,
     /// Weight of the image-gradient L1 (sharpening) loss.
-    #[arg(long, default_value_t = RECIPE.sharp)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.sharp)]
     sharp: f64,
     /// No random horizontal flips.
     #[arg(long)]
@@ -260,10 +283,10 @@ pub struct ModelArgs {
     /// Weights: safetensors or a taming `.ckpt` (default: weights/vqgan/model.safetensors,
     /// under $IMGSEQ_WEIGHTS_DIR or the workspace's weights/ folder).
     #[arg(long)]
-    weights: Option<PathBuf>,
+    pub weights: Option<PathBuf>,
     /// Model config: our config.json or taming's model.yaml (default: beside the weights).
     #[arg(long)]
-    config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
 }
 
 /// Input preprocessing.
@@ -271,10 +294,10 @@ pub struct ModelArgs {
 pub struct Preprocess {
     /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of 16.
     #[arg(long, default_value_t = 384)]
-    size: u32,
+    pub size: u32,
     /// Allow enlarging images whose shorter side is smaller than --size.
     #[arg(long)]
-    upscale: bool,
+    pub upscale: bool,
 }
 
 /// Runs a `vq` command; `m` are the `vq` subcommand's matches (for what was given on the
@@ -303,14 +326,26 @@ pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
         VqCmd::Edit {
             tokens,
             swaps,
+            weights,
+            config,
             output,
-        } => edit(&tokens, &swaps, &output),
+        } => edit(
+            &tokens,
+            &swaps,
+            weights.as_deref(),
+            config.as_deref(),
+            &output,
+        ),
         VqCmd::Train(a) => {
             let tm = m
                 .subcommand_matches("train")
                 .expect("clap parsed `vq train`");
             train(&a, tm)
         }
+        VqCmd::Tokenize(a) => crate::tokenize_cmd::tokenize(&a),
+        VqCmd::MergeManifests { dir } => crate::tokenize_cmd::merge(&dir),
+        VqCmd::Detokenize(a) => crate::tokenize_cmd::detokenize(&a),
+        VqCmd::Stats(a) => crate::tokenize_cmd::stats(&a),
         VqCmd::Eval {
             data,
             model,
@@ -335,28 +370,52 @@ fn model_config(spec: &str) -> Result<VqConfig> {
     Ok(VqConfig::from_file(p)?)
 }
 
+/// [`train::checkpoint::check_start`] with the flags that settle it.
+fn check_start(out: &Path, resume: bool) -> Result<()> {
+    train::checkpoint::check_start(out, resume).map_err(|e| {
+        let hint = if resume {
+            "start one without --resume"
+        } else {
+            "--resume continues it, --overwrite starts over"
+        };
+        anyhow::anyhow!("{e} ({hint})")
+    })
+}
+
 fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
-    let (cfg, tc, resume) = if a.resume && train::checkpoint::has_checkpoint(&a.out) {
-        let mut tc = TrainConfig::load(&a.out.join(train::TRAIN_FILE))?;
+    let (cfg, tc) = if a.resume {
+        check_start(&a.out, true)?;
+        let train_json = a.out.join(train::TRAIN_FILE);
+        let mut tc = TrainConfig::load(&train_json)?;
         let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
         a.apply(m, &mut tc)?;
-        (cfg, tc, true)
-    } else {
-        if a.resume {
-            eprintln!(
-                "{}: no checkpoint to resume yet, starting a new run",
-                a.out.display()
-            );
+        // A bad value is the flag's when it was given, else the saved recipe's.
+        if let Err(e) = tc.validate(&cfg) {
+            return Err(match &e {
+                imgseq_core::Error::Setting { name, .. }
+                    if m.value_source(name) != Some(ValueSource::CommandLine) =>
+                {
+                    imgseq_core::Error::format(&train_json, e.to_string()).into()
+                }
+                _ => e.into(),
+            });
         }
+        (cfg, tc)
+    } else {
         let Some(data) = &a.data else {
             bail!("--data DIR is required (an image folder or a .txt list of images)");
         };
         let cfg = model_config(&a.config)?;
         let mut tc = TrainConfig::default_for(data);
         a.apply(m, &mut tc)?;
-        (cfg, tc, false)
+        tc.validate(&cfg)?;
+        if a.overwrite {
+            train::checkpoint::clear_run(&a.out)?;
+        }
+        check_start(&a.out, false)?;
+        (cfg, tc)
     };
-    let st = train::train(&cfg, &tc, &a.out, resume, true)?;
+    let st = train::train(&cfg, &tc, &a.out, a.resume, true)?;
     let last = st.history.last();
     println!(
         "step {}/{}: loss {:.4}, PSNR {:.2} dB, codes used {}/{}, {} codes restarted in all; \
@@ -440,9 +499,21 @@ fn tidy(p: &Path) -> PathBuf {
     out
 }
 
+impl ModelArgs {
+    /// The files given on the command line (inputs an output must not replace).
+    pub fn given(&self) -> Vec<PathBuf> {
+        self.weights.iter().chain(&self.config).cloned().collect()
+    }
+}
+
 /// The model `m` names and the weights file it came from (the shipped default when
 /// `--weights` is absent), for reports.
-fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
+pub fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
+    load_with(m, &mut Outputs::default())
+}
+
+/// [`load`], adding the weights and config files to the command's inputs `outs`.
+pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)> {
     let weights = match &m.weights {
         Some(w) => w.clone(),
         None => default_weights()?,
@@ -451,6 +522,8 @@ fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
         Some(c) => c.clone(),
         None => default_config_path(&weights).map_err(|e| anyhow::anyhow!("{e}; pass --config"))?,
     };
+    outs.add_input(&weights);
+    outs.add_input(&config);
     let model = load_model(&weights, Some(&config), &Device::Cpu)?;
     Ok((model, weights))
 }
@@ -462,12 +535,15 @@ fn encode(
     batch: usize,
     out: &Path,
 ) -> Result<()> {
+    let mut outs = Outputs::new(images.iter().chain(&m.given()));
+    outs.check(out)?;
     // Fail fast, before loading the model: every file must be a readable image of sufficient
     // size (headers only).
     data::check_headers(images, pre.size, pre.upscale)?;
-    let (model, _) = load(m)?;
+    let (model, _) = load_with(m, &mut outs)?;
     let tokens = inference::encode_files(&model, images, pre.size, pre.upscale, batch, true)?;
-    tokens.write(out)?;
+    outs.write(out, |p| tokens.write(p))?;
+    outs.finish();
     eprintln!(
         "wrote {} {:?} ({} tokens per image)",
         out.display(),
@@ -478,10 +554,10 @@ fn encode(
 }
 
 fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(tokens.to_path_buf()).chain(m.given()));
+    image_io::output_format(out)?;
     let t = TokenGrid::read(tokens)?;
-    let (model, _) = load(m)?;
-    t.check_codebook(tokens, model.config().n_embed)?;
-    let outs: Vec<PathBuf> = if t.n == 1 {
+    let files: Vec<PathBuf> = if t.n == 1 {
         vec![out.to_path_buf()]
     } else {
         let stem = out
@@ -491,37 +567,56 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
         let ext = out
             .extension()
             .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or("png".into());
+            .unwrap_or_default();
         (0..t.n)
             .map(|i| out.with_file_name(format!("{stem}_{i:03}.{ext}")))
             .collect()
     };
-    let imgs = inference::decode_tokens(&model, &t, batch, true)?;
-    // Write only after every image decoded, and remove partial results on failure.
-    for (k, (p, img)) in outs.iter().zip(&imgs).enumerate() {
-        if let Err(e) = image_io::save_png(p, img) {
-            for q in &outs[..k] {
-                let _ = std::fs::remove_file(q);
-            }
-            return Err(e.into());
-        }
+    for p in &files {
+        outs.check(p)?;
     }
-    for p in &outs {
+    let (model, _) = load_with(m, &mut outs)?;
+    t.check_codebook(tokens, model.config().n_embed)?;
+    let imgs = inference::decode_tokens(&model, &t, batch, true)
+        .with_context(|| format!("{}: cannot decode", tokens.display()))?;
+    // Write only after every image decoded; on failure the guard removes what was written.
+    for (p, img) in files.iter().zip(&imgs) {
+        outs.write(p, |p| image_io::save_image(p, img))?;
+    }
+    outs.finish();
+    for p in &files {
         eprintln!("wrote {}", p.display());
     }
     Ok(())
 }
 
+/// The files `vq roundtrip` writes into its output folder.
+const ROUNDTRIP_FILES: [&str; 3] = ["tokens.npy", "recon.png", "side_by_side.png"];
+
 fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(image.to_path_buf()).chain(m.given()));
+    // Fail fast: the folder must be a folder (or absent), its files replaceable.
+    if std::fs::symlink_metadata(out).is_ok() {
+        if !out.is_dir() {
+            bail!(
+                "{}: not a folder (the output of vq roundtrip is a folder)",
+                out.display()
+            );
+        }
+        for f in ROUNDTRIP_FILES {
+            outs.check(out.join(f))?;
+        }
+    }
     let img = image_io::load_rgb_square(image, pre.size, pre.upscale)?;
-    let (model, weights) = load(m)?;
+    let (model, weights) = load_with(m, &mut outs)?;
     let r = eval::roundtrip(&model, &img)?;
-    std::fs::create_dir_all(out)
-        .with_context(|| format!("{}: cannot create folder", out.display()))?;
-    r.tokens.write(out.join("tokens.npy"))?;
-    image_io::save_png(out.join("recon.png"), &r.reconstruction)?;
-    let pair = image_io::side_by_side(&[img, r.reconstruction], 4);
-    image_io::save_png(out.join("side_by_side.png"), &pair)?;
+    let pair = image_io::side_by_side(&[img, r.reconstruction.clone()], 4);
+    outs.create_dir_all(out)?;
+    let [tok, rec, sbs] = ROUNDTRIP_FILES.map(|f| out.join(f));
+    outs.write(&tok, |p| r.tokens.write(p))?;
+    outs.write(&rec, |p| image_io::save_image(p, &r.reconstruction))?;
+    outs.write(&sbs, |p| image_io::save_image(p, &pair))?;
+    outs.finish();
     let c = model.config();
     let (h, w) = (r.tokens.h, r.tokens.w);
     println!(
@@ -557,8 +652,27 @@ fn parse_swap(s: &str) -> Result<((usize, usize), (usize, usize))> {
     Ok((cell(a).ok_or_else(err)?, cell(b).ok_or_else(err)?))
 }
 
-fn edit(tokens: &Path, swaps: &[String], out: &Path) -> Result<()> {
+fn edit(
+    tokens: &Path,
+    swaps: &[String],
+    weights: Option<&Path>,
+    config: Option<&Path>,
+    out: &Path,
+) -> Result<()> {
+    let mut outs = Outputs::new([Some(tokens), weights, config].into_iter().flatten());
+    outs.check(out)?;
     let mut t = TokenGrid::read(tokens)?;
+    t.check_non_negative(tokens)?;
+    let config = match (config, weights) {
+        (Some(c), _) => Some(c.to_path_buf()),
+        (None, Some(w)) => {
+            Some(default_config_path(w).map_err(|e| anyhow::anyhow!("{e}; pass --config"))?)
+        }
+        (None, None) => None,
+    };
+    if let Some(c) = config {
+        t.check_codebook(tokens, VqConfig::from_file(&c)?.n_embed)?;
+    }
     let mut parsed = Vec::with_capacity(swaps.len());
     for s in swaps {
         let (a, b) = parse_swap(s)?;
@@ -581,7 +695,8 @@ fn edit(tokens: &Path, swaps: &[String], out: &Path) -> Result<()> {
                 .swap(img * plane + r1 * t.w + c1, img * plane + r2 * t.w + c2);
         }
     }
-    t.write(out)?;
+    outs.write(out, |p| t.write(p))?;
+    outs.finish();
     eprintln!(
         "wrote {} ({} swap(s) applied to {} image(s))",
         out.display(),

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
+use imgseq_core::fsutil::Outputs;
 use imgseq_vqgan::load;
 use std::path::PathBuf;
 
@@ -35,7 +36,30 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             config,
             output,
         } => {
+            // Both outputs (the weights and config.json beside them) go through the one
+            // output check: never an input, never a device, FIFO, link or folder.
+            let mut outs = Outputs::new([Some(&input), config.as_ref()].into_iter().flatten());
+            if config.is_none() {
+                if let Ok(c) = load::default_config_path(&input) {
+                    outs.add_input(c);
+                }
+            }
+            let cfg_out = output
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."))
+                .join("config.json");
+            outs.check(&output)?;
+            outs.check(&cfg_out)?;
+            // The converter writes both files (each atomically); should it fail after the
+            // first, the guard removes what this command created.
+            for p in [&output, &cfg_out] {
+                if std::fs::symlink_metadata(p).is_err() {
+                    outs.record(p);
+                }
+            }
             let r = load::convert_checkpoint(&input, config.as_deref(), &output)?;
+            outs.finish();
             println!(
                 "wrote {} ({} tensors, {} parameters; dropped {} training-only tensors) and {}",
                 output.display(),

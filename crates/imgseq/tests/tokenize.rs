@@ -37,7 +37,7 @@ fn args<'a>(head: &[&'a str], m: &'a [String], tail: &[&'a str]) -> Vec<&'a str>
 /// Picture `i`: different content per index, 40×36 (cropped to 32²).
 fn picture(i: u32) -> RgbImage {
     RgbImage::from_fn(40, 36, |x, y| {
-        let check = if ((x + i) / 5 + y / 5) % 2 == 0 {
+        let check = if ((x + i) / 5 + y / 5).is_multiple_of(2) {
             210
         } else {
             30
@@ -54,7 +54,7 @@ fn picture(i: u32) -> RgbImage {
 fn folder(dir: &Path, n: u32) -> Vec<PathBuf> {
     (0..n)
         .map(|i| {
-            let sub = dir.join(if i % 2 == 0 { "even" } else { "odd" });
+            let sub = dir.join(if i.is_multiple_of(2) { "even" } else { "odd" });
             std::fs::create_dir_all(&sub).unwrap();
             let p = sub.join(format!("{i:03}.png"));
             picture(i).save(&p).unwrap();

@@ -27,11 +27,15 @@ const RECORD: usize = 1 + PIXELS;
 /// Reads one CIFAR-10 binary batch file; returns `(images (n, 3, 32, 32), labels)`.
 pub fn read_cifar_batch(path: impl AsRef<Path>) -> Result<(Vec<u8>, Vec<u8>)> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::weights::read_regular_file(path, MAX_BATCH_BYTES, "a CIFAR-10 batch")?;
     parse_cifar_batch(path, &bytes)
 }
 
-fn parse_cifar_batch(path: &Path, bytes: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+/// Largest CIFAR batch file read (the real ones hold 10,000 records, 30.7 MB).
+pub const MAX_BATCH_BYTES: u64 = 1 << 30;
+
+/// Parses the bytes of a CIFAR-10 binary batch; `path` is only used in messages.
+pub fn parse_cifar_batch(path: &Path, bytes: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
     if bytes.is_empty() || !bytes.len().is_multiple_of(RECORD) {
         return Err(Error::format(
             path,
@@ -61,10 +65,23 @@ fn parse_cifar_batch(path: &Path, bytes: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
     Ok((images, labels))
 }
 
+/// What the `cifar` fuzz target runs (and the corpus replay test). Must never panic.
+#[doc(hidden)]
+pub fn fuzz_cifar_bytes(data: &[u8]) {
+    let p = Path::new("fuzz.bin");
+    if let Ok((images, labels)) = parse_cifar_batch(p, data) {
+        let labels = labels.into_iter().map(u16::from).collect();
+        let names = CIFAR10_CLASSES.iter().map(|s| s.to_string()).collect();
+        let _ = Dataset::new(images, labels, (3, SIDE, SIDE), names);
+    }
+}
+
 /// Class names from `batches.meta.txt` (one per line, blank lines ignored).
 pub fn read_meta(path: impl AsRef<Path>) -> Result<Vec<String>> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::weights::read_regular_file(path, 1 << 20, "a class-name list")?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::format(path, "not UTF-8 text (expected one class name a line)"))?;
     let names: Vec<String> = text
         .lines()
         .map(str::trim)

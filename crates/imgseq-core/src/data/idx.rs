@@ -28,16 +28,45 @@ pub const FASHION_MNIST_CLASSES: [&str; 10] = [
 const IMAGES_MAGIC: u32 = 0x0000_0803;
 const LABELS_MAGIC: u32 = 0x0000_0801;
 
-fn open(path: &Path) -> Result<Box<dyn Read>> {
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut magic = [0u8; 2];
-    let n = read_full(&mut f, &mut magic).map_err(|e| Error::io(path, e))?;
-    let head = std::io::Cursor::new(magic[..n].to_vec());
-    let r = std::io::BufReader::new(head.chain(f));
-    if n == 2 && magic == [0x1f, 0x8b] {
-        Ok(Box::new(flate2::bufread::MultiGzDecoder::new(r)))
-    } else {
-        Ok(Box::new(r))
+/// Largest data part of an IDX file read (EMNIST's largest split is ~550 MB).
+pub const MAX_IDX_BYTES: usize = 1 << 30;
+
+/// Most bytes a gzip member can inflate to per compressed byte (deflate's limit is ~1032).
+const MAX_GZIP_RATIO: u64 = 1100;
+
+/// An opened IDX file: a reader positioned at the data, the file's (compressed) length and
+/// whether it is gzipped.
+struct Opened {
+    r: Box<dyn Read>,
+    file_len: u64,
+    gzip: bool,
+}
+
+fn open(path: &Path) -> Result<Opened> {
+    let (f, file_len) = crate::weights::open_regular_file(path)?;
+    // No more than the length the file had when opened (it may grow while being read).
+    Opened::new(path, Box::new(f.take(file_len)), file_len)
+}
+
+impl Opened {
+    /// `src` holds the `file_len` bytes of an IDX file, plain or gzipped.
+    fn new(path: &Path, mut src: Box<dyn Read>, file_len: u64) -> Result<Self> {
+        let mut magic = [0u8; 2];
+        let n = read_full(&mut *src, &mut magic).map_err(|e| Error::io(path, e))?;
+        let head = std::io::Cursor::new(magic[..n].to_vec());
+        let r = std::io::BufReader::new(head.chain(src));
+        let gzip = n == 2 && magic == [0x1f, 0x8b];
+        let r: Box<dyn Read> = if gzip {
+            Box::new(flate2::bufread::MultiGzDecoder::new(r))
+        } else {
+            Box::new(r)
+        };
+        Ok(Opened { r, file_len, gzip })
+    }
+
+    fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<Self> {
+        let len = bytes.len() as u64;
+        Self::new(path, Box::new(std::io::Cursor::new(bytes)), len)
     }
 }
 
@@ -66,10 +95,21 @@ fn read_err(path: &Path, e: std::io::Error) -> Error {
     }
 }
 
-/// Reads an IDX file of unsigned bytes with the given magic and number of dimensions; returns
-/// `(dims, data)`.
-fn read_idx(path: &Path, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)> {
-    let mut r = open(path)?;
+/// The header of an IDX file of unsigned bytes, read and checked against the file's size
+/// and [`MAX_IDX_BYTES`]; the data is not read yet.
+struct Header {
+    r: Box<dyn Read>,
+    dims: Vec<usize>,
+    /// Bytes of data the header announces.
+    size: usize,
+}
+
+fn read_header(path: &Path, opened: Opened, magic: u32, what: &str) -> Result<Header> {
+    let Opened {
+        mut r,
+        file_len,
+        gzip,
+    } = opened;
     let ndim = (magic & 0xff) as usize;
     let mut head = vec![0u8; 4 + 4 * ndim];
     let got = read_full(&mut *r, &mut head).map_err(|e| read_err(path, e))?;
@@ -97,10 +137,43 @@ fn read_idx(path: &Path, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)
         .chunks_exact(4)
         .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .collect();
+    let too_large = || Error::format(path, format!("IDX dimensions {dims:?} are too large"));
     let size = dims
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| Error::format(path, format!("IDX dimensions {dims:?} are too large")))?;
+        .ok_or_else(too_large)?;
+    if size > MAX_IDX_BYTES {
+        return Err(Error::format(
+            path,
+            format!(
+                "the header announces {dims:?} ({size} bytes of data), more than imgseq reads \
+                 ({MAX_IDX_BYTES})"
+            ),
+        ));
+    }
+    // What the file can hold at most, checked before anything is inflated.
+    let room = if gzip {
+        file_len.saturating_mul(MAX_GZIP_RATIO)
+    } else {
+        file_len.saturating_sub(head.len() as u64)
+    };
+    if size as u64 > room {
+        return Err(Error::format(
+            path,
+            format!(
+                "truncated: the header announces {dims:?} ({size} bytes of data), a \
+                 {file_len}-byte {}file cannot hold them",
+                if gzip { "gzip " } else { "" }
+            ),
+        ));
+    }
+    Ok(Header { r, dims, size })
+}
+
+/// Reads the data the header announces (through `take`, so no more is ever inflated) and
+/// checks that nothing follows it.
+fn read_data(path: &Path, h: Header) -> Result<(Vec<usize>, Vec<u8>)> {
+    let Header { mut r, dims, size } = h;
     // Do not trust the header for the allocation; grow as data arrives.
     let mut data = Vec::with_capacity(size.min(64 << 20));
     (&mut r)
@@ -127,16 +200,27 @@ fn read_idx(path: &Path, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)
     Ok((dims, data))
 }
 
-/// Reads an IDX image file; returns `(n, rows, cols, pixels)`.
-pub fn read_idx_images(path: impl AsRef<Path>) -> Result<(usize, usize, usize, Vec<u8>)> {
-    let path = path.as_ref();
-    let (d, data) = read_idx(path, IMAGES_MAGIC, "image")?;
+/// Reads an IDX file of unsigned bytes with the given magic and number of dimensions; returns
+/// `(dims, data)`.
+fn read_idx(path: &Path, magic: u32, what: &str) -> Result<(Vec<usize>, Vec<u8>)> {
+    read_data(path, read_header(path, open(path)?, magic, what)?)
+}
+
+fn check_image_dims(path: &Path, d: &[usize]) -> Result<()> {
     if d[1] == 0 || d[2] == 0 {
         return Err(Error::format(
             path,
             format!("images have an empty size {}x{}", d[1], d[2]),
         ));
     }
+    Ok(())
+}
+
+/// Reads an IDX image file; returns `(n, rows, cols, pixels)`.
+pub fn read_idx_images(path: impl AsRef<Path>) -> Result<(usize, usize, usize, Vec<u8>)> {
+    let path = path.as_ref();
+    let (d, data) = read_idx(path, IMAGES_MAGIC, "image")?;
+    check_image_dims(path, &d)?;
     Ok((d[0], d[1], d[2], data))
 }
 
@@ -152,18 +236,54 @@ pub fn load_idx_pair(
     class_names: &[&str],
 ) -> Result<Dataset> {
     let (ip, lp) = (images.as_ref(), labels.as_ref());
-    let (n, rows, cols, pixels) = read_idx_images(ip)?;
-    let labels = read_idx_labels(lp)?;
-    if labels.len() != n {
+    load_opened_pair(ip, open(ip)?, lp, || open(lp), class_names)
+}
+
+/// What the `idx` fuzz target runs (and the corpus replay test): the bytes split at the
+/// offset in their first two bytes into an image file and a label file (each plain or
+/// gzipped), loaded as a pair and each on its own. Must never panic.
+#[doc(hidden)]
+pub fn fuzz_idx_bytes(data: &[u8]) {
+    let Some((split, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let at = (u16::from_le_bytes(*split) as usize).min(rest.len());
+    let (imgs, labs) = rest.split_at(at);
+    let (ip, lp) = (Path::new("fuzz-images"), Path::new("fuzz-labels"));
+    let open = |p, b: &[u8]| Opened::from_bytes(p, b.to_vec());
+    if let Ok(i) = open(ip, imgs) {
+        let _ = load_opened_pair(ip, i, lp, || open(lp, labs), &FASHION_MNIST_CLASSES);
+    }
+    for (p, b, magic) in [(ip, imgs, IMAGES_MAGIC), (lp, labs, LABELS_MAGIC)] {
+        if let Ok(o) = open(p, b) {
+            let _ = read_header(p, o, magic, "fuzz").and_then(|h| read_data(p, h));
+        }
+    }
+}
+
+/// [`load_idx_pair`] on opened files; the label file is opened only once the image header
+/// has been checked.
+fn load_opened_pair(
+    ip: &Path,
+    images: Opened,
+    lp: &Path,
+    labels: impl FnOnce() -> Result<Opened>,
+    class_names: &[&str],
+) -> Result<Dataset> {
+    // Both headers first: counts that disagree are an error before any data is inflated.
+    let ih = read_header(ip, images, IMAGES_MAGIC, "image")?;
+    check_image_dims(ip, &ih.dims)?;
+    let lh = read_header(lp, labels()?, LABELS_MAGIC, "label")?;
+    let n = ih.dims[0];
+    if lh.dims[0] != n {
         return Err(Error::format(
             lp,
-            format!(
-                "{} labels, but {} has {n} images",
-                labels.len(),
-                ip.display()
-            ),
+            format!("{} labels, but {} has {n} images", lh.dims[0], ip.display()),
         ));
     }
+    let (d, pixels) = read_data(ip, ih)?;
+    let (rows, cols) = (d[1], d[2]);
+    let labels = read_data(lp, lh)?.1;
     if let Some((i, &l)) = labels
         .iter()
         .enumerate()

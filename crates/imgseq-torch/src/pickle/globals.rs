@@ -16,7 +16,7 @@
 //! * torch's persistent id `('storage', torch.FloatStorage, key, location, numel)` becomes a
 //!   storage reference.
 
-use super::value::Value;
+use super::value::{StorageInfo, Value};
 use crate::error::PickleError;
 use crate::tensor::{StorageDType, TensorRef};
 use std::rc::Rc;
@@ -57,58 +57,72 @@ pub(super) fn global(module: String, name: String) -> PResult<Value> {
 /// `REDUCE`: `callable(*args)` for the few callables modelled; a placeholder for other
 /// tolerated names; everything else refused.
 pub(super) fn reduce(callable: Value, args: Value) -> PResult<Value> {
-    let (module, name) = match &callable {
-        Value::Global(g) => (g.0.as_str(), g.1.as_str()),
-        other => {
-            return Err(PickleError::CallsNonGlobal {
-                found: other.describe(),
-            })
-        }
-    };
-    let args = match args {
-        Value::Tuple(t) => t,
-        other => {
-            return Err(PickleError::ReduceArgsNotATuple {
-                found: other.describe(),
-            })
-        }
-    };
-    match (module, name) {
-        ("collections", "OrderedDict") if args.is_empty() => Ok(Value::empty_dict()),
-        ("torch._utils", "_rebuild_tensor_v2") => rebuild_tensor_v2(&args),
-        ("torch._utils", "_rebuild_parameter") => match args.first() {
-            Some(t @ Value::Tensor(_)) => Ok(t.clone()),
-            _ => Err(PickleError::MissingArgument {
-                call: "_rebuild_parameter",
-                expected: "tensor",
-            }),
-        },
-        ("_codecs", "encode") => match args.first() {
-            // protocol 2 pickles `bytes` as _codecs.encode(latin1 text, 'latin1').
-            Some(Value::Str(s)) => Ok(Value::Bytes(
-                s.chars()
-                    .map(|c| c as u32 as u8)
-                    .collect::<Vec<u8>>()
-                    .into(),
-            )),
-            _ => Err(PickleError::MissingArgument {
-                call: "_codecs.encode",
-                expected: "string",
-            }),
-        },
-        ("torch._tensor", "_rebuild_from_type_v2") => {
-            // (func, new_type, args, state): a tensor subclass; keep the plain tensor.
-            match (args.first(), args.get(2)) {
-                (Some(f @ Value::Global(_)), Some(a @ Value::Tuple(_))) => {
-                    reduce(f.clone(), a.clone())
-                }
-                _ => Err(PickleError::UnexpectedArguments {
-                    call: "_rebuild_from_type_v2",
-                }),
+    let (mut callable, mut args) = (callable, args);
+    // `_rebuild_from_type_v2` wraps another call; unwrapped in a loop, not by recursion (its
+    // arguments may nest as deep as the pickle likes).
+    loop {
+        let (module, name) = match &callable {
+            Value::Global(g) => (g.0.as_str(), g.1.as_str()),
+            other => {
+                return Err(PickleError::CallsNonGlobal {
+                    found: other.describe(),
+                })
             }
-        }
-        _ if in_inert_module(module) => Ok(Value::Opaque(Rc::new((module.into(), name.into())))),
-        _ => Err(refused(module, name)),
+        };
+        let targs = match &args {
+            Value::Tuple(t) => t.clone(),
+            other => {
+                return Err(PickleError::ReduceArgsNotATuple {
+                    found: other.describe(),
+                })
+            }
+        };
+        let next = match (module, name) {
+            ("collections", "OrderedDict") if targs.is_empty() => return Ok(Value::empty_dict()),
+            ("torch._utils", "_rebuild_tensor_v2") => return rebuild_tensor_v2(&targs),
+            ("torch._utils", "_rebuild_parameter") => {
+                return match targs.first() {
+                    Some(t @ Value::Tensor(_)) => Ok(t.clone()),
+                    _ => Err(PickleError::MissingArgument {
+                        call: "_rebuild_parameter",
+                        expected: "tensor",
+                    }),
+                }
+            }
+            ("_codecs", "encode") => {
+                return match targs.first() {
+                    // protocol 2 pickles `bytes` as _codecs.encode(latin1 text, 'latin1').
+                    Some(Value::Str(s)) => Ok(Value::Bytes(
+                        s.chars()
+                            .map(|c| c as u32 as u8)
+                            .collect::<Vec<u8>>()
+                            .into(),
+                    )),
+                    _ => Err(PickleError::MissingArgument {
+                        call: "_codecs.encode",
+                        expected: "string",
+                    }),
+                };
+            }
+            ("torch._tensor", "_rebuild_from_type_v2") => {
+                // (func, new_type, args, state): a tensor subclass; keep the plain tensor.
+                match (targs.first(), targs.get(2)) {
+                    (Some(f @ Value::Global(_)), Some(a @ Value::Tuple(_))) => {
+                        (f.clone(), a.clone())
+                    }
+                    _ => {
+                        return Err(PickleError::UnexpectedArguments {
+                            call: "_rebuild_from_type_v2",
+                        })
+                    }
+                }
+            }
+            _ if in_inert_module(module) => {
+                return Ok(Value::Opaque(Rc::new((module.into(), name.into()))))
+            }
+            _ => return Err(refused(module, name)),
+        };
+        (callable, args) = next;
     }
 }
 
@@ -120,7 +134,7 @@ fn rebuild_tensor_v2(args: &[Value]) -> PResult<Value> {
         });
     }
     let (key, dtype, numel) = match &args[0] {
-        Value::Storage { key, dtype, numel } => (key.clone(), *dtype, *numel),
+        Value::Storage(s) => (s.key.clone(), s.dtype, s.numel),
         other => {
             return Err(PickleError::NotAStorage {
                 found: other.describe(),
@@ -175,11 +189,11 @@ pub(super) fn persistent_load(pid: Value) -> PResult<Value> {
                     module: m.clone(),
                     name: cls.clone(),
                 })?;
-            Ok(Value::Storage {
+            Ok(Value::Storage(Rc::new(StorageInfo {
                 key: key.to_string(),
                 dtype,
-                numel: *n as usize,
-            })
+                numel: usize::try_from(*n).map_err(|_| PickleError::UnsupportedPersistentId)?,
+            })))
         }
         _ => Err(PickleError::UnsupportedPersistentId),
     }

@@ -139,19 +139,19 @@ impl<'a> Machine<'a> {
 
     // Filling containers.
 
+    /// Depth of the deepest of `items`, read before the container they go into is borrowed
+    /// mutably (an item may be that container).
+    fn items_depth(items: &[Value]) -> u32 {
+        items.iter().map(Value::depth).max().unwrap_or(0)
+    }
+
     fn set_items(&mut self, items: Vec<Value>) -> PResult<()> {
         if !items.len().is_multiple_of(2) {
             return Err(PickleError::OddSetItems);
         }
+        let depth = Self::items_depth(&items);
         match self.top()? {
-            Value::Dict(d) => {
-                let mut d = d.borrow_mut();
-                let mut it = items.into_iter();
-                while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                    d.push((k, v));
-                }
-                Ok(())
-            }
+            Value::Dict(d) => d.borrow_mut().extend(items, depth),
             // Items of a dict subclass that is never built (e.g. Lightning's AttributeDict).
             Value::Opaque(_) => Ok(()),
             other => Err(PickleError::NotAContainer {
@@ -161,11 +161,9 @@ impl<'a> Machine<'a> {
         }
     }
     fn append(&mut self, items: Vec<Value>) -> PResult<()> {
+        let depth = Self::items_depth(&items);
         match self.top()? {
-            Value::List(l) => {
-                l.borrow_mut().extend(items);
-                Ok(())
-            }
+            Value::List(l) => l.borrow_mut().extend(items, depth),
             Value::Opaque(_) => Ok(()),
             other => Err(PickleError::NotAContainer {
                 op: "APPENDS",
@@ -180,7 +178,7 @@ impl<'a> Machine<'a> {
             items.push(self.pop()?);
         }
         items.reverse();
-        Ok(Value::tuple(items))
+        Value::tuple(items)
     }
 
     /// Runs to STOP and returns the value on top of the stack.
@@ -265,10 +263,10 @@ impl<'a> Machine<'a> {
                 }
 
                 // Tuples, lists, sets (as lists) and dicts.
-                op::EMPTY_TUPLE => Value::tuple(Vec::new()),
+                op::EMPTY_TUPLE => Value::tuple(Vec::new())?,
                 op::TUPLE => {
                     let items = self.pop_mark()?;
-                    Value::tuple(items)
+                    Value::tuple(items)?
                 }
                 op::TUPLE1 => self.tuple_of_top(1)?,
                 op::TUPLE2 => self.tuple_of_top(2)?,
@@ -276,7 +274,7 @@ impl<'a> Machine<'a> {
                 op::EMPTY_LIST | op::EMPTY_SET => Value::empty_list(),
                 op::LIST | op::FROZENSET => {
                     let items = self.pop_mark()?;
-                    Value::list(items)
+                    Value::list(items)?
                 }
                 op::APPEND => {
                     let v = self.pop()?;

@@ -56,6 +56,55 @@ pub fn has_checkpoint(out: &Path) -> bool {
     out.join(STATE_FILE).is_file()
 }
 
+/// The files of a run folder.
+pub const RUN_FILES: [&str; 5] = [
+    WEIGHTS_FILE,
+    CONFIG_FILE,
+    TRAIN_FILE,
+    OPTIM_FILE,
+    STATE_FILE,
+];
+
+/// The run files present in `out`.
+pub fn run_files(out: &Path) -> Vec<&'static str> {
+    RUN_FILES
+        .into_iter()
+        .filter(|f| std::fs::symlink_metadata(out.join(f)).is_ok())
+        .collect()
+}
+
+/// The rule for starting a run in `out`: resuming needs a complete checkpoint there
+/// ([`has_checkpoint`]), a new run needs a folder without run files (a run is never
+/// overwritten by accident; [`clear_run`] removes one on purpose).
+pub fn check_start(out: &Path, resume: bool) -> Result<()> {
+    if resume && !has_checkpoint(out) {
+        return Err(Error::format(
+            out,
+            format!("no run to resume (no complete checkpoint: {STATE_FILE} is missing)"),
+        ));
+    }
+    let present = run_files(out);
+    if !resume && !present.is_empty() {
+        return Err(Error::format(
+            out,
+            format!(
+                "already holds a training run ({}); resume it, or remove it first",
+                present.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Removes the run files from `out` (only those: other files and the folder stay).
+pub fn clear_run(out: &Path) -> Result<()> {
+    for f in run_files(out) {
+        let p = out.join(f);
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+    }
+    Ok(())
+}
+
 /// The model's variables sorted by name (the order they are saved and initialised in).
 pub fn sorted_vars(vars: &VarMap) -> Vec<(String, Var)> {
     let data = vars.data().lock().expect("poisoned");
@@ -64,7 +113,8 @@ pub fn sorted_vars(vars: &VarMap) -> Vec<(String, Var)> {
     v
 }
 
-/// Writes the run folder's five files, `state.json` last.
+/// Writes the run folder's five files, `state.json` last (creating the folder at the first
+/// checkpoint).
 pub fn save(
     out: &Path,
     cfg: &VqConfig,
@@ -73,6 +123,7 @@ pub fn save(
     opt: &AdamW,
     state: &TrainState,
 ) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let tensors: Vec<(String, Tensor)> = sorted_vars(vars)
         .into_iter()
         .map(|(k, v)| (k, v.as_tensor().clone()))

@@ -148,7 +148,8 @@ impl TrainConfig {
         write_json(path, self)
     }
 
-    /// Checks the numbers against the model: every setting is named as its field is.
+    /// Checks the numbers against the model: every setting is named as its field is. The one
+    /// owner of these rules: a new run's options and a resumed `train.json` both go through it.
     pub fn validate(&self, cfg: &VqConfig) -> Result<()> {
         cfg.check_side("crop", self.crop)?;
         if self.context_from > 0 {
@@ -157,9 +158,32 @@ impl TrainConfig {
         }
         positive("batch_size", self.batch_size)?;
         positive("steps", self.steps)?;
+        positive("resize", self.resize)?;
+        if self.kmeans_rows > 0 {
+            positive("kmeans_iters", self.kmeans_iters)?;
+        }
+        if let Some(&s) = self.extra_scales.iter().find(|&&s| s == 0) {
+            return Err(Error::setting("extra_scales", s, "must be positive sizes"));
+        }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return Err(Error::setting("lr", self.lr, "must be positive"));
         }
+        if !(self.min_lr >= 0.0 && self.min_lr.is_finite()) {
+            return Err(Error::setting("min_lr", self.min_lr, "must be ≥ 0"));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return Err(Error::setting(
+                "weight_decay",
+                self.weight_decay,
+                "must be ≥ 0",
+            ));
+        }
+        for (n, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(Error::setting(n, b, "must be in [0, 1)"));
+            }
+        }
+        self.check_memory(cfg)?;
         for (n, w) in [
             ("l1", self.l1),
             ("l2", self.l2),
@@ -168,6 +192,36 @@ impl TrainConfig {
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(Error::setting(n, w, "must be ≥ 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses crops and batches whose training steps would need more memory than
+    /// [`imgseq_core::image_io::memory_limit`]: a step keeps every layer's activations for
+    /// the backward pass, estimated as the forward's peak ([`VqConfig::forward_bytes`]) times
+    /// two per convolution of the deepest level stack.
+    fn check_memory(&self, cfg: &VqConfig) -> Result<()> {
+        use imgseq_core::image_io::check_memory;
+        let d = &cfg.ddconfig;
+        let layers = (d.ch_mult.len() * (2 + 2 * d.num_res_blocks)) as u128;
+        let bytes = |b: usize, s: usize| cfg.forward_bytes(b, s, s).saturating_mul(layers);
+        let mut stages = vec![("crop", self.crop, "batch_size", self.batch_size)];
+        if self.context_from > 0 && self.context_from < self.steps {
+            stages.push((
+                "context_crop",
+                self.context_crop,
+                "context_batch_size",
+                self.context_batch_size,
+            ));
+        }
+        for (crop_name, crop, batch_name, batch) in stages {
+            if let Err(msg) = check_memory(bytes(batch, crop)) {
+                return Err(if batch > 1 && check_memory(bytes(1, crop)).is_ok() {
+                    Error::setting(batch_name, batch, format!("with {crop_name} {crop} {msg}"))
+                } else {
+                    Error::setting(crop_name, crop, msg)
+                });
             }
         }
         Ok(())

@@ -35,8 +35,11 @@ use report::Window;
 use std::path::Path;
 use std::time::Instant;
 
-/// Trains (or, with `resume` and a checkpoint in `out`, continues) a VQGAN. Writes a
-/// checkpoint every `checkpoint_every` steps and at the end; returns the final state.
+/// Trains (or, with `resume`, continues the run in `out`) a VQGAN. Starting follows
+/// [`checkpoint::check_start`]: a new run refuses a folder holding one, `resume` needs one.
+/// Writes a checkpoint every `checkpoint_every` steps and at the end, and nothing (not even
+/// the folder) before the first one, so a run that fails early (bad data, divergence) leaves
+/// nothing behind; returns the final state.
 /// `progress`: draw a progress bar (hidden anyway when stderr is not a terminal; then a line
 /// is printed every ~10% of the run, or every `log_every` steps when that is set).
 pub fn train(
@@ -48,8 +51,8 @@ pub fn train(
 ) -> Result<TrainState> {
     cfg.validate(Path::new("<config>"))?;
     tc.validate(cfg)?;
+    checkpoint::check_start(out, resume)?;
     let paths = data_paths(&tc.data)?;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
 
     // The model as trainable variables, and AdamW (weight decay on matrices, not the codebook).
     let vars = VarMap::new();
@@ -70,7 +73,7 @@ pub fn train(
     let mut opt = AdamW::new(opt_vars.collect(), tc.lr, tc.weight_decay)?;
     (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
 
-    let resuming = resume && checkpoint::has_checkpoint(out);
+    let resuming = resume;
     let mut state = if resuming {
         checkpoint::restore(out, cfg.n_embed, &named, &mut opt)?
     } else {
@@ -105,7 +108,6 @@ pub fn train(
     } else {
         init_codebook(&model, cfg, tc, &images, &codebook_var)?;
     }
-    tc.save(&out.join(TRAIN_FILE))?;
 
     let mut win = Window::new(tc, cfg.n_embed, state.step, progress);
     let secs_base = state.seconds;

@@ -1,0 +1,310 @@
+"""imgseq: images to transformer-ready sequences, and back (Rust, CPU).
+
+* :class:`VQTokenizer` — a VQGAN: RGB images → discrete token grids (uint16) → images.
+* :class:`ViT` — a Vision Transformer: images → continuous token embeddings, class labels.
+* :func:`read_token_shards` — reads the WebDataset shards that ``imgseq vq tokenize`` writes
+  (pure Python: ``tarfile`` + ``numpy``; works without the compiled extension).
+
+Arrays are NumPy arrays in and out; the model work runs with the GIL released, so threads
+calling the same model run in parallel. Errors carry the library's one-line messages:
+``FileNotFoundError``/``OSError`` for files, ``ValueError`` for bad input or bad file content,
+``TypeError`` for an array of the wrong dtype.
+
+The shipped default models (``weights=None``) are inside the package, under
+``imgseq/weights/``; ``$IMGSEQ_WEIGHTS_DIR`` (a folder holding ``vqgan/`` and
+``vit-fashion-mnist/``) overrides them, as it does for the ``imgseq`` command.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = [
+    "VQTokenizer",
+    "ViT",
+    "read_token_shards",
+    "default_weights_dir",
+    "DEFAULT_VQGAN",
+    "DEFAULT_VIT",
+]
+
+#: The shipped default models' folder names (as in the repository's ``weights/``).
+DEFAULT_VQGAN = "vqgan"
+DEFAULT_VIT = "vit-fashion-mnist"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def default_weights_dir() -> Path:
+    """The folder of the shipped default models: ``$IMGSEQ_WEIGHTS_DIR`` when set, else the
+    copy inside this package."""
+    env = os.environ.get("IMGSEQ_WEIGHTS_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent / "weights"
+
+
+def _default_file(model: str, name: str) -> Path:
+    path = default_weights_dir() / model / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: the default {model} model is not installed (the wheel ships it under "
+            f"imgseq/weights/; set IMGSEQ_WEIGHTS_DIR or pass weights=)"
+        )
+    return path
+
+
+try:
+    from . import _imgseq
+except ImportError as _e:  # pragma: no cover - only without the compiled extension
+    _imgseq = None  # type: ignore[assignment]
+    _import_error: Optional[ImportError] = _e
+else:
+    _import_error = None
+    __version__ = _imgseq.__version__
+
+
+def _ext() -> Any:
+    if _imgseq is None:
+        raise ImportError(
+            "the compiled part of imgseq (imgseq._imgseq) is not installed; build it with "
+            f"`pip install ./python` ({_import_error})"
+        )
+    return _imgseq
+
+
+class VQTokenizer:
+    """A VQGAN tokenizer (taming-transformers layout) on the CPU.
+
+    Args:
+        weights: a ``.safetensors`` file or a taming ``.ckpt``; ``None``: the shipped default
+            VQGAN (``imgseq/weights/vqgan/model.safetensors``).
+        config: the model's ``config.json`` or taming ``model.yaml``; ``None``: the one beside
+            the weights.
+        size: images are resized so that their shorter side is ``size`` and centre-cropped to
+            ``size``×``size`` (exactly as ``imgseq vq encode --size``); a multiple of the
+            model's downsampling factor (16).
+
+    Raises:
+        FileNotFoundError / OSError: a file cannot be read.
+        ValueError: the weights or config are not a valid model, or ``size`` is not a multiple
+            of the downsampling factor.
+    """
+
+    def __init__(
+        self,
+        weights: Optional[PathLike] = None,
+        config: Optional[PathLike] = None,
+        size: int = 384,
+    ) -> None:
+        if weights is None:
+            weights = _default_file(DEFAULT_VQGAN, "model.safetensors")
+            if config is None:
+                config = _default_file(DEFAULT_VQGAN, "config.json")
+        self._m = _ext().VQTokenizer(
+            os.fspath(weights), None if config is None else os.fspath(config), int(size)
+        )
+
+    @property
+    def n_codes(self) -> int:
+        """Codebook entries: every token t has 0 ≤ t < n_codes."""
+        return self._m.n_codes
+
+    @property
+    def size(self) -> int:
+        """The square input side images are resized and cropped to."""
+        return self._m.size
+
+    @property
+    def downsample_factor(self) -> int:
+        """Pixels per token side (16)."""
+        return self._m.downsample_factor
+
+    @property
+    def weights(self) -> str:
+        """The weights file the model was loaded from."""
+        return os.fspath(self._m.weights)
+
+    def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
+        """The token grid (rows, columns) of a ``size``×``size`` input (default: ``self.size``);
+        384 → (24, 24). ``ValueError`` when ``size`` is not a multiple of 16."""
+        return tuple(self._m.grid(size))  # type: ignore[return-value]
+
+    def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
+        """Tokens of RGB images.
+
+        Args:
+            images: uint8 array (n, h, w, 3) (or one image (h, w, 3)), any h, w whose shorter
+                side is at least ``size`` (smaller needs ``upscale=True``).
+            batch_size: images per forward pass.
+            upscale: allow enlarging images smaller than ``size``.
+
+        Returns:
+            uint16 array (n, gh, gw) of codebook indices in raster order (int32 for a codebook
+            of more than 65,536 entries) — equal to ``imgseq vq encode`` of the same images.
+        """
+        return self._m.encode(images, batch_size, upscale)
+
+    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
+        """Images of token grids.
+
+        Args:
+            tokens: integer array (n, gh, gw) or (gh, gw); every value in ``0..n_codes``
+                (else ``ValueError`` naming the first bad cell).
+
+        Returns:
+            uint8 array (n, gh·16, gw·16, 3).
+        """
+        return self._m.decode(tokens, batch_size)
+
+    def __repr__(self) -> str:
+        return repr(self._m)
+
+
+class ViT:
+    """A Vision Transformer classifier (Hugging Face ViT layout) on the CPU.
+
+    Args:
+        weights: a checkpoint folder (``model.safetensors`` + ``config.json``, optionally the
+            run's ``training.json`` with the input preparation) or a ``.safetensors`` file with
+            ``config.json`` beside it; ``None``: the shipped Fashion-MNIST model.
+    """
+
+    def __init__(self, weights: Optional[PathLike] = None) -> None:
+        if weights is None:
+            weights = _default_file(DEFAULT_VIT, "model.safetensors").parent
+        self._m = _ext().ViT(os.fspath(weights))
+
+    @property
+    def labels(self) -> List[str]:
+        """Class names by label index."""
+        return list(self._m.labels)
+
+    @property
+    def image_size(self) -> int:
+        """The model's input side (32 for the shipped model)."""
+        return self._m.image_size
+
+    @property
+    def num_channels(self) -> int:
+        """Channels the model takes (1: gray)."""
+        return self._m.num_channels
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of one token embedding (48 for the shipped model)."""
+        return self._m.hidden_size
+
+    @property
+    def weights(self) -> str:
+        """The checkpoint the model was loaded from."""
+        return os.fspath(self._m.weights)
+
+    def embed(
+        self,
+        images: np.ndarray,
+        size: Optional[int] = None,
+        invert: bool = False,
+        batch_size: int = 64,
+    ) -> np.ndarray:
+        """Token embeddings (patch embeddings with CLS first, positions added) as
+        ``imgseq vit embed --npy`` writes them.
+
+        Args:
+            images: uint8 (n, h, w) gray or (n, h, w, 3) RGB (converted to the model's
+                channels; letterboxed and centred as in training).
+            size: input side (a multiple of the patch size, positions interpolated);
+                default the model's ``image_size``.
+            invert: invert gray levels first (Fashion-MNIST is a light object on black).
+
+        Returns:
+            float32 (n, 1 + patches, hidden): (n, 65, 48) for the shipped model.
+        """
+        return self._m.embed(images, size, invert, batch_size)
+
+    def classify(
+        self, images: np.ndarray, k: int = 1, invert: bool = False, batch_size: int = 64
+    ) -> List[List[Tuple[str, float]]]:
+        """The ``k`` most probable labels of each image, best first, as (label, probability)."""
+        return [[(str(l), float(p)) for l, p in row] for row in self._m.classify(images, k, invert, batch_size)]
+
+    def probabilities(self, images: np.ndarray, invert: bool = False) -> np.ndarray:
+        """Class probabilities, float32 (n, len(labels))."""
+        return self._m.probabilities(images, invert)
+
+    def __repr__(self) -> str:
+        return repr(self._m)
+
+
+_TOKENS = ".tokens.npy"
+_JSON = ".json"
+
+
+def _shard_files(source: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        if p.is_dir():
+            files = sorted(f for f in p.glob("*.tar") if not f.name.startswith("."))
+            if not files:
+                raise FileNotFoundError(f"{p}: no .tar token shards in this folder")
+            return files
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or folder")
+        return [p]
+    return [Path(s) for s in source]
+
+
+def read_token_shards(
+    source: Union[PathLike, Sequence[PathLike]],
+) -> Iterator[Dict[str, Any]]:
+    """Samples of the WebDataset token shards that ``imgseq vq tokenize`` writes.
+
+    Pure Python (``tarfile`` + ``numpy``): needs neither the compiled extension nor imgseq.
+
+    Args:
+        source: an output folder of ``imgseq vq tokenize`` (its ``*.tar`` shards, in name
+            order; unfinished hidden temporaries are ignored), one ``.tar`` shard, or a list
+            of shards.
+
+    Yields:
+        ``{"key": str, "tokens": ndarray (h, w) uint16 (int32 for > 65,536 codes),
+        "json": dict, "shard": str}`` in shard order.
+
+    Raises:
+        FileNotFoundError: no shard at ``source``.
+        ValueError: a shard member is not what the format says.
+    """
+    for shard in _shard_files(source):
+        with tarfile.open(shard, "r:") as tar:
+            sample: Optional[Dict[str, Any]] = None
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name
+                data = tar.extractfile(member)
+                assert data is not None
+                raw = data.read()
+                if name.endswith(_TOKENS):
+                    if sample is not None:
+                        yield sample
+                    key = name[: -len(_TOKENS)]
+                    tokens = np.load(io.BytesIO(raw), allow_pickle=False)
+                    if tokens.ndim != 2:
+                        raise ValueError(
+                            f"{shard}: {name} has shape {tokens.shape}, expected (h, w)"
+                        )
+                    sample = {"key": key, "tokens": tokens, "json": {}, "shard": str(shard)}
+                elif name.endswith(_JSON):
+                    key = name[: -len(_JSON)]
+                    if sample is None or sample["key"] != key:
+                        raise ValueError(f"{shard}: {name} does not follow its {key}{_TOKENS}")
+                    sample["json"] = json.loads(raw.decode("utf-8"))
+            if sample is not None:
+                yield sample
