@@ -146,10 +146,11 @@ impl Kind {
 
 fn parse_descr(path: &Path, descr: &str) -> Result<Kind> {
     let bad = |why: &str| Error::format(path, format!("unsupported dtype '{descr}' ({why})"));
-    if descr.len() < 2 {
+    // The first byte is the byte order; a multi-byte first character is no dtype (found by
+    // fuzzing: `split_at(1)` inside a character panics).
+    let Some((order, code)) = descr.split_at_checked(1).filter(|(_, c)| !c.is_empty()) else {
         return Err(bad("not a simple dtype"));
-    }
-    let (order, code) = descr.split_at(1);
+    };
     let kind = match code {
         "i1" => Kind::I1,
         "u1" | "b1" => Kind::U1,

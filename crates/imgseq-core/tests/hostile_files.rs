@@ -115,3 +115,16 @@ fn npy_header_lies_are_errors_before_allocating() {
     std::fs::write(&p, b).unwrap();
     one_line(read_npy(&p).unwrap_err(), &p);
 }
+
+/// Fuzzing finding (npy, crash-f20c63b4): a dtype whose first character is multi-byte made
+/// `parse_descr` slice inside a character and panic.
+#[test]
+fn npy_dtype_starting_with_a_multibyte_character_is_an_error_not_a_panic() {
+    let header = "{'descr': '\u{30a}4', 'fortran_order': False, 'shape': (), }";
+    let mut b = b"\x93NUMPY\x03\x00".to_vec();
+    b.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0]);
+    let e = imgseq_core::npy::parse_npy("t.npy", &b).unwrap_err();
+    assert!(one_line(e, Path::new("t.npy")).contains("unsupported dtype"));
+}

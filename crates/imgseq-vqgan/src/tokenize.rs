@@ -21,6 +21,7 @@ use imgseq_shards::source::{self, SampleRef};
 use imgseq_shards::wds::{self, ShardWriter};
 use imgseq_shards::Plan;
 use serde_json::{json, Map, Value};
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
@@ -162,18 +163,23 @@ pub fn tokenize(
         .map(|(s, i)| (s, index[i].clone()))
         .collect();
     let (size, upscale) = (o.size, o.upscale);
+    let chunk = o.batch;
     let producer = std::thread::spawn(move || {
-        for (shard, sample) in work {
-            let image = prepare(&sample, size, upscale);
-            if tx
-                .send(Item {
-                    shard,
-                    sample,
-                    image,
+        // A batch's worth of files at a time, decoded in parallel (the rayon pool is shared
+        // with the model, so both cores stay busy), sent on in order.
+        for part in work.chunks(chunk) {
+            let items: Vec<Item> = part
+                .par_iter()
+                .map(|(shard, sample)| Item {
+                    shard: *shard,
+                    sample: sample.clone(),
+                    image: prepare(sample, size, upscale),
                 })
-                .is_err()
-            {
-                return;
+                .collect();
+            for item in items {
+                if tx.send(item).is_err() {
+                    return;
+                }
             }
         }
     });
