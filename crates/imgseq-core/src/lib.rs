@@ -1,6 +1,7 @@
 //! Shared foundations of imgseq: errors, audited weight loading, atomic file output, image I/O,
 //! token files (`.npy`), datasets and image-quality metrics.
 
+pub mod budget;
 pub mod codes;
 pub mod data;
 pub mod error;

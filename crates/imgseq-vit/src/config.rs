@@ -187,7 +187,7 @@ impl ViTConfig {
 
     /// Refuses, before anything is allocated, inputs whose forward
     /// ([`forward_bytes`](Self::forward_bytes)) would need more memory than
-    /// [`imgseq_core::image_io::memory_limit`]. With `size_setting` the error names the
+    /// [`imgseq_core::budget::memory_limit`]. With `size_setting` the error names the
     /// setting `size` (the side of a square input chosen by the caller), else the input size.
     pub fn check_memory(
         &self,
@@ -197,7 +197,7 @@ impl ViTConfig {
         encoder: bool,
         size_setting: bool,
     ) -> Result<()> {
-        use imgseq_core::image_io::check_memory;
+        use imgseq_core::budget::check_memory;
         let Err(msg) = check_memory(self.forward_bytes(batch, h, w, encoder)) else {
             return Ok(());
         };
@@ -253,7 +253,7 @@ impl ViTConfig {
             }
         }
         // The model, weights and one image at the configured size must fit the memory limit.
-        if let Err(msg) = imgseq_core::image_io::check_memory(self.forward_bytes(
+        if let Err(msg) = imgseq_core::budget::check_memory(self.forward_bytes(
             1,
             self.image_size,
             self.image_size,

@@ -48,7 +48,7 @@ impl VqConfig {
 
     /// Refuses (before anything is allocated) a forward of `batch` images of
     /// `height`×`width` pixels that would need more memory than
-    /// [`image_io::memory_limit`]; the error names `batch_size` when one image would fit,
+    /// [`imgseq_core::budget::memory_limit`]; the error names `batch_size` when one image would fit,
     /// else `size` (the square input side) when given, else the input size.
     pub fn check_memory(
         &self,
@@ -57,10 +57,13 @@ impl VqConfig {
         width: usize,
         size: Option<usize>,
     ) -> Result<()> {
-        let Err(msg) = image_io::check_memory(self.forward_bytes(batch, height, width)) else {
+        let Err(msg) = imgseq_core::budget::check_memory(self.forward_bytes(batch, height, width))
+        else {
             return Ok(());
         };
-        if batch > 1 && image_io::check_memory(self.forward_bytes(1, height, width)).is_ok() {
+        if batch > 1
+            && imgseq_core::budget::check_memory(self.forward_bytes(1, height, width)).is_ok()
+        {
             return Err(Error::setting(
                 "batch_size",
                 batch,
@@ -172,7 +175,7 @@ pub fn decode_tokens(
                 "a {}x{} token grid decodes to a {hp}x{wp} image, which {}",
                 tokens.h,
                 tokens.w,
-                image_io::check_memory(cfg.forward_bytes(1, hp, wp)).unwrap_err()
+                imgseq_core::budget::check_memory(cfg.forward_bytes(1, hp, wp)).unwrap_err()
             )),
             e => e,
         });

@@ -9,6 +9,7 @@ mod tokenize_cmd;
 mod vit_cmd;
 mod vit_plot;
 mod vq_cmd;
+mod vq_train_cmd;
 mod weights_cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -205,15 +205,15 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     for p in m.shard_paths(&a.dir) {
         for s in wds::read_shard(&p)? {
             samples += 1;
+            if let Some((_, v)) = imgseq_core::codes::first_out_of_range(&s.tokens, n) {
+                bail!(
+                    "{}: {} has token {v}, outside the codebook of {n}",
+                    p.display(),
+                    s.key
+                );
+            }
             for &t in &s.tokens {
-                match usize::try_from(t).ok().filter(|&t| t < n) {
-                    Some(t) => counts[t] += 1,
-                    None => bail!(
-                        "{}: {} has token {t}, outside the codebook of {n}",
-                        p.display(),
-                        s.key
-                    ),
-                }
+                counts[t as usize] += 1;
             }
         }
     }

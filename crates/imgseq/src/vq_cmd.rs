@@ -3,16 +3,12 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::presets::{preset, PRESETS};
-use imgseq_vqgan::train::{self, TrainConfig};
 use imgseq_vqgan::{data, eval, inference, load_model, TokenGrid, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
 use crate::paths::default_model;
 
@@ -84,7 +80,7 @@ pub enum VqCmd {
     /// codebook/commitment loss (β = 0.25), k-means codebook init, dead-code restarts; no
     /// perceptual or adversarial loss. Checkpoints (model.safetensors, config.json,
     /// train.json, optimizer.safetensors, state.json) go to --out; --resume continues.
-    Train(Box<TrainArgs>),
+    Train(Box<crate::vq_train_cmd::TrainArgs>),
     /// Whole datasets → WebDataset token shards (resumable; job arrays with --num-shards/
     /// --shard-index); skipped images are listed in errors.jsonl.
     Tokenize(Box<crate::tokenize_cmd::TokenizeArgs>),
@@ -113,168 +109,6 @@ pub enum VqCmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// `imgseq vq train` options. A new run takes every option from the command line, whose
-/// defaults are the shipped model's recipe (`TrainConfig::default_for`); with --resume the
-/// run's train.json is used and only the options given on the command line override it (e.g.
-/// `--steps` to extend a run).
-#[derive(Args)]
-pub struct TrainArgs {
-    /// Image folder (or a .txt list of image paths); required unless resuming.
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Run folder for checkpoints.
-    #[arg(long, default_value = "runs/vq-small")]
-    out: PathBuf,
-    /// Architecture: a preset (`small`, `f16_1024`) or a config file (our config.json or
-    /// taming's model.yaml).
-    #[arg(long, default_value = "small")]
-    config: String,
-    /// Continue the run in --out from its last checkpoint (there must be one).
-    #[arg(long, conflicts_with = "overwrite")]
-    resume: bool,
-    /// Start a new run in --out even if it holds one (its run files are removed first).
-    #[arg(long)]
-    overwrite: bool,
-    /// Total optimiser steps.
-    #[arg(long, default_value_t = RECIPE.steps)]
-    steps: usize,
-    /// Side of the square random crops, a multiple of the downsampling factor.
-    #[arg(long, default_value_t = RECIPE.crop)]
-    crop: usize,
-    /// Images are cached with their shorter side resized to this before cropping.
-    #[arg(long, default_value_t = RECIPE.resize)]
-    resize: usize,
-    #[arg(long, default_value_t = RECIPE.batch_size)]
-    batch_size: usize,
-    /// From this step on, train on --context-crop crops in batches of --context-batch-size, so
-    /// that attention and GroupNorm see eval-size latents (0: never).
-    #[arg(long, default_value_t = RECIPE.context_from)]
-    context_from: usize,
-    #[arg(long, default_value_t = RECIPE.context_crop)]
-    context_crop: usize,
-    #[arg(long, default_value_t = RECIPE.context_batch_size)]
-    context_batch_size: usize,
-    /// Peak learning rate; warm-up then cosine decay to lr/10.
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.lr)]
-    lr: f64,
-    /// Adam β1 (taming uses 0.5, tuned for its GAN phase).
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.beta1)]
-    beta1: f64,
-    /// Adam β2.
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.beta2)]
-    beta2: f64,
-    /// Learning-rate warm-up steps.
-    #[arg(long, default_value_t = RECIPE.warmup)]
-    warmup: usize,
-    /// Train this many steps as a plain autoencoder (quantizer bypassed), then initialise the
-    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0).
-    #[arg(long, default_value_t = RECIPE.ae_warmup)]
-    ae_warmup: usize,
-    /// Weight of the L1 reconstruction loss.
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.l1)]
-    l1: f64,
-    /// Weight of the L2 reconstruction loss.
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.l2)]
-    l2: f64,
-    /// Weight of the image-gradient L1 (sharpening) loss.
-    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.sharp)]
-    sharp: f64,
-    /// No random horizontal flips.
-    #[arg(long)]
-    no_flip: bool,
-    /// Keep the colour channels in order (by default each crop gets a random order of r, g, b).
-    #[arg(long)]
-    no_shuffle_channels: bool,
-    /// Also crop from copies of every image with its shorter side resized to these sizes,
-    /// comma-separated; `none` for none.
-    #[arg(long, value_delimiter = ',', default_values_t = RECIPE.extra_scales.iter().map(ToString::to_string).collect::<Vec<_>>())]
-    extra_scales: Vec<String>,
-    /// Encoder outputs for the k-means codebook init (0: taming's uniform init).
-    #[arg(long, default_value_t = RECIPE.kmeans_rows)]
-    kmeans_rows: usize,
-    /// A code unused for this many steps is re-seeded from an encoder output (0: never).
-    #[arg(long, default_value_t = RECIPE.dead_after)]
-    dead_after: usize,
-    /// Look for dead codes every this many steps.
-    #[arg(long, default_value_t = RECIPE.restart_every)]
-    restart_every: usize,
-    /// Checkpoint every this many steps, and at the end.
-    #[arg(long, default_value_t = RECIPE.checkpoint_every)]
-    checkpoint_every: usize,
-    /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
-    /// of the run).
-    #[arg(long, default_value_t = RECIPE.log_every)]
-    log_every: usize,
-    #[arg(long, default_value_t = RECIPE.seed)]
-    seed: u64,
-}
-
-/// The shipped model's recipe: the one source of `vq train`'s defaults.
-static RECIPE: LazyLock<TrainConfig> = LazyLock::new(|| TrainConfig::default_for(""));
-
-impl TrainArgs {
-    /// Writes into `tc` every option given on the command line (`m`: this command's matches).
-    fn apply(&self, m: &ArgMatches, tc: &mut TrainConfig) -> Result<()> {
-        let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
-        macro_rules! take {
-            ($($field:ident),*) => {$(
-                if given(stringify!($field)) {
-                    tc.$field = self.$field;
-                }
-            )*};
-        }
-        take!(
-            steps,
-            crop,
-            resize,
-            batch_size,
-            context_from,
-            context_crop,
-            context_batch_size,
-            beta1,
-            beta2,
-            warmup,
-            ae_warmup,
-            l1,
-            l2,
-            sharp,
-            kmeans_rows,
-            dead_after,
-            restart_every,
-            checkpoint_every,
-            log_every,
-            seed
-        );
-        if let Some(d) = &self.data {
-            tc.data = d.clone();
-        }
-        if given("lr") {
-            tc.lr = self.lr;
-            tc.min_lr = self.lr / 10.0;
-        }
-        if self.no_flip {
-            tc.hflip = false;
-        }
-        if self.no_shuffle_channels {
-            tc.shuffle_channels = false;
-        }
-        if given("extra_scales") {
-            tc.extra_scales = self
-                .extra_scales
-                .iter()
-                .filter(|s| s.trim() != "none")
-                .map(|s| match s.trim().parse::<usize>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => bail!(
-                        "--extra-scales {s:?}: expected sizes in pixels like 512,640, or none"
-                    ),
-                })
-                .collect::<Result<_>>()?;
-        }
-        Ok(())
-    }
 }
 
 /// Which model to use.
@@ -340,7 +174,7 @@ pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
             let tm = m
                 .subcommand_matches("train")
                 .expect("clap parsed `vq train`");
-            train(&a, tm)
+            crate::vq_train_cmd::train(&a, tm)
         }
         VqCmd::Tokenize(a) => crate::tokenize_cmd::tokenize(&a),
         VqCmd::MergeManifests { dir } => crate::tokenize_cmd::merge(&dir),
@@ -354,86 +188,6 @@ pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
             json,
         } => eval(&data, &model, &pre, batch_size, json),
     }
-}
-
-fn model_config(spec: &str) -> Result<VqConfig> {
-    if let Some(c) = preset(spec) {
-        return Ok(c);
-    }
-    let p = Path::new(spec);
-    if !p.exists() {
-        bail!(
-            "--config {spec}: neither a preset ({}) nor an existing config file",
-            PRESETS.join(", ")
-        );
-    }
-    Ok(VqConfig::from_file(p)?)
-}
-
-/// [`train::checkpoint::check_start`] with the flags that settle it.
-fn check_start(out: &Path, resume: bool) -> Result<()> {
-    train::checkpoint::check_start(out, resume).map_err(|e| {
-        let hint = if resume {
-            "start one without --resume"
-        } else {
-            "--resume continues it, --overwrite starts over"
-        };
-        anyhow::anyhow!("{e} ({hint})")
-    })
-}
-
-fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
-    let (cfg, tc) = if a.resume {
-        check_start(&a.out, true)?;
-        let train_json = a.out.join(train::TRAIN_FILE);
-        let mut tc = TrainConfig::load(&train_json)?;
-        let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
-        a.apply(m, &mut tc)?;
-        // A bad value is the flag's when it was given, else the saved recipe's.
-        if let Err(e) = tc.validate(&cfg) {
-            return Err(match &e {
-                imgseq_core::Error::Setting { name, .. }
-                    if m.value_source(name) != Some(ValueSource::CommandLine) =>
-                {
-                    imgseq_core::Error::format(&train_json, e.to_string()).into()
-                }
-                _ => e.into(),
-            });
-        }
-        (cfg, tc)
-    } else {
-        let Some(data) = &a.data else {
-            bail!("--data DIR is required (an image folder or a .txt list of images)");
-        };
-        let cfg = model_config(&a.config)?;
-        let mut tc = TrainConfig::default_for(data);
-        a.apply(m, &mut tc)?;
-        tc.validate(&cfg)?;
-        if a.overwrite {
-            train::checkpoint::clear_run(&a.out)?;
-        }
-        check_start(&a.out, false)?;
-        (cfg, tc)
-    };
-    let st = train::train(&cfg, &tc, &a.out, a.resume, true)?;
-    let last = st.history.last();
-    println!(
-        "step {}/{}: loss {:.4}, PSNR {:.2} dB, codes used {}/{}, {} codes restarted in all; \
-         {:.0} s of training",
-        st.step,
-        tc.steps,
-        last.map_or(f64::NAN, |p| p.loss),
-        last.map_or(f64::NAN, |p| p.psnr),
-        last.map_or(0, |p| p.codes_used),
-        cfg.n_embed,
-        st.restarts_total,
-        st.seconds
-    );
-    println!(
-        "wrote {}/{{model.safetensors, config.json, train.json, optimizer.safetensors, state.json}}",
-        a.out.display()
-    );
-    Ok(())
 }
 
 fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) -> Result<()> {

@@ -198,11 +198,11 @@ impl TrainConfig {
     }
 
     /// Refuses crops and batches whose training steps would need more memory than
-    /// [`imgseq_core::image_io::memory_limit`]: a step keeps every layer's activations for
+    /// [`imgseq_core::budget::memory_limit`]: a step keeps every layer's activations for
     /// the backward pass, estimated as the forward's peak ([`VqConfig::forward_bytes`]) times
     /// two per convolution of the deepest level stack.
     fn check_memory(&self, cfg: &VqConfig) -> Result<()> {
-        use imgseq_core::image_io::check_memory;
+        use imgseq_core::budget::check_memory;
         let d = &cfg.ddconfig;
         let layers = (d.ch_mult.len() * (2 + 2 * d.num_res_blocks)) as u128;
         let bytes = |b: usize, s: usize| cfg.forward_bytes(b, s, s).saturating_mul(layers);
