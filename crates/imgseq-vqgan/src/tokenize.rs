@@ -20,8 +20,8 @@ use imgseq_shards::manifest::{
 use imgseq_shards::source::{self, SampleRef};
 use imgseq_shards::wds::{self, ShardWriter};
 use imgseq_shards::Plan;
-use serde_json::{json, Map, Value};
 use rayon::prelude::*;
+use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
