@@ -113,6 +113,52 @@ pub fn write_bytes_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
 
+/// Which of `files` exist in `dir` (links included, not followed).
+pub fn present_files(dir: &Path, files: &[&'static str]) -> Vec<&'static str> {
+    files
+        .iter()
+        .copied()
+        .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+        .collect()
+}
+
+/// The one rule for starting a training run in `dir` whose files are `run_files`: resuming
+/// needs a complete checkpoint (`state_file`, written last), a new run needs a folder without
+/// run files (a run is never overwritten by accident; [`clear_run`] removes one on purpose).
+pub fn check_run_start(
+    dir: &Path,
+    run_files: &[&'static str],
+    state_file: &str,
+    resume: bool,
+) -> Result<()> {
+    if resume && !dir.join(state_file).is_file() {
+        return Err(Error::format(
+            dir,
+            format!("no run to resume (no complete checkpoint: {state_file} is missing)"),
+        ));
+    }
+    let present = present_files(dir, run_files);
+    if !resume && !present.is_empty() {
+        return Err(Error::format(
+            dir,
+            format!(
+                "already holds a training run ({}); resume it, or remove it first",
+                present.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Removes the `run_files` present in `dir` (only those: other files and the folder stay).
+pub fn clear_run(dir: &Path, run_files: &[&'static str]) -> Result<()> {
+    for f in present_files(dir, run_files) {
+        let p = dir.join(f);
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+    }
+    Ok(())
+}
+
 /// The identity of an existing file: (device, inode) on Unix, the canonical path elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum FileId {

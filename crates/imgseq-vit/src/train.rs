@@ -206,39 +206,17 @@ pub const STATE_FILE: &str = "state.json";
 
 /// The run files present in `dir`.
 pub fn run_files(dir: &Path) -> Vec<&'static str> {
-    RUN_FILES
-        .into_iter()
-        .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
-        .collect()
+    imgseq_core::fsutil::present_files(dir, &RUN_FILES)
 }
 
-/// The rule for starting a run in `out`: resuming needs a complete checkpoint there (its
-/// `state.json`), a new run needs a folder without run files (a run is never overwritten by
-/// accident; [`clear_run`] removes one on purpose).
+/// [`imgseq_core::fsutil::check_run_start`] for this run folder's files.
 pub fn check_start(out: &Path, resume: bool) -> Result<()> {
-    let present = run_files(out);
-    if resume && !out.join(STATE_FILE).is_file() {
-        return Err(Error::format(out, "no run to resume (no state.json there)"));
-    }
-    if !resume && !present.is_empty() {
-        return Err(Error::format(
-            out,
-            format!(
-                "already holds a training run ({}); resume it, or remove it first",
-                present.join(", ")
-            ),
-        ));
-    }
-    Ok(())
+    imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
 }
 
 /// Removes the run files from `out` (only those: other files and the folder stay).
 pub fn clear_run(out: &Path) -> Result<()> {
-    for f in run_files(out) {
-        let p = out.join(f);
-        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-    }
-    Ok(())
+    imgseq_core::fsutil::clear_run(out, &RUN_FILES)
 }
 
 /// Progress of a run (saved as `state.json` after every epoch).

@@ -67,42 +67,17 @@ pub const RUN_FILES: [&str; 5] = [
 
 /// The run files present in `out`.
 pub fn run_files(out: &Path) -> Vec<&'static str> {
-    RUN_FILES
-        .into_iter()
-        .filter(|f| std::fs::symlink_metadata(out.join(f)).is_ok())
-        .collect()
+    imgseq_core::fsutil::present_files(out, &RUN_FILES)
 }
 
-/// The rule for starting a run in `out`: resuming needs a complete checkpoint there
-/// ([`has_checkpoint`]), a new run needs a folder without run files (a run is never
-/// overwritten by accident; [`clear_run`] removes one on purpose).
+/// [`imgseq_core::fsutil::check_run_start`] for this run folder's files.
 pub fn check_start(out: &Path, resume: bool) -> Result<()> {
-    if resume && !has_checkpoint(out) {
-        return Err(Error::format(
-            out,
-            format!("no run to resume (no complete checkpoint: {STATE_FILE} is missing)"),
-        ));
-    }
-    let present = run_files(out);
-    if !resume && !present.is_empty() {
-        return Err(Error::format(
-            out,
-            format!(
-                "already holds a training run ({}); resume it, or remove it first",
-                present.join(", ")
-            ),
-        ));
-    }
-    Ok(())
+    imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
 }
 
 /// Removes the run files from `out` (only those: other files and the folder stay).
 pub fn clear_run(out: &Path) -> Result<()> {
-    for f in run_files(out) {
-        let p = out.join(f);
-        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-    }
-    Ok(())
+    imgseq_core::fsutil::clear_run(out, &RUN_FILES)
 }
 
 /// The model's variables sorted by name (the order they are saved and initialised in).
