@@ -167,6 +167,26 @@ impl Classifier {
         Ok(self.model.forward(x, interpolate)?)
     }
 
+    /// The CLS token's final hidden state (after the last LayerNorm — what the classifier
+    /// head reads) of preprocessed images at the model's size: the features the Fréchet
+    /// distance of generated images is measured on ([`imgseq_core::frechet`]).
+    ///
+    /// # Shapes
+    /// (n, c, size, size) → (n, hidden)
+    pub fn cls_features(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, c, h, w) = x.dims4()?;
+        if c != self.cfg.num_channels || (h, w) != (self.cfg.image_size, self.cfg.image_size) {
+            return Err(Error::invalid(format!(
+                "the judge takes ({}, {s}, {s}) images, got ({c}, {h}, {w})",
+                self.cfg.num_channels,
+                s = self.cfg.image_size
+            )));
+        }
+        self.cfg.check_memory(b, h, w, true, false)?;
+        let hidden = self.model.vit.forward(x, false)?; // (n, 1 + patches, hidden)
+        Ok(hidden.narrow(1, 0, 1)?.squeeze(1)?) // (n, hidden)
+    }
+
     /// Class probabilities `(n, num_labels)` of preprocessed images at the model's size.
     pub fn probabilities(&self, x: &Tensor) -> Result<Tensor> {
         Ok(probabilities(&self.logits(x, false)?)?)

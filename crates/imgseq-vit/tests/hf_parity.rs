@@ -201,3 +201,23 @@ fn hf_vit_training_gradients_match_pytorch_autograd() {
     }
     assert!(worst.0 <= 1e-4, "grad.{}: rel err {}", worst.1, worst.0);
 }
+
+#[test]
+fn judge_cls_features_are_hf_last_hidden_state_token_0() {
+    // The Fréchet-distance features are the CLS row of HF's `last_hidden_state`.
+    let dev = Device::Cpu;
+    let clf = imgseq_vit::inference::Classifier::load(&fixtures().join("tiny")).unwrap();
+    let io = load_tensors(fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let x = &io["pixel_values"];
+    let f = clf.cls_features(x).unwrap();
+    let want = io["last_hidden_state"]
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap();
+    let e = rel_err(&f, &want);
+    assert!(e <= 1e-4, "cls features: rel err {e}");
+    // Another input size is refused, not interpolated.
+    let small = x.narrow(2, 0, 4).unwrap().narrow(3, 0, 4).unwrap();
+    assert!(clf.cls_features(&small).is_err());
+}
