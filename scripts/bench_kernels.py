@@ -3,7 +3,7 @@
 
 Usage: scripts/bench_kernels.py [FILTER] [--repeat N]
 
-Builds and runs `cargo run --release -p imgseq-kernels --example bench -- FILTER` N times
+Builds and runs `cargo run --release -p imgseq-kernels --example kernel_bench -- FILTER` N times
 (default 1) and keeps, per row, the best time of each side (other processes only ever add
 time). Prints `| op | pass | candle ms | ours ms | speedup |`.
 """
@@ -18,7 +18,7 @@ ROW = re.compile(
 
 
 def run_once(filt: str) -> list[tuple[str, str, float, float]]:
-    cmd = ["cargo", "run", "--quiet", "--release", "-p", "imgseq-kernels", "--example", "bench", "--", filt]
+    cmd = ["cargo", "run", "--quiet", "--release", "-p", "imgseq-kernels", "--example", "kernel_bench", "--", filt]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():

@@ -1,7 +1,7 @@
 //! Times every op at the real model shapes: the plain candle composite (`reference::*`)
 //! against the custom kernels (`ops::*`), forward and forward+backward.
 //!
-//! `cargo run --release -p imgseq-kernels --example bench [-- filter]`
+//! `cargo run --release -p imgseq-kernels --example kernel_bench [-- filter]`
 
 use candle_core::{DType, Device, Result, Tensor, Var};
 use imgseq_kernels::{ops, reference, Padding};
