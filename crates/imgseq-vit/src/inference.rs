@@ -187,6 +187,50 @@ impl Classifier {
         Ok(hidden.narrow(1, 0, 1)?.squeeze(1)?) // (n, hidden)
     }
 
+    /// The classifier as a judge of images (real, reconstructed or generated) on the model's
+    /// canvas: the evaluation report against `set`'s labels and the CLS features of every
+    /// image ([`cls_features`](Self::cls_features)), from one forward pass per batch.
+    ///
+    /// # Shapes
+    /// set: n images (c, size, size) u8 → features (n · hidden) row after row
+    pub fn judge(&self, set: &ImageSet, progress: bool) -> Result<(EvalReport, Vec<f32>)> {
+        if set.n == 0 {
+            return Err(Error::invalid("the set to judge has no images"));
+        }
+        let k = self.cfg.num_labels();
+        let mut confusion = vec![vec![0usize; k]; k];
+        let mut features = Vec::with_capacity(set.n * self.cfg.hidden_size);
+        let pb = progress.then(|| imgseq_core::progress::bar(set.n as u64, 0, "judge"));
+        let idx: Vec<usize> = (0..set.n).collect();
+        for chunk in idx.chunks(EVAL_BATCH) {
+            let (x, _) = make_batch(set, chunk, &self.normalize, None, &Device::Cpu)?;
+            let hidden = self.model.vit.forward(&x, false)?; // (b, n, hidden)
+            let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?; // (b, hidden)
+            features.extend(cls.flatten_all()?.to_vec1::<f32>()?);
+            let pred = self
+                .model
+                .classify(&hidden)?
+                .argmax(candle_core::D::Minus1)?
+                .to_vec1::<u32>()?;
+            for (&i, p) in chunk.iter().zip(pred) {
+                let t = set.labels[i] as usize;
+                if t >= k {
+                    return Err(Error::invalid(format!(
+                        "label {t} out of range for a {k}-class model"
+                    )));
+                }
+                confusion[t][p as usize] += 1;
+            }
+            if let Some(pb) = &pb {
+                pb.inc(chunk.len() as u64);
+            }
+        }
+        if let Some(pb) = pb {
+            pb.finish_and_clear();
+        }
+        Ok((EvalReport::from_confusion(confusion), features))
+    }
+
     /// Class probabilities `(n, num_labels)` of preprocessed images at the model's size.
     pub fn probabilities(&self, x: &Tensor) -> Result<Tensor> {
         Ok(probabilities(&self.logits(x, false)?)?)

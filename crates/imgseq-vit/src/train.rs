@@ -240,6 +240,32 @@ pub struct EvalReport {
     pub n: usize,
 }
 
+impl EvalReport {
+    /// Accuracy and per-class accuracy (NaN for a class with no images) from a confusion
+    /// matrix `[true][predicted]`.
+    pub fn from_confusion(confusion: Vec<Vec<usize>>) -> Self {
+        let k = confusion.len();
+        let n: usize = confusion.iter().flatten().sum();
+        let correct: usize = (0..k).map(|i| confusion[i][i]).sum();
+        let per_class = (0..k)
+            .map(|i| {
+                let tot: usize = confusion[i].iter().sum();
+                if tot == 0 {
+                    f64::NAN
+                } else {
+                    confusion[i][i] as f64 / tot as f64
+                }
+            })
+            .collect();
+        Self {
+            accuracy: correct as f64 / n.max(1) as f64,
+            per_class,
+            confusion,
+            n,
+        }
+    }
+}
+
 /// Mostly-HF initialisation: weights ~ N(0, 0.02) (truncated at 2σ), biases 0, norms 1/0,
 /// CLS token and positions ~ N(0, 0.02), drawn from a seeded RNG so runs are reproducible.
 pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
@@ -342,23 +368,7 @@ pub fn evaluate(
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    let correct: usize = (0..k).map(|i| confusion[i][i]).sum();
-    let per_class = (0..k)
-        .map(|i| {
-            let tot: usize = confusion[i].iter().sum();
-            if tot == 0 {
-                f64::NAN
-            } else {
-                confusion[i][i] as f64 / tot as f64
-            }
-        })
-        .collect();
-    Ok(EvalReport {
-        accuracy: correct as f64 / set.n as f64,
-        per_class,
-        confusion,
-        n: set.n,
-    })
+    Ok(EvalReport::from_confusion(confusion))
 }
 
 /// Trains (or, with `resume`, continues the run in `out`) a classifier; writes a checkpoint

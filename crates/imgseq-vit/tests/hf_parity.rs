@@ -221,3 +221,30 @@ fn judge_cls_features_are_hf_last_hidden_state_token_0() {
     let small = x.narrow(2, 0, 4).unwrap().narrow(3, 0, 4).unwrap();
     assert!(clf.cls_features(&small).is_err());
 }
+
+#[test]
+fn judge_reports_what_evaluate_and_cls_features_report() {
+    use imgseq_vit::data::{make_batch, ImageSet};
+    let clf = imgseq_vit::inference::Classifier::load(&fixtures().join("tiny")).unwrap();
+    let c = clf.cfg.num_channels;
+    let n = 37;
+    let mut seed = 11u64;
+    let bytes: Vec<u8> = (0..n * c * 32 * 32)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 56) as u8
+        })
+        .collect();
+    let labels: Vec<u16> = (0..n as u16).map(|i| i % 5).collect();
+    let names = (0..5).map(|i| format!("class_{i}")).collect();
+    let set = ImageSet::new(bytes, labels, (c, 32, 32), names).unwrap();
+    let (report, features) = clf.judge(&set, false).unwrap();
+    let want = clf.evaluate(&set, false).unwrap();
+    assert_eq!(report.confusion, want.confusion);
+    assert_eq!(report.accuracy, want.accuracy);
+    let idx: Vec<usize> = (0..n).collect();
+    let (x, _) = make_batch(&set, &idx, &clf.normalize, None, &Device::Cpu).unwrap();
+    let f = clf.cls_features(&x).unwrap();
+    let got = Tensor::from_vec(features, f.dims(), &Device::Cpu).unwrap();
+    assert!(rel_err(&got, &f) <= 1e-6);
+}
