@@ -28,7 +28,7 @@ pub struct GaussianStats {
 impl GaussianStats {
     /// Statistics of `n = features.len() / dim` vectors stored row after row.
     pub fn from_features(features: &[f32], dim: usize) -> Result<Self> {
-        if dim == 0 || features.len() % dim != 0 {
+        if dim == 0 || !features.len().is_multiple_of(dim) {
             return Err(Error::invalid(format!(
                 "{} feature values are not whole vectors of {dim}",
                 features.len()
