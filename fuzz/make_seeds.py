@@ -92,3 +92,28 @@ for ext in ["jpg", "webp"]:
     p = os.path.join(sys.prefix, "lib", "python3.%d" % sys.version_info[1], "test", "test_email", "data", "python." + ext)
     if os.path.exists(p):
         copy("image_header", p, "cpython_test_data." + ext)
+
+# vq_family_config: LlamaGen's and diffusers' config.json files of the parity fixtures, the
+# released models' configs and our `variant` objects.
+def seeds_vq_family_config():
+    for p in ["tests/fixtures/llamagen/config.json", "tests/fixtures/diffusers/vq/config.json",
+              "tests/fixtures/diffusers/amused/vqvae/config.json"]:
+        copy("vq_family_config", p, p.split("fixtures/")[1].replace("/", "_"))
+    llamagen_vq16 = {"codebook_size": 16384, "codebook_embed_dim": 8, "codebook_l2_norm": True,
+                     "codebook_show_usage": True, "commit_loss_beta": 0.25, "entropy_loss_ratio": 0.0,
+                     "encoder_ch_mult": [1, 1, 2, 2, 4], "decoder_ch_mult": [1, 1, 2, 2, 4],
+                     "z_channels": 256, "dropout_p": 0.0}
+    put("vq_family_config", "llamagen_vq16.json", json.dumps(llamagen_vq16).encode())
+    amused = {"_class_name": "VQModel", "act_fn": "silu", "block_out_channels": [128, 256, 256, 512, 768],
+              "down_block_types": ["DownEncoderBlock2D"] * 5, "up_block_types": ["UpDecoderBlock2D"] * 5,
+              "force_upcast": True, "in_channels": 3, "latent_channels": 64, "layers_per_block": 2,
+              "lookup_from_codebook": True, "mid_block_add_attention": False, "norm_num_groups": 32,
+              "norm_type": "group", "num_vq_embeddings": 8192, "out_channels": 3, "sample_size": 32,
+              "scaling_factor": 0.18215, "vq_embed_dim": None}
+    put("vq_family_config", "amused_vqvae.json", json.dumps(amused).encode())
+    put("vq_family_config", "variant.json", json.dumps(
+        {"family": "diffusers", "norm_groups": 8, "mid_attn": False, "l2_norm": True,
+         "distance": "cdist", "resize": "adm_center_crop", "range": "zero_one"}).encode())
+    put("vq_family_config", "movq.json", json.dumps(dict(amused, norm_type="spatial")).encode())
+
+seeds_vq_family_config()

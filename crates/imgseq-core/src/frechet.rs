@@ -267,10 +267,7 @@ mod tests {
     #[test]
     fn matches_scipy_sqrtm_formula() {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/frechet");
-        let read = |name: &str| {
-            let a = npy::read_npy_f32(dir.join(name)).unwrap();
-            a
-        };
+        let read = |name: &str| npy::read_npy_f32(dir.join(name)).unwrap();
         let (sa, fa) = read("a.npy");
         let (sb, fb) = read("b.npy");
         let want: f64 = std::fs::read_to_string(dir.join("expected.json"))

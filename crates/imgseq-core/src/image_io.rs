@@ -217,14 +217,14 @@ pub fn load_rgb(path: impl AsRef<Path>) -> Result<RgbImage> {
 /// (which torchvision's `Grayscale` and the Fashion-MNIST-style pipelines use).
 pub fn rgb_to_gray(img: &RgbImage) -> GrayImage {
     let (w, h) = img.dimensions();
-    let data = img
-        .as_raw()
-        .chunks_exact(3)
-        .map(|p| {
-            ((p[0] as u32 * 19595 + p[1] as u32 * 38470 + p[2] as u32 * 7471 + 0x8000) >> 16) as u8
-        })
-        .collect();
+    let data = img.as_raw().chunks_exact(3).map(luma).collect();
     GrayImage::from_raw(w, h, data).expect("buffer size matches")
+}
+
+/// The ITU-R 601 luma of one RGB pixel `[r, g, b]`, as [`rgb_to_gray`] computes it (a gray
+/// pixel, r = g = b, keeps its value).
+pub fn luma(p: &[u8]) -> u8 {
+    ((p[0] as u32 * 19595 + p[1] as u32 * 38470 + p[2] as u32 * 7471 + 0x8000) >> 16) as u8
 }
 
 /// Loads an image as 8-bit gray: gray files are taken as they are, colour files are converted

@@ -285,6 +285,8 @@ impl CustomOp1 for Softmax {
 
 pub struct Attention {
     pub scale: f64,
+    /// Query i attends to keys 0..=i only (decoder self-attention).
+    pub causal: bool,
 }
 
 /// The (b, h, n, d) view of an attention operand (any strides: the GEMMs take them as given).
@@ -313,7 +315,7 @@ pub fn attn_view(l: &Layout) -> Result<(attn::View, attn::Dims)> {
 
 #[allow(clippy::too_many_arguments)]
 fn attn_fwd<T: Real>(
-    scale: f64,
+    mode: attn::Mode,
     s1: &CpuStorage,
     l1: &Layout,
     s2: &CpuStorage,
@@ -336,7 +338,7 @@ fn attn_fwd<T: Real>(
     let q = T::cpu_storage_as_slice(s1)?;
     let k = T::cpu_storage_as_slice(s2)?;
     let v = T::cpu_storage_as_slice(s3)?;
-    let out = attn::attention(q, qv, k, kv, v, vv, dims, scale);
+    let out = attn::attention(q, qv, k, kv, v, vv, dims, mode);
     // Laid out (b, n, h, d); ops::attention transposes it back to (b, h, n, d).
     Ok((
         T::to_cpu_storage_owned(out),
@@ -345,7 +347,7 @@ fn attn_fwd<T: Real>(
 }
 
 fn attn_bwd<T: Real>(
-    scale: f64,
+    mode: attn::Mode,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -368,7 +370,7 @@ fn attn_bwd<T: Real>(
                         vv,
                         gs,
                         dims,
-                        scale,
+                        mode,
                     ))
                 })
             })
@@ -378,6 +380,15 @@ fn attn_bwd<T: Real>(
     let (b, h, n, d) = q.dims4()?;
     let back = |x: Vec<T>| Tensor::from_vec(x, (b, n, h, d), q.device())?.transpose(1, 2);
     Ok((back(dq)?, back(dk)?, back(dv)?))
+}
+
+impl Attention {
+    fn mode(&self) -> attn::Mode {
+        attn::Mode {
+            scale: self.scale,
+            causal: self.causal,
+        }
+    }
 }
 
 impl CustomOp3 for Attention {
@@ -395,7 +406,7 @@ impl CustomOp3 for Attention {
     ) -> Result<(CpuStorage, Shape)> {
         dispatch!(
             storage_dtype(s1),
-            attn_fwd(self.scale, s1, l1, s2, l2, s3, l3)
+            attn_fwd(self.mode(), s1, l1, s2, l2, s3, l3)
         )
     }
     fn bwd(
@@ -406,7 +417,7 @@ impl CustomOp3 for Attention {
         _res: &Tensor,
         g: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dq, dk, dv) = dispatch!(q.dtype(), attn_bwd(self.scale, q, k, v, g))?;
+        let (dq, dk, dv) = dispatch!(q.dtype(), attn_bwd(self.mode(), q, k, v, g))?;
         Ok((Some(dq), Some(dk), Some(dv)))
     }
 }

@@ -118,13 +118,35 @@ pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
 /// # Shapes
 /// q, k, v: (b, heads, n, d) → (b, heads, n, d)
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    attention_masked(q, k, v, scale, false)
+}
+
+/// Causal scaled dot-product attention (decoder self-attention): query i attends to keys
+/// 0..=i only, softmax(q·kᵀ·scale + mask)·v with mask −∞ above the diagonal.
+///
+/// # Shapes
+/// q, k, v: (b, heads, n, d) → (b, heads, n, d)
+pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    attention_masked(q, k, v, scale, true)
+}
+
+fn attention_masked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+    causal: bool,
+) -> Result<Tensor> {
     if fast(&[q, k, v]) && q.rank() == 4 && q.dims() == k.dims() && q.dims() == v.dims() {
         // The kernel reads q/k/v through their strides (head-split or channel-major views
         // need no copy). It writes (b, n, h, d): the result is a (b, h, n, d) view of it, so the usual
         // `.transpose(1, 2).reshape((b, n, h·d))` that merges the heads costs no copy.
         return q
-            .apply_op3(k, v, custom::Attention { scale })?
+            .apply_op3(k, v, custom::Attention { scale, causal })?
             .transpose(1, 2);
+    }
+    if causal {
+        return reference::causal_attention(q, k, v, scale);
     }
     reference::attention(q, k, v, scale)
 }

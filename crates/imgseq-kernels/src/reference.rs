@@ -103,6 +103,22 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tenso
     att.matmul(&v.contiguous()?)
 }
 
+/// Causal attention: scores above the diagonal (key j > query i) set to −∞ before the softmax.
+///
+/// # Shapes
+/// q, k, v: (b, heads, n, d) → (b, heads, n, d)
+pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Tensor> {
+    let n = q.dim(2)?;
+    let mask: Vec<f32> = (0..n)
+        .flat_map(|i| (0..n).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    let mask = Tensor::from_vec(mask, (n, n), q.device())?.to_dtype(q.dtype())?;
+    let att = (q.contiguous()?.matmul(&k.t()?.contiguous()?)? * scale)?;
+    let att = att.broadcast_add(&mask)?;
+    let att = softmax_last_dim(&att)?;
+    att.matmul(&v.contiguous()?)
+}
+
 /// Linear layer with PyTorch's weight layout.
 ///
 /// # Shapes

@@ -5,15 +5,21 @@
 //! writes them: members grouped by key (the path up to the first `.` of the file name), an
 //! image `KEY.jpg|jpeg|png|webp|bmp` and optional `KEY.json`, `KEY.txt` (caption) and
 //! `KEY.cls` (label), which are kept as metadata. Listing reads names and sizes only; the bytes
-//! are read when a sample is processed, so memory does not grow with the images.
+//! are read when a sample is processed, so memory does not grow with the images. An IDX image
+//! file (`train-images-idx3-ubyte[.gz]`, MNIST layout) is the exception: it is read whole and
+//! every image held in memory as a small gray PNG, with its label from the label file beside it.
 
 use imgseq_core::data::folder::list_images;
+use imgseq_core::data::idx::{
+    is_idx_images_name, read_idx_images, read_idx_labels, sibling_labels, FASHION_MNIST_CLASSES,
+};
 use imgseq_core::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// Largest image file or tar member read (bigger ones are skipped as errors).
 pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
@@ -27,6 +33,8 @@ const META_EXTS: [&str; 3] = ["json", "txt", "cls"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     File(PathBuf),
+    /// Bytes held in memory: an IDX image re-encoded as PNG, or its label as text.
+    Inline(Arc<Vec<u8>>),
     /// The data of a tar member: `size` bytes at `offset` of `tar`.
     TarMember {
         tar: PathBuf,
@@ -57,6 +65,7 @@ impl Location {
                     .map_err(|e| Error::io(p, e))?;
                 Ok(v)
             }
+            Location::Inline(bytes) => Ok(bytes.as_ref().clone()),
             Location::TarMember { tar, offset, size } => {
                 if *size > limit {
                     return Err(Error::format(
@@ -118,6 +127,9 @@ impl SampleRef {
                 "txt" => {
                     meta.insert("caption".into(), Value::String(text));
                 }
+                "class" => {
+                    meta.insert("class".into(), Value::String(text));
+                }
                 _ => {
                     let label = text
                         .parse::<i64>()
@@ -150,6 +162,8 @@ pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
             }
         } else if has_ext(src, "tar") {
             all.extend(tar_samples(src)?);
+        } else if is_idx_images_name(src) {
+            all.extend(idx_samples(src)?);
         } else if has_ext(src, "txt") {
             all.extend(list_samples(src)?);
         } else if IMAGE_EXTS.iter().any(|e| has_ext(src, e)) {
@@ -158,7 +172,8 @@ pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
         } else {
             return Err(Error::format(
                 src,
-                "not a folder, a .txt list of images, a WebDataset .tar or an image",
+                "not a folder, a .txt list of images, a WebDataset .tar, an IDX image file \
+                 (…-images-idx3-ubyte[.gz]) or an image",
             ));
         }
     }
@@ -204,6 +219,76 @@ fn file_sample(rel: &Path, path: PathBuf) -> SampleRef {
         image: Location::File(path),
         meta: Vec::new(),
     }
+}
+
+/// The samples of an IDX image file (MNIST layout) and its label file beside it
+/// ([`sibling_labels`], required): keys `PREFIX-NNNNN` (the file name up to `-images`, e.g.
+/// `train-00042`, the index zero-padded to 5 digits or more), the image re-encoded as a gray
+/// PNG at its stored size, the label as `label` and, when the file's path names Fashion-MNIST
+/// (contains `fashion`), its class name as `class`.
+fn idx_samples(images: &Path) -> Result<Vec<SampleRef>> {
+    let (n, h, w, pixels) = read_idx_images(images)?;
+    let labels_path = sibling_labels(images)?;
+    let labels = read_idx_labels(&labels_path)?;
+    if labels.len() != n {
+        return Err(Error::format(
+            &labels_path,
+            format!(
+                "{} labels for the {n} images of {}",
+                labels.len(),
+                images.display()
+            ),
+        ));
+    }
+    let fashion = images
+        .to_string_lossy()
+        .to_ascii_lowercase()
+        .contains("fashion");
+    if let Some(&bad) = labels
+        .iter()
+        .find(|&&l| fashion && l as usize >= FASHION_MNIST_CLASSES.len())
+    {
+        return Err(Error::format(
+            &labels_path,
+            format!("label {bad} is not a Fashion-MNIST class (0-9)"),
+        ));
+    }
+    let name = images.file_name().unwrap_or_default().to_string_lossy();
+    let prefix = name
+        .split("-images")
+        .next()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("idx")
+        .replace('.', "_");
+    let digits = n.saturating_sub(1).to_string().len().max(5);
+    let inline = |b: Vec<u8>| Location::Inline(Arc::new(b));
+    (0..n)
+        .map(|i| {
+            let img = image::GrayImage::from_raw(
+                w as u32,
+                h as u32,
+                pixels[i * h * w..(i + 1) * h * w].to_vec(),
+            )
+            .expect("buffer size matches");
+            let mut png = Vec::new();
+            img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .map_err(|e| Error::format(images, format!("image {i}: {e}")))?;
+            let mut meta = vec![(
+                "cls".to_string(),
+                inline(labels[i].to_string().into_bytes()),
+            )];
+            if fashion {
+                let class = FASHION_MNIST_CLASSES[labels[i] as usize];
+                meta.push(("class".to_string(), inline(class.as_bytes().to_vec())));
+            }
+            Ok(SampleRef {
+                key: format!("{prefix}-{i:0digits$}"),
+                source: format!("{}:{i}", images.display()),
+                image: inline(png),
+                meta,
+            })
+        })
+        .collect()
 }
 
 fn list_samples(list: &Path) -> Result<Vec<SampleRef>> {
@@ -314,6 +399,82 @@ mod tests {
         );
         assert_eq!(split_member("x.jpg"), Some(("x", "jpg")));
         assert_eq!(split_member("noext"), None);
+    }
+
+    fn idx_file(magic: u32, dims: &[u32], data: &[u8]) -> Vec<u8> {
+        let mut v = magic.to_be_bytes().to_vec();
+        for d in dims {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        v.extend_from_slice(data);
+        v
+    }
+
+    #[test]
+    fn idx_files_are_a_source_with_labels_and_class_names() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("Fashion-MNIST");
+        std::fs::create_dir_all(&dir).unwrap();
+        let images = dir.join("train-images-idx3-ubyte");
+        let pixels: Vec<u8> = (0..3 * 2 * 3).map(|i| i as u8 * 10).collect();
+        std::fs::write(&images, idx_file(0x803, &[3, 2, 3], &pixels)).unwrap();
+        let labels = dir.join("train-labels-idx1-ubyte");
+        std::fs::write(&labels, idx_file(0x801, &[3], &[9, 0, 4])).unwrap();
+
+        let idx = index(std::slice::from_ref(&images)).unwrap();
+        let keys: Vec<&str> = idx.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["train-00000", "train-00001", "train-00002"]);
+        let s = idx[2].load().unwrap();
+        assert_eq!(s.source, format!("{}:2", images.display()));
+        assert_eq!(s.meta["label"], 4);
+        assert_eq!(s.meta["class"], "Coat");
+        let img = image::load_from_memory(&s.image).unwrap();
+        let img = img.as_luma8().expect("stored as a gray PNG");
+        assert_eq!(img.dimensions(), (3, 2));
+        assert_eq!(img.as_raw(), &pixels[12..18]);
+        assert_eq!(idx[0].load().unwrap().meta["class"], "Ankle boot");
+
+        // Outside a Fashion-MNIST folder the label is kept, without a class name.
+        let other = d.path().join("digits");
+        std::fs::create_dir_all(&other).unwrap();
+        let images2 = other.join("t10k-images-idx3-ubyte");
+        std::fs::copy(&images, &images2).unwrap();
+        std::fs::write(
+            other.join("t10k-labels-idx1-ubyte"),
+            idx_file(0x801, &[3], &[9, 0, 4]),
+        )
+        .unwrap();
+        let s = index(std::slice::from_ref(&images2)).unwrap()[1]
+            .load()
+            .unwrap();
+        assert_eq!(
+            (s.key.as_str(), &s.meta["label"]),
+            ("t10k-00001", &serde_json::json!(0))
+        );
+        assert!(!s.meta.contains_key("class"));
+
+        // Labels that do not fit the images are an error naming the label file.
+        std::fs::write(&labels, idx_file(0x801, &[2], &[9, 0])).unwrap();
+        let e = index(std::slice::from_ref(&images))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("train-labels-idx1-ubyte: 2 labels for the 3 images"),
+            "{e}"
+        );
+        std::fs::write(&labels, idx_file(0x801, &[3], &[9, 0, 10])).unwrap();
+        let e = index(std::slice::from_ref(&images))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("label 10 is not a Fashion-MNIST class"), "{e}");
+        std::fs::remove_file(&labels).unwrap();
+        let e = index(std::slice::from_ref(&images))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("train-labels-idx1-ubyte[.gz] is not beside it"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -131,13 +131,40 @@ impl Checkpoint {
             .collect()
     }
 
-    /// The tensor entries of the `state_dict` entry, or of the root dict if it has none.
+    /// The top-level entry that holds the model's tensors, if not the root dict itself:
+    /// `state_dict` (Lightning); else, when the root holds no tensor, `ema` or `model` (in
+    /// that order, as LlamaGen's own loaders pick them).
+    pub fn state_dict_key(&self) -> Option<String> {
+        let Value::Dict(d) = &self.root else {
+            return None;
+        };
+        let d = d.borrow();
+        let dict_at = |name: &str| {
+            d.iter()
+                .any(|(k, v)| matches!((k, v), (Value::Str(k), Value::Dict(_)) if &**k == name))
+        };
+        if dict_at("state_dict") {
+            return Some("state_dict".into());
+        }
+        if d.iter().any(|(_, v)| matches!(v, Value::Tensor(_))) {
+            return None;
+        }
+        ["ema", "model"]
+            .into_iter()
+            .find(|n| dict_at(n))
+            .map(str::to_string)
+    }
+
+    /// The tensor entries of [`Self::state_dict_key`]'s entry, or of the root dict.
     fn state_dict_refs(&self) -> Result<Vec<(String, Rc<TensorRef>)>> {
         let path = self.archive.path();
+        let key = self.state_dict_key();
         let dict = match &self.root {
             Value::Dict(d) => {
                 let sd = d.borrow().iter().find_map(|(k, v)| match (k, v) {
-                    (Value::Str(k), Value::Dict(sd)) if &**k == "state_dict" => Some(sd.clone()),
+                    (Value::Str(k), Value::Dict(sd)) if Some(&**k) == key.as_deref() => {
+                        Some(sd.clone())
+                    }
                     _ => None,
                 });
                 sd.unwrap_or_else(|| d.clone())
@@ -165,9 +192,10 @@ impl Checkpoint {
         Ok(entries)
     }
 
-    /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, or the
-    /// top-level dict itself for a plain `torch.save(model.state_dict())`. Entries in file
-    /// order; non-tensor values are skipped.
+    /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, the
+    /// top-level dict itself for a plain `torch.save(model.state_dict())`, or LlamaGen's
+    /// `ema` / `model` entry ([`Self::state_dict_key`]). Entries in file order; non-tensor
+    /// values are skipped.
     pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
         let entries = self.state_dict_refs()?;
         // Storage bytes are kept only while a later tensor still needs them, so the peak is

@@ -16,6 +16,7 @@
 //! Our own `config.json` (written beside converted safetensors) is the JSON form of
 //! [`VqConfig`]: `{"embed_dim": .., "n_embed": .., "ddconfig": {..}}`.
 
+use crate::family::{Variant, MAX_GROUPS};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -54,6 +55,10 @@ pub struct VqConfig {
     /// taming's `legacy=True` loss (β on the codebook term); the released checkpoints use it.
     #[serde(default = "default_legacy")]
     pub legacy: bool,
+    /// How the model differs from taming's (LlamaGen, diffusers; see [`crate::family`]).
+    /// Absent in taming's and imgseq's own configs, and not written for them.
+    #[serde(default, skip_serializing_if = "Variant::is_taming")]
+    pub variant: Variant,
 }
 
 /// Most levels (`ch_mult` entries) a model may have: a downsampling factor of 2^15.
@@ -125,6 +130,7 @@ impl VqConfig {
             n_embed: 1024,
             beta: 0.25,
             legacy: true,
+            variant: Variant::default(),
         }
     }
 
@@ -226,6 +232,12 @@ impl VqConfig {
                 return bad(format!("`{name}` is {v}; at most {max}"));
             }
         }
+        let groups = self.variant.norm_groups;
+        if groups == 0 || groups > MAX_GROUPS {
+            return bad(format!(
+                "`variant.norm_groups` is {groups}; must be 1 to {MAX_GROUPS}"
+            ));
+        }
         for (i, m) in d.ch_mult.iter().enumerate() {
             let c = d.ch.checked_mul(*m).filter(|&c| c <= MAX_CHANNELS);
             let Some(c) = c else {
@@ -235,9 +247,10 @@ impl VqConfig {
                     d.ch
                 ));
             };
-            if c == 0 || !c.is_multiple_of(32) {
+            if c == 0 || !c.is_multiple_of(groups) {
                 return bad(format!(
-                    "level {i} has {c} channels; GroupNorm(32) needs a positive multiple of 32"
+                    "level {i} has {c} channels; GroupNorm({groups}) needs a positive multiple \
+                     of {groups}"
                 ));
             }
         }
@@ -284,6 +297,11 @@ impl VqConfig {
     pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
         let v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))?;
+        if crate::family::family_of_config(&v) != crate::family::Family::Taming {
+            // A LlamaGen or diffusers `config.json` (its shape defaults where only weights
+            // can tell, see [`crate::family`]).
+            return crate::family::config_from_json_value(&v, path, None);
+        }
         let cfg = Self::from_json_value(&v, path)?;
         cfg.validate(path)?;
         Ok(cfg)
@@ -298,7 +316,11 @@ impl VqConfig {
             n_embed: from_field(v, "n_embed", "", path)?,
             beta: 0.25,
             legacy: true,
+            variant: Variant::default(),
         };
+        if let Some(x) = v.get("variant") {
+            cfg.variant = Variant::from_json(x, path)?;
+        }
         if let Some(b) = v.get("beta") {
             cfg.beta = convert(b, "beta", path)?;
         }
@@ -338,6 +360,7 @@ impl VqConfig {
             n_embed: from_field(params, "n_embed", "model.params.", path)?,
             beta: 0.25,
             legacy: true,
+            variant: Variant::default(),
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -475,6 +498,12 @@ model:
         let p = dir.path().join("config.json");
         std::fs::write(&p, c.to_json_string()).unwrap();
         assert_eq!(VqConfig::from_json_file(&p).unwrap(), c);
+        // A taming config is written exactly as before the families came: no `variant`.
+        assert!(!c.to_json_string().contains("variant"));
+        let mut l = c.clone();
+        l.variant = crate::family::Variant::llamagen(true);
+        std::fs::write(&p, l.to_json_string()).unwrap();
+        assert_eq!(VqConfig::from_json_file(&p).unwrap(), l);
         std::fs::write(&p, r#"{"embed_dim": 4, "n_embed": 8}"#).unwrap();
         let e = VqConfig::from_json_file(&p).unwrap_err().to_string();
         assert!(e.ends_with("missing field `ddconfig`"), "{e}");

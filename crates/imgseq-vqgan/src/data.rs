@@ -89,6 +89,55 @@ pub fn load_square(paths: &[PathBuf], size: u32, upscale: bool) -> Result<Vec<Rg
         .collect()
 }
 
+/// The tokenizer's preprocessing for a model with `channels` input channels: [`load_square`],
+/// then, for a gray model (1), each picture as its luma ([`as_gray`]), so that scores
+/// compare a reconstruction with what the model saw.
+pub fn load_square_for(
+    paths: &[PathBuf],
+    size: u32,
+    upscale: bool,
+    channels: usize,
+) -> Result<Vec<RgbImage>> {
+    let imgs = load_square(paths, size, upscale)?;
+    Ok(if channels == 1 {
+        imgs.iter().map(as_gray).collect()
+    } else {
+        imgs
+    })
+}
+
+/// A picture as its ITU-R 601 luma ([`image_io::rgb_to_gray`]), kept as RGB (r = g = b): how
+/// a gray model's inputs and outputs travel through the RGB pipeline.
+pub fn as_gray(img: &RgbImage) -> RgbImage {
+    image::DynamicImage::ImageLuma8(image_io::rgb_to_gray(img)).to_rgb8()
+}
+
+/// A picture as the model's input tensor for `channels` (1: its luma, 3: RGB), in [-1, 1].
+///
+/// # Shapes
+/// n images of s×s → (n, channels, s, s)
+pub fn to_input(imgs: &[RgbImage], channels: usize) -> Result<Tensor> {
+    match channels {
+        3 => to_batch(imgs),
+        1 => {
+            let ts = imgs
+                .iter()
+                .map(|i| {
+                    image_io::to_tensor_chw(
+                        &image_io::rgb_to_gray(i),
+                        PixelRange::MinusOneOne,
+                        &Device::Cpu,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Tensor::stack(&ts, 0)?)
+        }
+        c => Err(Error::invalid(format!(
+            "a model with {c} input channels cannot read images (1: gray, 3: RGB)"
+        ))),
+    }
+}
+
 /// Images as the model's input, scaled to [-1, 1] (taming's `x/127.5 − 1`).
 ///
 /// # Shapes
@@ -128,26 +177,46 @@ pub fn load_training_images(
         .collect()
 }
 
+/// The images of an IDX image file (Fashion-MNIST) centred on a zero `side`×`side` canvas
+/// ([`imgseq_core::data::idx::load_idx_images_centered`], the ViT's geometry), as gray RGB
+/// images (r = g = b, so [`random_crops`] with one channel gives back the stored pixels).
+pub fn load_idx_training_images(path: &Path, side: usize) -> Result<Vec<RgbImage>> {
+    let gray = imgseq_core::data::idx::load_idx_images_centered(path, side)?;
+    Ok(gray
+        .into_par_iter()
+        .map(|g| image::DynamicImage::ImageLuma8(g).to_rgb8())
+        .collect())
+}
+
 /// A batch of random `crop`×`crop` crops (random image, random offset, optional horizontal
 /// flip, optional random order of the colour channels) drawn from a generator seeded with
-/// `seed`, in [-1, 1].
+/// `seed`, in [-1, 1]. `channels` 1: the crops' luma ([`image_io::luma`]; channel shuffling
+/// then changes nothing), 3: RGB.
 ///
 /// # Shapes
-/// → (batch, 3, crop, crop)
+/// → (batch, channels, crop, crop)
 pub fn random_crops(
     images: &[RgbImage],
     crop: usize,
     batch: usize,
     hflip: bool,
     shuffle_channels: bool,
+    channels: usize,
     seed: u64,
 ) -> Result<Tensor> {
+    if channels != 1 && channels != 3 {
+        return Err(Error::setting(
+            "in_channels",
+            channels,
+            "must be 1 (gray) or 3 (RGB) to train on images",
+        ));
+    }
     if images.is_empty() {
         return Err(Error::invalid("no training images"));
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let plane = crop * crop;
-    let mut out = vec![0f32; batch * 3 * plane];
+    let mut out = vec![0f32; batch * channels * plane];
     for b in 0..batch {
         let img = &images[rng.random_range(0..images.len())];
         let (w, h) = (img.width() as usize, img.height() as usize);
@@ -174,19 +243,27 @@ pub fn random_crops(
             PERMS[0]
         };
         let raw = img.as_raw();
-        let dst = &mut out[b * 3 * plane..(b + 1) * 3 * plane];
+        let dst = &mut out[b * channels * plane..(b + 1) * channels * plane];
         for y in 0..crop {
             let row = (oy + y) * w;
             for x in 0..crop {
                 let sx = if flip { crop - 1 - x } else { x };
                 let px = &raw[(row + ox + sx) * 3..(row + ox + sx) * 3 + 3];
+                if channels == 1 {
+                    dst[y * crop + x] = PixelRange::MinusOneOne.to_f32(image_io::luma(px));
+                    continue;
+                }
                 for c in 0..3 {
                     dst[perm[c] * plane + y * crop + x] = PixelRange::MinusOneOne.to_f32(px[c]);
                 }
             }
         }
     }
-    Ok(Tensor::from_vec(out, (batch, 3, crop, crop), &Device::Cpu)?)
+    Ok(Tensor::from_vec(
+        out,
+        (batch, channels, crop, crop),
+        &Device::Cpu,
+    )?)
 }
 
 #[cfg(test)]
@@ -244,8 +321,8 @@ mod tests {
         let mut moved = 0;
         for seed in 0..12 {
             let one = std::slice::from_ref(&img);
-            let plain = planes(&random_crops(one, 16, 1, true, false, seed).unwrap());
-            let shuf = planes(&random_crops(one, 16, 1, true, true, seed).unwrap());
+            let plain = planes(&random_crops(one, 16, 1, true, false, 3, seed).unwrap());
+            let shuf = planes(&random_crops(one, 16, 1, true, true, 3, seed).unwrap());
             let mut a = plain.clone();
             let mut b = shuf.clone();
             a.sort_by(|x, y| x.partial_cmp(y).unwrap());
@@ -257,10 +334,57 @@ mod tests {
     }
 
     #[test]
+    fn gray_crops_and_inputs_are_the_luma_of_the_rgb_ones() {
+        let img = RgbImage::from_fn(20, 20, |x, y| {
+            image::Rgb([(x * 12) as u8, (y * 11) as u8, ((x * y) % 256) as u8])
+        });
+        let one = std::slice::from_ref(&img);
+        let rgb = random_crops(one, 16, 2, true, false, 3, 5).unwrap();
+        let gray = random_crops(one, 16, 2, true, false, 1, 5).unwrap();
+        assert_eq!(gray.dims(), &[2, 1, 16, 16]);
+        // Same crops (same seed), each pixel the 601 luma of the RGB crop's pixel.
+        let (r, g) = (
+            rgb.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            gray.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
+        let back = |v: f32| PixelRange::MinusOneOne.to_u8(v);
+        for b in 0..2 {
+            for i in 0..256 {
+                let px = [0, 1, 2].map(|c| back(r[b * 768 + c * 256 + i]));
+                assert_eq!(
+                    back(g[b * 256 + i]),
+                    image_io::luma(&px),
+                    "crop {b} pixel {i}"
+                );
+            }
+        }
+        assert!(random_crops(one, 16, 1, false, false, 2, 0).is_err());
+
+        let x = to_input(one, 1).unwrap();
+        assert_eq!(x.dims(), &[1, 1, 20, 20]);
+        let gray_img = as_gray(&img);
+        assert!(gray_img
+            .pixels()
+            .all(|p| p.0[0] == p.0[1] && p.0[1] == p.0[2]));
+        let want = image_io::to_tensor_chw(
+            &image_io::rgb_to_gray(&img),
+            PixelRange::MinusOneOne,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let diff = (x.squeeze(0).unwrap() - want).unwrap().abs().unwrap();
+        assert_eq!(diff.max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        // A gray picture (r = g = b) keeps its values.
+        assert_eq!(as_gray(&gray_img), gray_img);
+        assert_eq!(to_input(one, 3).unwrap().dims(), &[1, 3, 20, 20]);
+        assert!(to_input(one, 4).is_err());
+    }
+
+    #[test]
     fn crops_are_deterministic_and_in_range() {
         let img = RgbImage::from_fn(40, 30, |x, y| image::Rgb([x as u8 * 6, y as u8 * 8, 0]));
-        let a = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 7).unwrap();
-        let b = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 7).unwrap();
+        let a = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 3, 7).unwrap();
+        let b = random_crops(std::slice::from_ref(&img), 16, 3, true, true, 3, 7).unwrap();
         assert_eq!(a.dims(), &[3, 3, 16, 16]);
         let (va, vb) = (
             a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
@@ -268,6 +392,6 @@ mod tests {
         );
         assert_eq!(va, vb);
         assert!(va.iter().all(|v| (-1.0..=1.0).contains(v)));
-        assert!(random_crops(std::slice::from_ref(&img), 32, 1, false, false, 0).is_err());
+        assert!(random_crops(std::slice::from_ref(&img), 32, 1, false, false, 3, 0).is_err());
     }
 }

@@ -74,7 +74,14 @@ pub fn evaluate(
     let mut per_image = Vec::with_capacity(paths.len());
     let mut tokens_per_image = 0;
     for chunk in paths.chunks(batch) {
-        let imgs = data::load_square(chunk, size, upscale)?;
+        let channels = model.config().ddconfig.in_channels;
+        let imgs = match model.config().variant.resize {
+            crate::family::Resize::ShorterSide => {
+                data::load_square_for(chunk, size, upscale, channels)?
+            }
+            // The family's own crop (LlamaGen: ADM's); those models are RGB.
+            r => crate::preprocess::load_squares(chunk, size, upscale, r)?,
+        };
         let (tokens, recons) = encode_decode(model, &imgs)?;
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
@@ -109,6 +116,84 @@ pub fn evaluate(
     })
 }
 
+/// [`evaluate`] for pictures already at the model's input size (`names[i]` names
+/// `imgs[i]` in the report; a gray model reads their luma and is scored against it), also
+/// giving back the reconstructions (gray ones with r = g = b), in order.
+pub fn evaluate_pictures(
+    model: &VqModel,
+    names: &[PathBuf],
+    imgs: &[RgbImage],
+    batch: usize,
+    progress: bool,
+) -> Result<(EvalReport, Vec<RgbImage>)> {
+    if imgs.is_empty() || names.len() != imgs.len() {
+        return Err(Error::invalid(format!(
+            "eval: {} images with {} names",
+            imgs.len(),
+            names.len()
+        )));
+    }
+    crate::inference::check_batch(batch)?;
+    let (w, h) = imgs[0].dimensions();
+    if imgs.iter().any(|i| i.dimensions() != (w, h)) {
+        return Err(Error::invalid("eval: the pictures differ in size"));
+    }
+    let cfg = model.config();
+    for side in [w, h] {
+        cfg.check_input_size(side as usize)?;
+    }
+    cfg.check_memory(batch.min(imgs.len()), h as usize, w as usize, None)?;
+    let gray = cfg.ddconfig.in_channels == 1;
+    let pb = if progress {
+        imgseq_core::progress::items(imgs.len(), "vq eval")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut all_idx: Vec<i64> = Vec::new();
+    let mut per_image = Vec::with_capacity(imgs.len());
+    let mut all_recons = Vec::with_capacity(imgs.len());
+    let mut tokens_per_image = 0;
+    for (chunk, chunk_names) in imgs.chunks(batch).zip(names.chunks(batch)) {
+        let chunk: Vec<RgbImage> = if gray {
+            chunk.iter().map(data::as_gray).collect()
+        } else {
+            chunk.to_vec()
+        };
+        let (tokens, recons) = encode_decode(model, &chunk)?;
+        tokens_per_image = tokens.h * tokens.w;
+        all_idx.extend(tokens.data);
+        for ((p, img), r) in chunk_names.iter().zip(&chunk).zip(&recons) {
+            let (psnr, ssim) = score(img, r)?;
+            per_image.push(ImageScore {
+                path: p.clone(),
+                psnr,
+                ssim,
+            });
+        }
+        all_recons.extend(recons);
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let n_embed = cfg.n_embed;
+    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
+    let n = per_image.len() as f64;
+    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
+    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    let report = EvalReport {
+        images: per_image.len(),
+        size: w,
+        psnr,
+        ssim,
+        codes_used: used,
+        n_embed,
+        usage_percent: 100.0 * used as f64 / n_embed as f64,
+        perplexity,
+        tokens_per_image,
+        per_image,
+    };
+    Ok((report, all_recons))
+}
+
 /// One image through the tokenizer and back, with how lossy it was.
 #[derive(Debug, Clone)]
 pub struct Roundtrip {
@@ -123,7 +208,7 @@ pub struct Roundtrip {
 }
 
 /// Encodes `img` (already preprocessed to the model's input size), decodes its tokens and
-/// scores the reconstruction.
+/// scores the reconstruction (for a gray model: against the image's luma).
 pub fn roundtrip(model: &VqModel, img: &RgbImage) -> Result<Roundtrip> {
     for side in [img.width(), img.height()] {
         model.config().check_input_size(side as usize)?;
@@ -132,6 +217,13 @@ pub fn roundtrip(model: &VqModel, img: &RgbImage) -> Result<Roundtrip> {
     model
         .config()
         .check_memory(1, h, w, (h == w).then_some(h))?;
+    let gray;
+    let img = if model.config().ddconfig.in_channels == 1 {
+        gray = data::as_gray(img);
+        &gray
+    } else {
+        img
+    };
     let (mut tokens, mut recons) = encode_decode(model, std::slice::from_ref(img))?;
     tokens.batched = false;
     let reconstruction = recons.remove(0);

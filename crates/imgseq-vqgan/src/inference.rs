@@ -108,9 +108,11 @@ fn pictures(x: &Tensor) -> Result<Vec<RgbImage>> {
         .collect()
 }
 
-/// Tokens and reconstructions of preprocessed images (all of the model's input size).
+/// Tokens and reconstructions of preprocessed images (all of the model's input size; a gray
+/// model reads their luma and gives gray pictures, r = g = b).
 pub fn encode_decode(model: &VqModel, imgs: &[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)> {
-    let f = model.forward(&data::to_batch(imgs)?, Bottleneck::Quantize)?;
+    let x = data::to_input(imgs, model.config().ddconfig.in_channels)?;
+    let f = model.forward(&x, Bottleneck::Quantize)?;
     let q = f.quantized.expect("Bottleneck::Quantize quantizes");
     Ok((grid_of(&q.indices)?, pictures(&f.reconstruction)?))
 }
@@ -145,8 +147,8 @@ pub fn encode_files(
         data: Vec::new(),
     };
     for chunk in paths.chunks(batch) {
-        let imgs = data::load_square(chunk, size, upscale)?;
-        let q = model.encode(&data::to_batch(&imgs)?)?;
+        let imgs = crate::preprocess::load_squares(chunk, size, upscale, cfg.variant.resize)?;
+        let q = model.encode(&data::to_input(&imgs, cfg.ddconfig.in_channels)?)?;
         let g = grid_of(&q.indices)?;
         (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
         all.data.extend(g.data);

@@ -9,6 +9,9 @@
 //! * [`quantize`]: the nearest-entry quantizer with taming's loss and straight-through.
 //! * [`load`]: loading a model from safetensors or a taming `.ckpt` (read by the
 //!   `imgseq-torch` crate) with strict key checks; `weights inspect/convert`.
+//! * [`family`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the same network
+//!   (their configs, weight names and quantizer options); [`preprocess`]: each family's
+//!   image preprocessing (LlamaGen's ADM centre crop, bit-exact with Pillow).
 //!
 //! Using it:
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
@@ -26,17 +29,21 @@ pub mod codebook;
 pub mod config;
 pub mod data;
 pub mod eval;
+pub mod family;
 pub mod inference;
 pub mod load;
 pub mod loss;
 pub mod model;
+pub mod preprocess;
 pub mod presets;
 pub mod quantize;
+pub mod rename;
 pub mod tokenize;
 pub mod tokens;
 pub mod train;
 
 pub use config::{DdConfig, VqConfig};
+pub use family::{Family, Variant};
 pub use load::{load_model, load_weights};
 pub use model::{Bottleneck, Forward, VqModel};
 pub use quantize::{Quantized, VectorQuantizer, CODEBOOK};

@@ -1,11 +1,17 @@
 //! Loading a [`VqModel`] from safetensors (+ `config.json`) or a taming `.ckpt`
-//! (+ `model.yaml` or `config.json`), with strict key checks.
+//! (+ `model.yaml` or `config.json`), with strict key checks; and the two other families'
+//! released layouts ([`crate::family`]): LlamaGen's `vq_ds16_c2i.pt` (no config needed) or
+//! `model.safetensors` + `config.json`, and diffusers' `VQModel` folders (`config.json` +
+//! `diffusion_pytorch_model.safetensors`).
 
 use crate::config::VqConfig;
+use crate::family::{self, Family, LlamagenShape};
 use crate::model::VqModel;
+use crate::rename::{self, RenamedWeights};
 use candle_core::{DType, Device};
 use imgseq_core::weights::model_error;
 use imgseq_core::{AuditedWeights, Error, Result};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -102,21 +108,184 @@ pub fn default_config_path(weights: &Path) -> Result<PathBuf> {
     )))
 }
 
-/// Builds the model from `weights` with `config` (or the config found beside the weights).
-/// Missing tensors, wrong shapes and unexpected tensors (other than `loss.*`) are errors.
+/// The file names a diffusers or LlamaGen folder keeps its weights under, in the order
+/// looked for when `--weights` names a folder.
+pub const FOLDER_WEIGHTS: [&str; 2] = ["diffusion_pytorch_model.safetensors", "model.safetensors"];
+
+/// The weights file `path` names: the file itself, or in a folder (a diffusers `vqvae/`
+/// folder, a `save_pretrained` folder) the first of [`FOLDER_WEIGHTS`].
+pub fn resolve_weights(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    FOLDER_WEIGHTS
+        .iter()
+        .map(|n| path.join(n))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            Error::format(
+                path,
+                format!(
+                    "a folder without {} (name the weights file)",
+                    FOLDER_WEIGHTS.join(" or ")
+                ),
+            )
+        })
+}
+
+/// A model's description as read: the names its weights file uses (`Family::Taming` for
+/// ours and taming's, whatever the config's variant) and its config.
+#[derive(Debug, Clone)]
+pub struct Described {
+    pub names: Family,
+    pub config: VqConfig,
+}
+
+/// Reads the config that goes with weights whose tensors have `shapes`: `config` (taming
+/// YAML, our JSON, LlamaGen's or diffusers' `config.json`, told apart by their fields) or,
+/// without one, a LlamaGen model described by its weights alone. Anything else without a
+/// config is the error of [`default_config_path`].
+pub fn describe(
+    weights: &Path,
+    config: Option<&Path>,
+    shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<Described> {
+    let Some(cfg_path) = config else {
+        return match family::family_of_keys(shapes.keys().map(String::as_str)) {
+            Some(Family::Llamagen) => {
+                let cfg = family::llamagen_config(
+                    &LlamagenShape::from_shapes(shapes, weights)?,
+                    None,
+                    weights,
+                )?;
+                cfg.validate(weights)?;
+                Ok(Described {
+                    names: Family::Llamagen,
+                    config: cfg,
+                })
+            }
+            Some(Family::Diffusers) => Err(Error::invalid(format!(
+                "{}: a diffusers VQModel needs its config.json (none beside the weights); name \
+                 the model's config file",
+                weights.display()
+            ))),
+            _ => Err(no_config(weights)),
+        };
+    };
+    if matches!(
+        cfg_path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    ) {
+        return Ok(Described {
+            names: Family::Taming,
+            config: VqConfig::from_taming_yaml_file(cfg_path)?,
+        });
+    }
+    let bytes = imgseq_core::weights::read_regular_file(cfg_path, 16 << 20, "a config")?;
+    let text = String::from_utf8(bytes).map_err(|_| Error::format(cfg_path, "not UTF-8 text"))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(cfg_path, format!("not valid JSON ({e})")))?;
+    let names = family::family_of_config(&v);
+    let config = match names {
+        Family::Taming => VqConfig::from_json_str(&text, cfg_path)?,
+        Family::Llamagen => family::config_from_json_value(&v, cfg_path, Some((shapes, weights)))?,
+        Family::Diffusers => family::config_from_json_value(&v, cfg_path, None)?,
+    };
+    Ok(Described { names, config })
+}
+
+/// The error of [`default_config_path`] for weights without a config.
+fn no_config(weights: &Path) -> Error {
+    match default_config_path(weights) {
+        Err(e) => e,
+        Ok(p) => Error::invalid(format!(
+            "{}: no config given (one appeared at {} meanwhile)",
+            weights.display(),
+            p.display()
+        )),
+    }
+}
+
+/// The codebook size of the model at `weights` (a file or folder): `n_embed` of the config
+/// beside it, else the length of the weights' codebook (`quantize.embedding.weight`, the
+/// same name in every family), else the error of [`default_config_path`].
+pub fn codebook_size(weights: &Path) -> Result<usize> {
+    let file = resolve_weights(weights)?;
+    if let Ok(c) = default_config_path(&file) {
+        return Ok(VqConfig::from_file(&c)?.n_embed);
+    }
+    let s = inspect(&file)?;
+    match s
+        .tensors
+        .iter()
+        .find(|t| t.name == crate::quantize::CODEBOOK)
+    {
+        Some(t) if t.shape.len() == 2 => Ok(t.shape[0]),
+        Some(t) => Err(Error::format(
+            &file,
+            format!(
+                "tensor `{}` has shape {:?}; expected 2 dimensions",
+                t.name, t.shape
+            ),
+        )),
+        None => Err(no_config(&file)),
+    }
+}
+
+/// The shape of every tensor.
+fn shapes_of(map: &HashMap<String, candle_core::Tensor>) -> BTreeMap<String, Vec<usize>> {
+    map.iter()
+        .map(|(k, t)| (k.clone(), t.dims().to_vec()))
+        .collect()
+}
+
+/// Builds the model from `weights` (a file, or a folder holding one of [`FOLDER_WEIGHTS`])
+/// with `config` (or the config found beside the weights; LlamaGen weights need none).
+/// Missing tensors, wrong shapes and unexpected tensors (other than `loss.*` and the
+/// family's [`rename::ignored`] ones) are errors.
 pub fn load_model(
     weights: impl AsRef<Path>,
     config: Option<&Path>,
     device: &Device,
 ) -> Result<VqModel> {
-    let weights = weights.as_ref();
+    let weights = resolve_weights(weights.as_ref())?;
     let cfg_path = match config {
-        Some(c) => c.to_path_buf(),
-        None => default_config_path(weights)?,
+        Some(c) => Some(c.to_path_buf()),
+        None => default_config_path(&weights).ok(),
     };
-    let cfg = VqConfig::from_file(&cfg_path)?;
-    let w = load_weights(weights, device)?;
-    build(&cfg, &w, device)
+    let map = read_tensors(&weights, device)?;
+    let d = describe(&weights, cfg_path.as_deref(), &shapes_of(&map))?;
+    build_named(&d, &weights, map, device)
+}
+
+/// Every tensor of a safetensors file or a torch checkpoint's state dict, not yet audited.
+fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
+    if is_torch_checkpoint(path) {
+        let sd = imgseq_torch::read_state_dict(path, device)?;
+        Ok(sd.into_iter().map(|(k, t)| (k, t.tensor)).collect())
+    } else {
+        imgseq_core::weights::load_tensors(path, device)
+    }
+}
+
+/// Builds the model `d` describes from tensors named as `d.names` names them, audited.
+pub fn build_named(
+    d: &Described,
+    path: &Path,
+    map: HashMap<String, candle_core::Tensor>,
+    device: &Device,
+) -> Result<VqModel> {
+    match d.names {
+        Family::Taming => build(&d.config, &AuditedWeights::new(path, map), device),
+        f => {
+            let levels = d.config.ddconfig.ch_mult.len();
+            rename::build_renamed(
+                &d.config,
+                &RenamedWeights::new(path, map, f, levels),
+                device,
+            )
+        }
+    }
 }
 
 /// Builds the model from already loaded weights and checks that all were used.
@@ -149,6 +318,8 @@ impl TensorInfo {
 #[derive(Debug, Clone, Default)]
 pub struct WeightsSummary {
     pub format: &'static str,
+    /// The family the tensor names belong to (`None` when they match none).
+    pub family: Option<Family>,
     pub tensors: Vec<TensorInfo>,
     pub scalars: Vec<(String, String)>,
     pub top_level_keys: Vec<String>,
@@ -173,10 +344,12 @@ fn candle_dtype_name(d: DType) -> &'static str {
 /// (checkpoint tensor data is not read).
 pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let path = path.as_ref();
+    let path = &resolve_weights(path)?;
     let mut s = if is_torch_checkpoint(path) {
         let c = imgseq_torch::Checkpoint::open(path)?;
         WeightsSummary {
             format: "PyTorch checkpoint (zip)",
+            family: None,
             tensors: c
                 .tensor_infos()?
                 .into_iter()
@@ -199,6 +372,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     };
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
     check_counts(path, &s.tensors)?;
+    s.family = family::family_of_keys(s.tensors.iter().map(|t| t.name.as_str()));
     Ok(s)
 }
 
@@ -249,6 +423,11 @@ fn summarize_safetensors(path: &Path, bytes: &[u8]) -> Result<WeightsSummary> {
     })
 }
 
+/// The family a safetensors or torch file's tensor names say.
+pub fn family_of_file(path: &Path) -> Result<Option<Family>> {
+    Ok(inspect(path)?.family)
+}
+
 /// The model the `safetensors_audited` fuzz target loads into: one level of 32 channels.
 #[doc(hidden)]
 pub fn fuzz_tiny_config() -> VqConfig {
@@ -294,51 +473,93 @@ pub struct ConvertReport {
     pub written: usize,
     pub dropped: usize,
     pub params: usize,
+    /// The family of the model (recorded in the written config's `variant`).
+    pub family: Family,
 }
 
-/// Converts a taming `.ckpt` to safetensors holding only the model tensors (`loss.*` and any
-/// other training-only keys dropped) in their original dtype, plus `config.json` beside the
-/// output. The model is built from the checkpoint first, so a checkpoint that does not fit
-/// the config is an error and nothing is written. Both files are written atomically.
+/// Converts a taming `.ckpt`, a LlamaGen `.pt` / `model.safetensors` or a diffusers
+/// `VQModel` to safetensors in our layout (taming's names) holding only the model tensors
+/// (`loss.*` and the family's ignored tensors dropped) in their original dtype, plus our
+/// `config.json` beside the output (with the family's `variant`). The model is built from
+/// the input first, so an input that does not fit its config is an error and nothing is
+/// written. Both files are written atomically.
 pub fn convert_checkpoint(
     input: &Path,
     config: Option<&Path>,
     output: &Path,
 ) -> Result<ConvertReport> {
+    let input = &resolve_weights(input)?;
     let cfg_path = match config {
-        Some(c) => c.to_path_buf(),
-        None => default_config_path(input)?,
+        Some(c) => Some(c.to_path_buf()),
+        None => default_config_path(input).ok(),
     };
-    let cfg = VqConfig::from_file(&cfg_path)?;
-    let mut c = imgseq_torch::Checkpoint::open(input)?;
-    let sd = c.state_dict(&Device::Cpu)?;
-    let map: HashMap<String, candle_core::Tensor> = sd
-        .iter()
-        .map(|(k, t)| (k.clone(), t.tensor.clone()))
-        .collect();
-    build(&cfg, &AuditedWeights::new(input, map), &Device::Cpu)?;
-    let mut keep = Vec::new();
-    let mut dropped = 0;
-    let mut params = 0;
-    for (k, t) in sd {
-        if IGNORED_PREFIXES.iter().any(|p| k.starts_with(p)) {
-            dropped += 1;
-            continue;
+    // The tensors in their stored dtypes (torch's half storages are read as f32).
+    let mut stored: Vec<(String, candle_core::Tensor, Option<DType>)> = Vec::new();
+    if is_torch_checkpoint(input) {
+        let mut c = imgseq_torch::Checkpoint::open(input)?;
+        for (k, t) in c.state_dict(&Device::Cpu)? {
+            let dt = match t.dtype {
+                imgseq_torch::StorageDType::F16 => Some(DType::F16),
+                imgseq_torch::StorageDType::BF16 => Some(DType::BF16),
+                _ => None,
+            };
+            stored.push((k, t.tensor, dt));
         }
-        let dt = match t.dtype {
-            imgseq_torch::StorageDType::F16 => DType::F16,
-            imgseq_torch::StorageDType::BF16 => DType::BF16,
-            _ => t.tensor.dtype(),
-        };
-        params += t.tensor.elem_count();
-        keep.push((k, t.tensor.to_dtype(dt)?));
+    } else {
+        for (k, t) in imgseq_core::weights::load_tensors(input, &Device::Cpu)? {
+            stored.push((k, t, None));
+        }
+    }
+    let map: HashMap<String, candle_core::Tensor> = stored
+        .iter()
+        .map(|(k, t, _)| (k.clone(), t.clone()))
+        .collect();
+    let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
+    build_named(&d, input, map.clone(), &Device::Cpu)?;
+    let target: HashMap<&str, Option<DType>> =
+        stored.iter().map(|(k, _, dt)| (k.as_str(), *dt)).collect();
+    let mut keep = Vec::new();
+    let mut params = 0;
+    let dropped;
+    match d.names {
+        Family::Taming => {
+            let mut n = 0;
+            for (k, t, dt) in &stored {
+                if IGNORED_PREFIXES.iter().any(|p| k.starts_with(p)) {
+                    n += 1;
+                    continue;
+                }
+                params += t.elem_count();
+                keep.push((k.clone(), t.to_dtype(dt.unwrap_or(t.dtype()))?));
+            }
+            dropped = n;
+        }
+        f => {
+            let names = rename::model_tensor_names(&d.config)?;
+            let levels = d.config.ddconfig.ch_mult.len();
+            let w = RenamedWeights::new(input, map, f, levels);
+            let ours = w.renamed(&names)?;
+            dropped = stored.len() - ours.len();
+            for (k, src, t) in ours {
+                let dt = target.get(src.as_str()).copied().flatten();
+                params += t.elem_count();
+                let dt = dt.unwrap_or(t.dtype());
+                keep.push((k, t.to_dtype(dt)?));
+            }
+        }
     }
     keep.sort_by(|a, b| a.0.cmp(&b.0));
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
     meta.insert(
         "source".to_string(),
-        "taming-transformers VQGAN, converted by imgseq".to_string(),
+        format!(
+            "{}, converted by imgseq",
+            match d.config.variant.family {
+                Family::Taming => "taming-transformers VQGAN",
+                f => f.label(),
+            }
+        ),
     );
     let bytes = safetensors::serialize(keep.iter().map(|(k, t)| (k.as_str(), t)), Some(meta))
         .map_err(|e| Error::format(output, format!("cannot serialise safetensors ({e})")))?;
@@ -348,11 +569,12 @@ pub fn convert_checkpoint(
         .unwrap_or(Path::new("."))
         .join("config.json");
     imgseq_core::fsutil::write_bytes_atomic(output, &bytes)?;
-    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, cfg.to_json_string().as_bytes())?;
+    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, d.config.to_json_string().as_bytes())?;
     Ok(ConvertReport {
         config_path: cfg_out,
         written: keep.len(),
         dropped,
         params,
+        family: d.config.variant.family,
     })
 }

@@ -9,13 +9,14 @@
 //! Shapes in trailing comments use b = batch, c = channels, h × w = spatial size.
 
 use crate::config::{DdConfig, VqConfig};
+use crate::family::{Range, Variant};
 use crate::quantize::{Quantized, VectorQuantizer};
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 use imgseq_kernels::ops::{self, Padding};
 
-/// taming's `Normalize`: GroupNorm with 32 groups, eps 1e-6, affine.
-const NUM_GROUPS: usize = 32;
+/// taming's `Normalize`: GroupNorm with 32 groups (diffusers: `norm_num_groups`), eps 1e-6,
+/// affine.
 const GN_EPS: f64 = 1e-6;
 
 /// A PyTorch `nn.Conv2d` (weight `[c_out, c_in, k, k]`, bias `[c_out]`).
@@ -53,26 +54,28 @@ impl Conv2d {
     }
 }
 
-/// taming's `Normalize(c)` = `GroupNorm(32, c, eps=1e-6, affine=True)`, optionally fused with
-/// the swish that follows it almost everywhere.
+/// taming's `Normalize(c)` = `GroupNorm(32, c, eps=1e-6, affine=True)` (`groups` groups for
+/// diffusers), optionally fused with the swish that follows it almost everywhere.
 #[derive(Debug, Clone)]
 pub struct GroupNorm {
     weight: Tensor, // (c)
     bias: Tensor,   // (c)
+    groups: usize,
 }
 
 impl GroupNorm {
-    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+    pub fn new(c: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
             weight: vb.get(c, "weight")?,
             bias: vb.get(c, "bias")?,
+            groups,
         })
     }
 
     /// # Shapes
     /// x: (b, c, h, w) → (b, c, h, w)
     pub fn forward(&self, x: &Tensor, then_swish: bool) -> Result<Tensor> {
-        ops::group_norm(x, NUM_GROUPS, &self.weight, &self.bias, GN_EPS, then_swish)
+        ops::group_norm(x, self.groups, &self.weight, &self.bias, GN_EPS, then_swish)
     }
 }
 
@@ -91,7 +94,7 @@ pub struct ResnetBlock {
 }
 
 impl ResnetBlock {
-    pub fn new(c_in: usize, c_out: usize, vb: VarBuilder) -> Result<Self> {
+    pub fn new(c_in: usize, c_out: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
         let p1 = Padding::same(1);
         let nin_shortcut = if c_in != c_out {
             Some(Conv2d::new(
@@ -106,9 +109,9 @@ impl ResnetBlock {
             None
         };
         Ok(Self {
-            norm1: GroupNorm::new(c_in, vb.pp("norm1"))?,
+            norm1: GroupNorm::new(c_in, groups, vb.pp("norm1"))?,
             conv1: Conv2d::new(c_in, c_out, 3, 1, p1, vb.pp("conv1"))?,
-            norm2: GroupNorm::new(c_out, vb.pp("norm2"))?,
+            norm2: GroupNorm::new(c_out, groups, vb.pp("norm2"))?,
             conv2: Conv2d::new(c_out, c_out, 3, 1, p1, vb.pp("conv2"))?,
             nin_shortcut,
         })
@@ -141,10 +144,10 @@ pub struct AttnBlock {
 }
 
 impl AttnBlock {
-    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
+    pub fn new(c: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
         let p0 = Padding::same(0);
         Ok(Self {
-            norm: GroupNorm::new(c, vb.pp("norm"))?,
+            norm: GroupNorm::new(c, groups, vb.pp("norm"))?,
             q: Conv2d::new(c, c, 1, 1, p0, vb.pp("q"))?,
             k: Conv2d::new(c, c, 1, 1, p0, vb.pp("k"))?,
             v: Conv2d::new(c, c, 1, 1, p0, vb.pp("v"))?,
@@ -230,14 +233,16 @@ pub struct Encoder {
     conv_in: Conv2d, // 3×3, in_channels → ch
     down: Vec<DownLevel>,
     mid_block_1: ResnetBlock,
-    mid_attn_1: AttnBlock,
+    /// Absent only for diffusers models with `mid_block_add_attention: false`.
+    mid_attn_1: Option<AttnBlock>,
     mid_block_2: ResnetBlock,
     norm_out: GroupNorm,
     conv_out: Conv2d, // 3×3, block_in → z_channels (2× if double_z)
 }
 
 impl Encoder {
-    pub fn new(cfg: &DdConfig, vb: VarBuilder) -> Result<Self> {
+    pub fn new(cfg: &DdConfig, variant: &Variant, vb: VarBuilder) -> Result<Self> {
+        let g = variant.norm_groups;
         let p1 = Padding::same(1);
         let conv_in = Conv2d::new(cfg.in_channels, cfg.ch, 3, 1, p1, vb.pp("conv_in"))?;
         let levels = cfg.ch_mult.len();
@@ -255,11 +260,12 @@ impl Encoder {
                 block.push(ResnetBlock::new(
                     block_in,
                     block_out,
+                    g,
                     vb_l.pp("block").pp(j),
                 )?);
                 block_in = block_out;
                 if cfg.attn_resolutions.contains(&curr_res) {
-                    attn.push(AttnBlock::new(block_in, vb_l.pp("attn").pp(j))?);
+                    attn.push(AttnBlock::new(block_in, g, vb_l.pp("attn").pp(j))?);
                 }
             }
             let downsample = if i + 1 != levels {
@@ -283,10 +289,10 @@ impl Encoder {
         Ok(Self {
             conv_in,
             down,
-            mid_block_1: ResnetBlock::new(block_in, block_in, vb_m.pp("block_1"))?,
-            mid_attn_1: AttnBlock::new(block_in, vb_m.pp("attn_1"))?,
-            mid_block_2: ResnetBlock::new(block_in, block_in, vb_m.pp("block_2"))?,
-            norm_out: GroupNorm::new(block_in, vb.pp("norm_out"))?,
+            mid_block_1: ResnetBlock::new(block_in, block_in, g, vb_m.pp("block_1"))?,
+            mid_attn_1: mid_attn(block_in, variant, vb_m.pp("attn_1"))?,
+            mid_block_2: ResnetBlock::new(block_in, block_in, g, vb_m.pp("block_2"))?,
+            norm_out: GroupNorm::new(block_in, g, vb.pp("norm_out"))?,
             conv_out: Conv2d::new(block_in, z_out, 3, 1, p1, vb.pp("conv_out"))?,
         })
     }
@@ -306,11 +312,22 @@ impl Encoder {
                 h = d.forward(&h)?; // spatial / 2
             }
         }
-        let h = self.mid_block_1.forward(&h)?;
-        let h = self.mid_attn_1.forward(&h)?;
+        let mut h = self.mid_block_1.forward(&h)?;
+        if let Some(a) = &self.mid_attn_1 {
+            h = a.forward(&h)?;
+        }
         let h = self.mid_block_2.forward(&h)?;
         let h = self.norm_out.forward(&h, true)?;
         self.conv_out.forward(&h) // (b, z_channels, H/f, W/f)
+    }
+}
+
+/// The middle attention block, unless the variant has none.
+fn mid_attn(c: usize, variant: &Variant, vb: VarBuilder) -> Result<Option<AttnBlock>> {
+    if variant.mid_attn {
+        Ok(Some(AttnBlock::new(c, variant.norm_groups, vb)?))
+    } else {
+        Ok(None)
     }
 }
 
@@ -327,7 +344,7 @@ struct UpLevel {
 pub struct Decoder {
     conv_in: Conv2d, // 3×3, z_channels → ch·ch_mult[-1]
     mid_block_1: ResnetBlock,
-    mid_attn_1: AttnBlock,
+    mid_attn_1: Option<AttnBlock>,
     mid_block_2: ResnetBlock,
     /// Indexed by resolution level like the encoder: `up[0]` is the full-resolution level.
     /// taming builds the levels from the lowest resolution up and stores each with
@@ -338,16 +355,17 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn new(cfg: &DdConfig, vb: VarBuilder) -> Result<Self> {
+    pub fn new(cfg: &DdConfig, variant: &Variant, vb: VarBuilder) -> Result<Self> {
+        let g = variant.norm_groups;
         let p1 = Padding::same(1);
         let levels = cfg.ch_mult.len();
         let mut block_in = cfg.ch * cfg.ch_mult[levels - 1];
         let mut curr_res = cfg.resolution >> (levels - 1);
         let conv_in = Conv2d::new(cfg.z_channels, block_in, 3, 1, p1, vb.pp("conv_in"))?;
         let vb_m = vb.pp("mid");
-        let mid_block_1 = ResnetBlock::new(block_in, block_in, vb_m.pp("block_1"))?;
-        let mid_attn_1 = AttnBlock::new(block_in, vb_m.pp("attn_1"))?;
-        let mid_block_2 = ResnetBlock::new(block_in, block_in, vb_m.pp("block_2"))?;
+        let mid_block_1 = ResnetBlock::new(block_in, block_in, g, vb_m.pp("block_1"))?;
+        let mid_attn_1 = mid_attn(block_in, variant, vb_m.pp("attn_1"))?;
+        let mid_block_2 = ResnetBlock::new(block_in, block_in, g, vb_m.pp("block_2"))?;
         // Build in running order (lowest resolution first), then reverse into level order.
         let mut up_rev = Vec::with_capacity(levels);
         for i in (0..levels).rev() {
@@ -359,11 +377,12 @@ impl Decoder {
                 block.push(ResnetBlock::new(
                     block_in,
                     block_out,
+                    g,
                     vb_l.pp("block").pp(j),
                 )?);
                 block_in = block_out;
                 if cfg.attn_resolutions.contains(&curr_res) {
-                    attn.push(AttnBlock::new(block_in, vb_l.pp("attn").pp(j))?);
+                    attn.push(AttnBlock::new(block_in, g, vb_l.pp("attn").pp(j))?);
                 }
             }
             let upsample = if i != 0 {
@@ -385,7 +404,7 @@ impl Decoder {
             mid_attn_1,
             mid_block_2,
             up: up_rev,
-            norm_out: GroupNorm::new(block_in, vb.pp("norm_out"))?,
+            norm_out: GroupNorm::new(block_in, g, vb.pp("norm_out"))?,
             conv_out: Conv2d::new(block_in, cfg.out_ch, 3, 1, p1, vb.pp("conv_out"))?,
         })
     }
@@ -394,8 +413,10 @@ impl Decoder {
     /// z: (b, z_channels, h, w) → (b, out_ch, h·f, w·f), f = 2^(levels−1)
     pub fn forward(&self, z: &Tensor) -> Result<Tensor> {
         let h = self.conv_in.forward(z)?; // (b, ch·ch_mult[-1], h, w)
-        let h = self.mid_block_1.forward(&h)?;
-        let h = self.mid_attn_1.forward(&h)?;
+        let mut h = self.mid_block_1.forward(&h)?;
+        if let Some(a) = &self.mid_attn_1 {
+            h = a.forward(&h)?;
+        }
         let mut h = self.mid_block_2.forward(&h)?;
         for level in self.up.iter().rev() {
             for (j, block) in level.block.iter().enumerate() {
@@ -451,7 +472,7 @@ impl VqModel {
         let p0 = Padding::same(0);
         Ok(Self {
             cfg: cfg.clone(),
-            encoder: Encoder::new(dd, vb.pp("encoder"))?,
+            encoder: Encoder::new(dd, &cfg.variant, vb.pp("encoder"))?,
             quant_conv: Conv2d::new(dd.z_channels, cfg.embed_dim, 1, 1, p0, vb.pp("quant_conv"))?,
             quantize: VectorQuantizer::new(
                 cfg.n_embed,
@@ -459,7 +480,8 @@ impl VqModel {
                 cfg.beta,
                 cfg.legacy,
                 vb.pp("quantize"),
-            )?,
+            )?
+            .with_search(cfg.variant.l2_norm, cfg.variant.distance),
             post_quant_conv: Conv2d::new(
                 cfg.embed_dim,
                 dd.z_channels,
@@ -468,7 +490,7 @@ impl VqModel {
                 p0,
                 vb.pp("post_quant_conv"),
             )?,
-            decoder: Decoder::new(dd, vb.pp("decoder"))?,
+            decoder: Decoder::new(dd, &cfg.variant, vb.pp("decoder"))?,
         })
     }
 
@@ -503,12 +525,18 @@ impl VqModel {
         })
     }
 
-    /// Continuous latents before quantization (`quant_conv(encoder(x))`).
+    /// Continuous latents before quantization (`quant_conv(encoder(x))`). Callers always
+    /// give [-1, 1]; a model whose network reads [0, 1] (diffusers' aMUSEd VQ,
+    /// [`Range::ZeroOne`]) gets `(x + 1) / 2`, and [`Self::decode`] maps its output back.
     ///
     /// # Shapes
     /// x: (b, 3, H, W) in [-1, 1] → (b, embed_dim, H/f, W/f)
     pub fn encode_latents(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.encoder.forward(x)?; // (b, z_channels, h, w)
+        let x = match self.cfg.variant.range {
+            Range::MinusOneOne => x.clone(),
+            Range::ZeroOne => ((x + 1.0)? * 0.5)?, // the network reads [0, 1]
+        };
+        let h = self.encoder.forward(&x)?; // (b, z_channels, h, w)
         self.quant_conv.forward(&h) // (b, embed_dim, h, w)
     }
 
@@ -527,7 +555,11 @@ impl VqModel {
     /// q: (b, embed_dim, h, w) → (b, out_ch, h·f, w·f), roughly in [-1, 1]
     pub fn decode(&self, q: &Tensor) -> Result<Tensor> {
         let h = self.post_quant_conv.forward(q)?; // (b, z_channels, h, w)
-        self.decoder.forward(&h)
+        let y = self.decoder.forward(&h)?;
+        match self.cfg.variant.range {
+            Range::MinusOneOne => Ok(y),
+            Range::ZeroOne => (y * 2.0)? - 1.0, // back to [-1, 1]
+        }
     }
 
     /// Codebook lookup then [`Self::decode`] (what taming's broken `decode_code` meant to do).

@@ -1,5 +1,8 @@
-//! taming's `VectorQuantizer2`: nearest codebook entry per latent position.
+//! taming's `VectorQuantizer2`: nearest codebook entry per latent position; with the two
+//! options its relatives need: LlamaGen's l2-normalised codes and diffusers' `torch.cdist`
+//! distance ([`VectorQuantizer::with_search`]).
 
+use crate::family::Distance;
 use candle_core::{DType, Result, Tensor};
 use candle_nn::VarBuilder;
 use imgseq_kernels::ops;
@@ -25,6 +28,9 @@ pub struct VectorQuantizer {
     embedding: Tensor, // (n_embed, embed_dim)
     beta: f64,
     legacy: bool,
+    /// LlamaGen's `l2_norm`: search and decode with unit-length z and entries.
+    l2_norm: bool,
+    distance: Distance,
 }
 
 impl VectorQuantizer {
@@ -36,11 +42,7 @@ impl VectorQuantizer {
         vb: VarBuilder,
     ) -> Result<Self> {
         let embedding = vb.pp("embedding").get((n_embed, embed_dim), "weight")?;
-        Ok(Self {
-            embedding,
-            beta,
-            legacy,
-        })
+        Ok(Self::from_codebook(embedding, beta, legacy))
     }
 
     /// From a codebook tensor directly (tests, training code).
@@ -49,6 +51,28 @@ impl VectorQuantizer {
             embedding,
             beta,
             legacy,
+            l2_norm: false,
+            distance: Distance::Expanded,
+        }
+    }
+
+    /// The same codebook searched LlamaGen's way (`l2_norm`: `F.normalize` of z and of
+    /// every entry, before the search and at lookup) and/or with `distance`.
+    pub fn with_search(mut self, l2_norm: bool, distance: Distance) -> Self {
+        self.l2_norm = l2_norm;
+        self.distance = distance;
+        self
+    }
+
+    /// The codebook the search and the lookup use: normalised rows with `l2_norm`.
+    ///
+    /// # Shapes
+    /// → (n_embed, embed_dim)
+    fn entries(&self) -> Result<Tensor> {
+        if self.l2_norm {
+            l2_normalize_rows(&self.embedding)
+        } else {
+            Ok(self.embedding.clone())
         }
     }
 
@@ -70,8 +94,25 @@ impl VectorQuantizer {
     pub fn quantize(&self, z: &Tensor) -> Result<Quantized> {
         let (b, c, h, w) = z.dims4()?;
         let rows = z.permute((0, 2, 3, 1))?.reshape((b * h * w, c))?; // (bhw, c), raster order
-        let idx = ops::nearest_codebook(&rows, &self.embedding)?; // (bhw) u32
-        let zq = self.embedding.index_select(&idx, 0)?; // (bhw, c)
+        let (rows, z) = if self.l2_norm {
+            // LlamaGen: z itself is replaced by its normalised self (the loss and the
+            // straight-through path use it too).
+            let rows = l2_normalize_rows(&rows)?;
+            let zn = rows
+                .reshape((b, h, w, c))?
+                .permute((0, 3, 1, 2))?
+                .contiguous()?;
+            (rows, zn)
+        } else {
+            (rows, z.clone())
+        };
+        let z = &z;
+        let entries = self.entries()?; // (n, c)
+        let idx = match self.distance {
+            Distance::Expanded => ops::nearest_codebook(&rows, &entries)?, // (bhw) u32
+            Distance::Cdist => nearest_cdist(&rows, &entries)?,
+        };
+        let zq = entries.index_select(&idx, 0)?; // (bhw, c)
         let zq = zq
             .reshape((b, h, w, c))?
             .permute((0, 3, 1, 2))?
@@ -111,10 +152,78 @@ impl VectorQuantizer {
             b * h * w,
             self.embedding.device(),
         )?;
-        let e = self.embedding.index_select(&idx, 0)?; // (bhw, c)
+        let e = self.entries()?.index_select(&idx, 0)?; // (bhw, c)
         let c = e.dim(1)?;
         e.reshape((b, h, w, c))?.permute((0, 3, 1, 2))?.contiguous()
     }
+}
+
+/// `F.normalize(x, p=2, dim=-1)`: every row divided by max(‖row‖₂, 1e−12).
+///
+/// # Shapes
+/// x: (n, d) → (n, d)
+pub fn l2_normalize_rows(x: &Tensor) -> Result<Tensor> {
+    let norm = x.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?; // (n, 1)
+    x.broadcast_div(&norm)
+}
+
+/// Index of the nearest codebook row by `torch.cdist(z, e).argmin(1)`: with more than 25
+/// rows or entries torch computes √max(‖z‖² + ‖e‖² − 2·z·e, 1e−30) (else the direct
+/// √Σ(z − e)²), so entries whose distances round to the same float after the square root
+/// tie, and a tie goes to the lowest index.
+///
+/// # Shapes
+/// z: (n, d), codebook: (k, d) → (n) u32
+pub fn nearest_cdist(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
+    let z = z.to_dtype(DType::F32)?.contiguous()?;
+    let e = codebook.to_dtype(DType::F32)?.contiguous()?;
+    let k = e.dim(0)?;
+    if z.dim(0)? <= 25 && k <= 25 {
+        // torch's small case: the direct √Σ(z − e)².
+        let (zs, es) = (z.to_vec2::<f32>()?, e.to_vec2::<f32>()?);
+        let idx = zs
+            .iter()
+            .map(|r| {
+                let mut best = (f32::INFINITY, 0u32);
+                for (j, c) in es.iter().enumerate() {
+                    let d = r
+                        .iter()
+                        .zip(c)
+                        .map(|(a, b)| (a - b) * (a - b))
+                        .sum::<f32>()
+                        .sqrt();
+                    if d < best.0 {
+                        best = (d, j as u32);
+                    }
+                }
+                best.1
+            })
+            .collect::<Vec<_>>();
+        return Tensor::from_vec(idx, zs.len(), z.device());
+    }
+    let zz = z.sqr()?.sum(1)?.to_vec1::<f32>()?; // (n)
+    let ee = e.sqr()?.sum(1)?.to_vec1::<f32>()?; // (k)
+    let mut out = Vec::with_capacity(zz.len());
+    // In blocks of rows, so that the (rows × k) dot products stay small.
+    let block = (1usize << 20).div_ceil(k.max(1)).max(1);
+    let mut start = 0;
+    while start < zz.len() {
+        let m = block.min(zz.len() - start);
+        let dots = z.narrow(0, start, m)?.matmul(&e.t()?)?.to_vec2::<f32>()?; // (m, k)
+        for (i, row) in dots.iter().enumerate() {
+            let mut best = (f32::INFINITY, 0u32);
+            for (j, &d) in row.iter().enumerate() {
+                let d2 = zz[start + i] + ee[j] - 2.0 * d;
+                let dist = d2.max(1e-30).sqrt();
+                if dist < best.0 {
+                    best = (dist, j as u32);
+                }
+            }
+            out.push(best.1);
+        }
+        start += m;
+    }
+    Tensor::from_vec(out, zz.len(), z.device())
 }
 
 #[cfg(test)]
@@ -189,6 +298,59 @@ mod tests {
         for (a, b) in gz.iter().zip(want) {
             assert!((a - 0.25 * b).abs() < 1e-6, "{gz:?}");
         }
+    }
+
+    #[test]
+    fn l2_search_and_lookup_use_unit_vectors() {
+        // Entry 1 is nearest by plain distance, entry 2 by direction.
+        let e = Tensor::new(&[[1f32, 0.], [0.9, 0.5], [0., 3.]], &Device::Cpu).unwrap();
+        let z = Tensor::new(&[0.1f32, 0.9], &Device::Cpu)
+            .unwrap()
+            .reshape((1, 2, 1, 1))
+            .unwrap();
+        let plain = VectorQuantizer::from_codebook(e.clone(), 0.25, false);
+        let l2 = plain.clone().with_search(true, Distance::Expanded);
+        assert_eq!(as_u32(&plain.quantize(&z).unwrap().indices), vec![1]);
+        let q = l2.quantize(&z).unwrap();
+        assert_eq!(as_u32(&q.indices), vec![2]);
+        // The decoder gets the normalised entry (0, 1), not (0, 3).
+        let v = q.quantized.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(v[0].abs() < 1e-6 && (v[1] - 1.0).abs() < 1e-6, "{v:?}");
+        let back = l2
+            .lookup(&q.indices)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert!((back[1] - 1.0).abs() < 1e-6, "{back:?}");
+    }
+
+    #[test]
+    fn cdist_ties_go_to_the_lowest_index() {
+        // Squared distances 1e-8 and 4e-8 both clamp-and-root to distinct floats, but two
+        // entries at the same distance tie exactly: lowest index wins (torch.argmin).
+        let e = Tensor::new(&[[2f32, 0.], [0., 1.], [1., 0.]], &Device::Cpu).unwrap();
+        let z = Tensor::new(&[[0f32, 0.], [1.5, 0.], [0., 0.9]], &Device::Cpu).unwrap();
+        let idx = nearest_cdist(&z, &e).unwrap().to_vec1::<u32>().unwrap();
+        // z0 is 1 from entries 1 and 2 (tie → 1); z1 is 0.5 from entries 0 and 2 (tie → 0).
+        assert_eq!(idx, vec![1, 0, 1]);
+        let expanded = ops::nearest_codebook(&z, &e)
+            .unwrap()
+            .to_vec1::<u32>()
+            .unwrap();
+        assert_eq!(expanded, idx);
+        // Over 25 entries torch (and this) takes the expanded form: the same rule for ties.
+        let mut rows: Vec<f32> = (0..28).flat_map(|i| [100.0 + i as f32, 100.0]).collect();
+        rows.extend([0.0, 1.0, 1.0, 0.0]);
+        let e = Tensor::from_vec(rows, (30, 2), &Device::Cpu).unwrap();
+        let z = Tensor::new(&[[0f32, 0.], [0.2, 0.9]], &Device::Cpu).unwrap();
+        let idx = nearest_cdist(&z, &e).unwrap().to_vec1::<u32>().unwrap();
+        assert_eq!(idx, vec![28, 28]);
+    }
+
+    fn as_u32(t: &Tensor) -> Vec<u32> {
+        t.flatten_all().unwrap().to_vec1::<u32>().unwrap()
     }
 
     #[test]

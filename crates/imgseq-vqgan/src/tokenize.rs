@@ -32,6 +32,10 @@ pub struct Options {
     /// Input side: shorter side resized to `size`, centre crop.
     pub size: u32,
     pub upscale: bool,
+    /// Images no larger than `size` are centred on a zero `size`×`size` canvas instead
+    /// (Fashion-MNIST's 28×28 on 32×32, as the ViT sees them); larger ones are resized and
+    /// cropped as usual.
+    pub pad: bool,
     /// Images per forward pass.
     pub batch: usize,
     /// Samples per output shard.
@@ -60,8 +64,12 @@ pub struct Report {
 
 /// Settings every job of a run must share (`run.json`): a folder holds one tokenization.
 fn run_settings(tok: &TokenizerInfo, inputs: &[String], n: usize, o: &Options) -> Value {
-    json!({"format": FORMAT, "tokenizer": tok, "inputs": inputs, "input_samples": n,
-           "shard_size": o.shard_size})
+    let mut v = json!({"format": FORMAT, "tokenizer": tok, "inputs": inputs, "input_samples": n,
+           "shard_size": o.shard_size});
+    if o.pad {
+        v["pad"] = json!(true);
+    }
+    v
 }
 
 /// One decoded sample on its way to the model, or the reason it was skipped.
@@ -76,13 +84,29 @@ fn prepare(
     s: &SampleRef,
     size: u32,
     upscale: bool,
+    pad: bool,
+    resize: crate::family::Resize,
 ) -> std::result::Result<(RgbImage, Value), String> {
     let sample = s.load().map_err(|e| e.to_string())?;
     let name = Path::new(&s.source);
     let img = image_io::decode_rgb_bytes(name, &sample.image).map_err(|e| e.to_string())?;
     let (w, h) = img.dimensions();
+    if pad && w <= size && h <= size {
+        let (ox, oy) = ((size - w) / 2, (size - h) / 2);
+        let mut canvas = RgbImage::new(size, size);
+        image::imageops::replace(&mut canvas, &img, ox as i64, oy as i64);
+        let mut rec = Map::new();
+        rec.insert("key".into(), json!(s.key));
+        rec.insert("source".into(), json!(s.source));
+        rec.insert("original_size".into(), json!([w, h]));
+        rec.insert("canvas_offset".into(), json!([ox, oy]));
+        rec.insert("size".into(), json!(size));
+        rec.extend(sample.meta);
+        return Ok((canvas, Value::Object(rec)));
+    }
     image_io::check_min_size(name, w, h, size, upscale).map_err(|e| e.to_string())?;
-    let crop = image_io::resize_shorter_center_crop(&img, size).map_err(|e| e.to_string())?;
+    // The model family's resize and crop (LlamaGen: ADM's centre crop).
+    let crop = crate::preprocess::square(&img, size, resize).map_err(|e| e.to_string())?;
     // The centre square kept, in the original's pixels.
     let side = w.min(h) as f64;
     let (x0, y0) = ((w as f64 - side) / 2.0, (h as f64 - side) / 2.0);
@@ -162,7 +186,8 @@ pub fn tokenize(
         .flat_map(|&s| plan.samples_of(s).map(move |i| (s, i)))
         .map(|(s, i)| (s, index[i].clone()))
         .collect();
-    let (size, upscale) = (o.size, o.upscale);
+    let (size, upscale, pad) = (o.size, o.upscale, o.pad);
+    let resize = model.config().variant.resize;
     let chunk = o.batch;
     let producer = std::thread::spawn(move || {
         // A batch's worth of files at a time, decoded in parallel (the rayon pool is shared
@@ -173,7 +198,7 @@ pub fn tokenize(
                 .map(|(shard, sample)| Item {
                     shard: *shard,
                     sample: sample.clone(),
-                    image: prepare(sample, size, upscale),
+                    image: prepare(sample, size, upscale, pad, resize),
                 })
                 .collect();
             for item in items {
@@ -210,7 +235,8 @@ pub fn tokenize(
         let tokens = if imgs.is_empty() {
             Vec::new()
         } else {
-            let q = model.encode(&data::to_batch(&imgs)?)?;
+            let channels = model.config().ddconfig.in_channels;
+            let q = model.encode(&data::to_input(&imgs, channels)?)?;
             let (_, h, w) = q.indices.dims3()?;
             let flat = q.indices.flatten_all()?.to_vec1::<u32>()?;
             flat.chunks(h * w)

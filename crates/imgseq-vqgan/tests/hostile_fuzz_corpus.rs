@@ -1,4 +1,5 @@
-//! Replays the committed `fuzz/corpus/{vq_config,safetensors_audited}` inputs through the
+//! Replays the committed `fuzz/corpus/{vq_config,vq_family_config,safetensors_audited}` inputs
+//! through the
 //! functions the fuzz targets call (no nightly needed), so past findings stay fixed.
 
 use std::path::Path;
@@ -18,6 +19,14 @@ fn replay(target: &str, f: impl Fn(&[u8])) {
 #[test]
 fn vq_config_corpus_replays_without_panic() {
     replay("vq_config", imgseq_vqgan::config::fuzz_config_bytes);
+}
+
+#[test]
+fn vq_family_config_corpus_replays_without_panic() {
+    replay(
+        "vq_family_config",
+        imgseq_vqgan::family::fuzz_family_config_bytes,
+    );
 }
 
 #[test]

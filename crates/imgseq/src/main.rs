@@ -3,12 +3,16 @@
 //! `imgseq vit ...`     continuous tokens (ViT): embed, train, eval, classify, plot-positions
 //! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
 //! `imgseq weights ...` inspect and convert weight files
+//! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
 
+mod gpt_cmd;
+mod gpt_judge;
 mod paths;
 mod tokenize_cmd;
 mod vit_cmd;
 mod vit_plot;
 mod vq_cmd;
+mod vq_eval_cmd;
 mod vq_train_cmd;
 mod weights_cmd;
 
@@ -40,6 +44,9 @@ enum Cmd {
     /// Inspect and convert weight files (safetensors, taming .ckpt).
     #[command(subcommand)]
     Weights(weights_cmd::WeightsCmd),
+    /// A GPT over VQ token sequences (class token first): train, sample, complete, eval.
+    #[command(subcommand)]
+    Gpt(gpt_cmd::GptCmd),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +65,7 @@ fn main() -> ExitCode {
         Cmd::Vit(c) => vit_cmd::run(c),
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
         Cmd::Weights(c) => weights_cmd::run(c),
+        Cmd::Gpt(c) => gpt_cmd::run(c),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

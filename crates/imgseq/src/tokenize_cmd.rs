@@ -1,6 +1,6 @@
 //! `imgseq vq tokenize | merge-manifests | detokenize | stats`: whole datasets as token shards.
 
-use crate::vq_cmd::{load, ModelArgs, Preprocess};
+use crate::vq_cmd::{load, save_picture, ModelArgs, Preprocess};
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use clap::Args;
@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 #[derive(Args)]
 pub struct TokenizeArgs {
     /// Image folders (recursive), .txt lists of image paths, WebDataset .tar shards
-    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata).
+    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata), or
+    /// IDX image files (`train-images-idx3-ubyte.gz`: labels from the `…-labels-idx1-ubyte`
+    /// beside it, kept as `label` and, for Fashion-MNIST, `class`; keys `train-00042`; images
+    /// centred on the --size canvas, see --pad).
     #[arg(required = true)]
     sources: Vec<PathBuf>,
     #[command(flatten)]
@@ -27,6 +30,10 @@ pub struct TokenizeArgs {
     /// Samples per output shard.
     #[arg(long, default_value_t = 10_000)]
     shard_size: usize,
+    /// Centre images no larger than --size on a zero canvas instead of resizing them (on by
+    /// itself when a source is an IDX file).
+    #[arg(long)]
+    pad: bool,
     /// Output format: WebDataset tar shards (KEY.tokens.npy uint16 (h, w) + KEY.json).
     #[arg(long, default_value = "wds", value_parser = ["wds"])]
     format: String,
@@ -44,8 +51,13 @@ pub struct TokenizeArgs {
 pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let (model, weights) = load(&a.model)?;
     let cfg = model.config();
-    let size = a.pre.size;
+    let size = a.pre.size_for(cfg);
     cfg.check_input_size(size as usize)?;
+    let pad = a.pad
+        || a.sources
+            .iter()
+            .any(|s| imgseq_core::data::idx::is_idx_images_name(s));
+    let gray = cfg.ddconfig.in_channels == 1;
     let f = cfg.downsample_factor();
     let info = TokenizerInfo {
         family: "taming".into(),
@@ -55,13 +67,22 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
         n_codes: cfg.n_embed,
         size,
         grid: [size as usize / f, size as usize / f],
-        crop: "shorter side resized to size (Catmull-Rom), centre crop; pixels/127.5 - 1".into(),
+        crop: format!(
+            "{}shorter side resized to size (Catmull-Rom), centre crop; {}pixels/127.5 - 1",
+            if pad {
+                "images no larger than size centred on a zero size x size canvas; others: "
+            } else {
+                ""
+            },
+            if gray { "ITU-R 601 luma; " } else { "" }
+        ),
         upscale: a.pre.upscale,
         precision: "f32".into(),
     };
     let o = Options {
         size,
         upscale: a.pre.upscale,
+        pad,
         batch: a.batch_size,
         shard_size: a.shard_size,
         num_jobs: a.num_shards,
@@ -142,6 +163,7 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
             m.tokenizer.n_codes
         );
     }
+    let gray = model.config().ddconfig.out_ch == 1;
     let limit = a.limit.unwrap_or(usize::MAX);
     let mut done = 0usize;
     std::fs::create_dir_all(&a.output)
@@ -179,7 +201,7 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
             for (i, s) in chunk.iter().enumerate() {
                 let img = image_io::from_tensor_chw(&x.get(i)?, PixelRange::MinusOneOne)?;
                 let out = a.output.join(format!("{}.png", s.key.replace('/', "__")));
-                image_io::save_png(&out, &img)?;
+                save_picture(&out, &img, gray)?;
             }
             done += chunk.len();
         }

@@ -7,7 +7,7 @@ use clap::{ArgMatches, Args, Subcommand};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::{data, eval, inference, load_model, TokenGrid, VqConfig, VqModel};
+use imgseq_vqgan::{data, eval, inference, load_model, preprocess, TokenGrid, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
@@ -94,31 +94,21 @@ pub enum VqCmd {
     /// Codebook usage, perplexity and a code-frequency plot of a token shard folder.
     Stats(crate::tokenize_cmd::StatsArgs),
     /// Mean PSNR, SSIM and codebook usage (% of codes used across the set) of a model's
-    /// reconstructions of every image in a folder (or a .txt list of image paths).
-    Eval {
-        /// Image folder or a text file with one image path per line.
-        data: PathBuf,
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        pre: Preprocess,
-        /// Images per forward pass.
-        #[arg(long, default_value_t = 2)]
-        batch_size: usize,
-        /// Print the report as JSON (with per-image scores) on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    /// reconstructions of every image in a folder, a .txt list of image paths or an IDX file;
+    /// with --judge, a classifier's accuracy on the originals and on the reconstructions.
+    Eval(Box<crate::vq_eval_cmd::EvalArgs>),
 }
 
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Weights: safetensors or a taming `.ckpt` (default: weights/vqgan/model.safetensors,
-    /// under $IMGSEQ_WEIGHTS_DIR or the workspace's weights/ folder).
+    /// Weights: safetensors, a taming `.ckpt`, a LlamaGen VQ `.pt` or a diffusers `VQModel`
+    /// folder (default: weights/vqgan/model.safetensors, under $IMGSEQ_WEIGHTS_DIR or the
+    /// workspace's weights/ folder).
     #[arg(long)]
     pub weights: Option<PathBuf>,
-    /// Model config: our config.json or taming's model.yaml (default: beside the weights).
+    /// Model config: our config.json, taming's model.yaml, LlamaGen's or diffusers'
+    /// config.json (default: beside the weights; a LlamaGen `.pt` needs none).
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
@@ -126,12 +116,39 @@ pub struct ModelArgs {
 /// Input preprocessing.
 #[derive(Args, Clone)]
 pub struct Preprocess {
-    /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of 16.
-    #[arg(long, default_value_t = 384)]
-    pub size: u32,
+    /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of the model's
+    /// downsampling factor (default: 384 for colour models; a gray model's training
+    /// resolution, 32 for the Fashion-MNIST tokenizer).
+    #[arg(long)]
+    pub size: Option<u32>,
     /// Allow enlarging images whose shorter side is smaller than --size.
     #[arg(long)]
     pub upscale: bool,
+}
+
+/// Side of colour models' inputs when --size is not given.
+pub const DEFAULT_SIZE: u32 = 384;
+
+impl Preprocess {
+    /// --size, or its default for the model `cfg`: [`DEFAULT_SIZE`] for colour models, the
+    /// training resolution (`ddconfig.resolution`) for gray ones.
+    pub fn size_for(&self, cfg: &VqConfig) -> u32 {
+        self.size.unwrap_or(if cfg.ddconfig.in_channels == 1 {
+            cfg.ddconfig.resolution as u32
+        } else {
+            DEFAULT_SIZE
+        })
+    }
+}
+
+/// Writes a model's output picture: as an 8-bit gray image when `gray` (a one-channel
+/// model's pictures have r = g = b), else RGB.
+pub fn save_picture(path: &Path, img: &image::RgbImage, gray: bool) -> imgseq_core::Result<()> {
+    if gray {
+        image_io::save_image(path, &image_io::rgb_to_gray(img))
+    } else {
+        image_io::save_image(path, img)
+    }
 }
 
 /// Runs a `vq` command; `m` are the `vq` subcommand's matches (for what was given on the
@@ -180,41 +197,8 @@ pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
         VqCmd::MergeManifests { dir } => crate::tokenize_cmd::merge(&dir),
         VqCmd::Detokenize(a) => crate::tokenize_cmd::detokenize(&a),
         VqCmd::Stats(a) => crate::tokenize_cmd::stats(&a),
-        VqCmd::Eval {
-            data,
-            model,
-            pre,
-            batch_size,
-            json,
-        } => eval(&data, &model, &pre, batch_size, json),
+        VqCmd::Eval(a) => crate::vq_eval_cmd::eval(&a),
     }
-}
-
-fn eval(data: &Path, m: &ModelArgs, pre: &Preprocess, batch: usize, json: bool) -> Result<()> {
-    let paths = data::data_paths(data)?;
-    let (model, weights) = load(m)?;
-    let r = eval::evaluate(&model, &paths, pre.size, pre.upscale, batch, true)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-        return Ok(());
-    }
-    println!("model: {}", weights.display());
-    for i in &r.per_image {
-        println!(
-            "  {}: PSNR {:.2} dB, SSIM {:.4}",
-            i.path.display(),
-            i.psnr,
-            i.ssim
-        );
-    }
-    println!("images: {} at {}x{}", r.images, r.size, r.size);
-    println!("PSNR: {:.2} dB (mean)", r.psnr);
-    println!("SSIM: {:.4} (mean)", r.ssim);
-    println!(
-        "codebook usage: {} of {} codes ({:.1}%), perplexity {:.1}, {} tokens per image",
-        r.codes_used, r.n_embed, r.usage_percent, r.perplexity, r.tokens_per_image
-    );
-    Ok(())
 }
 
 /// The shipped default model's weights, `weights/vqgan/model.safetensors` (found as
@@ -272,13 +256,22 @@ pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)
         Some(w) => w.clone(),
         None => default_weights()?,
     };
+    // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
+    // its config.json inside (`--weights` may name the folder).
+    let file = imgseq_vqgan::load::resolve_weights(&weights)?;
     let config = match &m.config {
-        Some(c) => c.clone(),
-        None => default_config_path(&weights).map_err(|e| anyhow::anyhow!("{e}; pass --config"))?,
+        Some(c) => Some(c.clone()),
+        None => default_config_path(&file).ok(),
     };
-    outs.add_input(&weights);
-    outs.add_input(&config);
-    let model = load_model(&weights, Some(&config), &Device::Cpu)?;
+    outs.add_input(&file);
+    if let Some(c) = &config {
+        outs.add_input(c);
+    }
+    let model =
+        load_model(&file, config.as_deref(), &Device::Cpu).map_err(|e| match (&config, e) {
+            (None, imgseq_core::Error::Invalid(msg)) => anyhow::anyhow!("{msg}; pass --config"),
+            (_, e) => e.into(),
+        })?;
     Ok((model, weights))
 }
 
@@ -291,11 +284,12 @@ fn encode(
 ) -> Result<()> {
     let mut outs = Outputs::new(images.iter().chain(&m.given()));
     outs.check(out)?;
-    // Fail fast, before loading the model: every file must be a readable image of sufficient
-    // size (headers only).
-    data::check_headers(images, pre.size, pre.upscale)?;
     let (model, _) = load_with(m, &mut outs)?;
-    let tokens = inference::encode_files(&model, images, pre.size, pre.upscale, batch, true)?;
+    let size = pre.size_for(model.config());
+    // Fail fast, before any compute: every file must be a readable image of sufficient size
+    // (headers only).
+    data::check_headers(images, size, pre.upscale)?;
+    let tokens = inference::encode_files(&model, images, size, pre.upscale, batch, true)?;
     outs.write(out, |p| tokens.write(p))?;
     outs.finish();
     eprintln!(
@@ -334,8 +328,9 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
     let imgs = inference::decode_tokens(&model, &t, batch, true)
         .with_context(|| format!("{}: cannot decode", tokens.display()))?;
     // Write only after every image decoded; on failure the guard removes what was written.
+    let gray = model.config().ddconfig.out_ch == 1;
     for (p, img) in files.iter().zip(&imgs) {
-        outs.write(p, |p| image_io::save_image(p, img))?;
+        outs.write(p, |p| save_picture(p, img, gray))?;
     }
     outs.finish();
     for p in &files {
@@ -361,15 +356,19 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
             outs.check(out.join(f))?;
         }
     }
-    let img = image_io::load_rgb_square(image, pre.size, pre.upscale)?;
     let (model, weights) = load_with(m, &mut outs)?;
+    let resize = model.config().variant.resize; // the family's preprocessing
+    let img = preprocess::load_square(image, pre.size_for(model.config()), pre.upscale, resize)?;
+    let gray = model.config().ddconfig.in_channels == 1;
+    let img = if gray { data::as_gray(&img) } else { img };
     let r = eval::roundtrip(&model, &img)?;
     let pair = image_io::side_by_side(&[img, r.reconstruction.clone()], 4);
     outs.create_dir_all(out)?;
     let [tok, rec, sbs] = ROUNDTRIP_FILES.map(|f| out.join(f));
+    let gray_out = model.config().ddconfig.out_ch == 1;
     outs.write(&tok, |p| r.tokens.write(p))?;
-    outs.write(&rec, |p| image_io::save_image(p, &r.reconstruction))?;
-    outs.write(&sbs, |p| image_io::save_image(p, &pair))?;
+    outs.write(&rec, |p| save_picture(p, &r.reconstruction, gray_out))?;
+    outs.write(&sbs, |p| save_picture(p, &pair, gray && gray_out))?;
     outs.finish();
     let c = model.config();
     let (h, w) = (r.tokens.h, r.tokens.w);
@@ -417,15 +416,18 @@ fn edit(
     outs.check(out)?;
     let mut t = TokenGrid::read(tokens)?;
     t.check_non_negative(tokens)?;
-    let config = match (config, weights) {
-        (Some(c), _) => Some(c.to_path_buf()),
-        (None, Some(w)) => {
-            Some(default_config_path(w).map_err(|e| anyhow::anyhow!("{e}; pass --config"))?)
-        }
+    let n_embed = match (config, weights) {
+        (Some(c), _) => Some(VqConfig::from_file(c)?.n_embed),
+        // The config beside the weights, else the codebook's size in the weights (a LlamaGen
+        // `.pt` has no config).
+        (None, Some(w)) => Some(
+            imgseq_vqgan::load::codebook_size(w)
+                .map_err(|e| anyhow::anyhow!("{e}; pass --config"))?,
+        ),
         (None, None) => None,
     };
-    if let Some(c) = config {
-        t.check_codebook(tokens, VqConfig::from_file(&c)?.n_embed)?;
+    if let Some(n) = n_embed {
+        t.check_codebook(tokens, n)?;
     }
     let mut parsed = Vec::with_capacity(swaps.len());
     for s in swaps {

@@ -17,14 +17,16 @@ use std::sync::LazyLock;
 /// `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Image folder (or a .txt list of image paths); required unless resuming.
+    /// Image folder, a .txt list of image paths, or an IDX image file (Fashion-MNIST's
+    /// `train-images-idx3-ubyte.gz`: images centred on a --resize canvas, and the defaults
+    /// below give way to the `fmnist_f4` recipe); required unless resuming.
     #[arg(long)]
     data: Option<PathBuf>,
     /// Run folder for checkpoints.
     #[arg(long, default_value = "runs/vq-small")]
     out: PathBuf,
-    /// Architecture: a preset (`small`, `f16_1024`) or a config file (our config.json or
-    /// taming's model.yaml).
+    /// Architecture: a preset (`small`, `f16_1024`, `fmnist_f4`, `fmnist_f2`) or a config file
+    /// (our config.json or taming's model.yaml).
     #[arg(long, default_value = "small")]
     config: String,
     /// Continue the run in --out from its last checkpoint (there must be one).
@@ -223,7 +225,12 @@ pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
             bail!("--data DIR is required (an image folder or a .txt list of images)");
         };
         let cfg = model_config(&a.config)?;
-        let mut tc = TrainConfig::default_for(data);
+        // IDX images (Fashion-MNIST) start from their own recipe; flags override it.
+        let mut tc = if imgseq_core::data::idx::is_idx_images_name(data) {
+            TrainConfig::fmnist_for(data)
+        } else {
+            TrainConfig::default_for(data)
+        };
         a.apply(m, &mut tc)?;
         tc.validate(&cfg)?;
         if a.overwrite {

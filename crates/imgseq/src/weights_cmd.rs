@@ -8,18 +8,23 @@ use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum WeightsCmd {
-    /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` (names, dtypes,
-    /// shapes, count, total parameters). Checkpoints are read without executing any code.
+    /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` / `.pt`
+    /// (names, dtypes, shapes, count, total parameters) and the tokenizer family their names
+    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel). Checkpoints are read without
+    /// executing any code.
     Inspect {
-        /// A `.safetensors` or `.ckpt` file.
+        /// A `.safetensors`, `.ckpt` or `.pt` file, or a diffusers model folder.
         file: PathBuf,
     },
-    /// Convert a taming-transformers `.ckpt` to safetensors (model tensors only, `loss.*`
-    /// dropped) and write `config.json` beside the output.
+    /// Convert a taming-transformers `.ckpt`, a LlamaGen VQ `.pt` / `model.safetensors` or a
+    /// diffusers `VQModel` folder to safetensors in imgseq's layout (model tensors only;
+    /// `loss.*` and LlamaGen's `quantize.codebook_used` dropped) and write `config.json`
+    /// (with the family's options) beside the output.
     Convert {
-        /// The taming checkpoint (e.g. `last.ckpt`).
+        /// The checkpoint (e.g. `last.ckpt`, `vq_ds16_c2i.pt`) or diffusers `vqvae/` folder.
         input: PathBuf,
-        /// taming's `model.yaml` or our `config.json` (default: one of them beside the input).
+        /// taming's `model.yaml`, our, LlamaGen's or diffusers' `config.json` (default: one
+        /// beside the input; a LlamaGen `.pt` needs none).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Output `.safetensors` path; `config.json` goes into the same folder.
@@ -39,10 +44,13 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             // Both outputs (the weights and config.json beside them) go through the one
             // output check: never an input, never a device, FIFO, link or folder.
             let mut outs = Outputs::new([Some(&input), config.as_ref()].into_iter().flatten());
-            if config.is_none() {
-                if let Ok(c) = load::default_config_path(&input) {
-                    outs.add_input(c);
+            if let Ok(file) = load::resolve_weights(&input) {
+                if config.is_none() {
+                    if let Ok(c) = load::default_config_path(&file) {
+                        outs.add_input(c);
+                    }
                 }
+                outs.add_input(file);
             }
             let cfg_out = output
                 .parent()
@@ -61,8 +69,9 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             let r = load::convert_checkpoint(&input, config.as_deref(), &output)?;
             outs.finish();
             println!(
-                "wrote {} ({} tensors, {} parameters; dropped {} training-only tensors) and {}",
+                "wrote {} ({}: {} tensors, {} parameters; dropped {} training-only tensors) and {}",
                 output.display(),
+                r.family.label(),
                 r.written,
                 r.params,
                 r.dropped,
@@ -78,6 +87,9 @@ fn inspect(file: PathBuf) -> Result<()> {
     let s = load::inspect(&file)?;
     let mut o = String::new();
     writeln!(o, "{}: {}", file.display(), s.format)?;
+    if let Some(f) = s.family {
+        writeln!(o, "  family: {}", f.label())?;
+    }
     for (k, v) in &s.scalars {
         writeln!(o, "  {k}: {v}")?;
     }

@@ -5,6 +5,7 @@
 
 use super::{Dataset, Split};
 use crate::{Error, Result};
+use image::GrayImage;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -229,6 +230,65 @@ pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>> {
     Ok(read_idx(path.as_ref(), LABELS_MAGIC, "label")?.1)
 }
 
+/// Whether `path` is named like an IDX image file (`…idx3-ubyte`, optionally `.gz`): how the
+/// data commands tell one from an image folder or a list.
+pub fn is_idx_images_name(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.trim_end_matches(".gz").ends_with("idx3-ubyte"))
+}
+
+/// The label file of an IDX image file: `X-images-idx3-ubyte[.gz]` → the existing one of
+/// `X-labels-idx1-ubyte.gz` and `X-labels-idx1-ubyte` beside it.
+pub fn sibling_labels(images: &Path) -> Result<PathBuf> {
+    let name = images.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let stem = name.trim_end_matches(".gz");
+    let Some(prefix) = stem.strip_suffix("images-idx3-ubyte") else {
+        return Err(Error::format(
+            images,
+            "not named like an IDX image file (…-images-idx3-ubyte[.gz]), so its labels cannot be found",
+        ));
+    };
+    let base = format!("{prefix}labels-idx1-ubyte");
+    let dir = images.parent().unwrap_or(Path::new("."));
+    for cand in [format!("{base}.gz"), base.clone()] {
+        let p = dir.join(cand);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(Error::format(
+        images,
+        format!("its label file {base}[.gz] is not beside it"),
+    ))
+}
+
+/// The images of an IDX image file, each centred on a zero `side`×`side` canvas (offsets
+/// `(side − h)/2`, `(side − w)/2`: the ViT's `pad_to`, so the two see the same pixels).
+pub fn load_idx_images_centered(path: impl AsRef<Path>, side: usize) -> Result<Vec<GrayImage>> {
+    let path = path.as_ref();
+    let (n, h, w, data) = read_idx_images(path)?;
+    if h > side || w > side {
+        return Err(Error::format(
+            path,
+            format!("images are {h}x{w}, larger than the {side}x{side} canvas"),
+        ));
+    }
+    let (oy, ox) = ((side - h) / 2, (side - w) / 2);
+    Ok((0..n)
+        .map(|i| {
+            let src = &data[i * h * w..(i + 1) * h * w];
+            let mut img = GrayImage::new(side as u32, side as u32);
+            let dst: &mut [u8] = &mut img;
+            for y in 0..h {
+                let d = (y + oy) * side + ox;
+                dst[d..d + w].copy_from_slice(&src[y * w..(y + 1) * w]);
+            }
+            img
+        })
+        .collect())
+}
+
 /// Loads an IDX image file and its label file as a one-channel [`Dataset`].
 pub fn load_idx_pair(
     images: impl AsRef<Path>,
@@ -361,6 +421,63 @@ pub(crate) mod tests {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         e.write_all(data).unwrap();
         e.finish().unwrap()
+    }
+
+    #[test]
+    fn idx_images_centred_on_the_canvas_and_their_labels_found_beside_them() {
+        let d = tempfile::tempdir().unwrap();
+        let ip = d.path().join("t10k-images-idx3-ubyte.gz");
+        std::fs::write(&ip, gz(&idx_images(2, 3, 4))).unwrap();
+        let imgs = load_idx_images_centered(&ip, 8).unwrap();
+        assert_eq!(imgs.len(), 2);
+        let (_, _, _, raw) = read_idx_images(&ip).unwrap();
+        for (i, img) in imgs.iter().enumerate() {
+            assert_eq!(img.dimensions(), (8, 8));
+            for y in 0..8u32 {
+                for x in 0..8u32 {
+                    // Offsets ((8 − 3)/2, (8 − 4)/2) = (2, 2): the ViT's pad_to.
+                    let inside = (2..5).contains(&y) && (2..6).contains(&x);
+                    let want = if inside {
+                        raw[i * 12 + (y as usize - 2) * 4 + (x as usize - 2)]
+                    } else {
+                        0
+                    };
+                    assert_eq!(img.get_pixel(x, y).0[0], want, "image {i} at ({x}, {y})");
+                }
+            }
+        }
+        let e = load_idx_images_centered(&ip, 3).unwrap_err().to_string();
+        assert!(
+            e.contains("t10k-images") && e.contains("larger than the 3x3"),
+            "{e}"
+        );
+
+        assert!(is_idx_images_name(&ip));
+        assert!(is_idx_images_name(Path::new("a/train-images-idx3-ubyte")));
+        assert!(!is_idx_images_name(Path::new("train-labels-idx1-ubyte.gz")));
+        assert!(!is_idx_images_name(Path::new("photos")));
+        let e = sibling_labels(&ip).unwrap_err().to_string();
+        assert!(
+            e.contains("t10k-labels-idx1-ubyte[.gz] is not beside it"),
+            "{e}"
+        );
+        let plain = d.path().join("t10k-labels-idx1-ubyte");
+        std::fs::write(&plain, idx_labels(&[1, 2])).unwrap();
+        assert_eq!(sibling_labels(&ip).unwrap(), plain);
+        let gzipped = d.path().join("t10k-labels-idx1-ubyte.gz");
+        std::fs::write(&gzipped, gz(&idx_labels(&[1, 2]))).unwrap();
+        assert_eq!(
+            sibling_labels(&ip).unwrap(),
+            gzipped,
+            "the .gz is preferred"
+        );
+        let e = sibling_labels(Path::new("images.bin"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("images.bin: not named like an IDX image file"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -43,10 +43,25 @@ pub struct Dims {
     pub d: usize,
 }
 
+/// The attention variant: the softmax scale and whether query i sees keys 0..=i only.
+#[derive(Debug, Clone, Copy)]
+pub struct Mode {
+    pub scale: f64,
+    pub causal: bool,
+}
+
 multiversion! {
-    /// In-place row softmax of the n×n scores.
-    fn softmax_rows<T>(s: &mut [T], n: usize) {
-        for row in s.chunks_exact_mut(n) {
+    /// In-place row softmax of the n×n scores; `causal`: row i covers columns 0..=i only
+    /// (the rest become exact zeros, as softmax gives for −∞ scores).
+    fn softmax_rows<T>(s: &mut [T], n: usize, causal: bool) {
+        for (i, row) in s.chunks_exact_mut(n).enumerate() {
+            let row = if causal {
+                let (keep, masked) = row.split_at_mut(i + 1);
+                masked.fill(T::ZERO);
+                keep
+            } else {
+                row
+            };
             let m = max(row);
             for x in row.iter_mut() {
                 *x = (*x - m).exp();
@@ -71,7 +86,8 @@ multiversion! {
     }
 }
 
-/// P = softmax(scale · Q·Kᵀ) of one head into `s` (n×n, row-major).
+/// P = softmax(scale · Q·Kᵀ) of one head into `s` (n×n, row-major); `causal` masks
+/// column j > row i.
 #[allow(clippy::too_many_arguments)]
 fn probs<T: Real>(
     q: &[T],
@@ -81,6 +97,7 @@ fn probs<T: Real>(
     n: usize,
     d: usize,
     scale: T,
+    causal: bool,
     s: &mut [T],
     par: gemm::Parallelism,
 ) {
@@ -104,7 +121,7 @@ fn probs<T: Real>(
             par,
         )
     };
-    softmax_rows(&mut s[..n * n], n);
+    softmax_rows(&mut s[..n * n], n, causal);
 }
 
 /// Whether `x` holds an n×d operand with (row, col) strides `st`.
@@ -197,8 +214,9 @@ pub fn attention<T: Real>(
     v: &[T],
     vv: View,
     dims: Dims,
-    scale: f64,
+    mode: Mode,
 ) -> Vec<T> {
+    let Mode { scale, causal } = mode;
     let Dims { h, n, d, .. } = dims;
     let mut out = vec![T::ZERO; dims.b * h * n * d];
     if n == 0 || d == 0 || h == 0 {
@@ -227,6 +245,7 @@ pub fn attention<T: Real>(
                 n,
                 d,
                 T::c(scale),
+                causal,
                 sc,
                 par,
             );
@@ -266,8 +285,9 @@ pub fn attention_bwd<T: Real>(
     vv: View,
     g: &[T],
     dims: Dims,
-    scale: f64,
+    mode: Mode,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let Mode { scale, causal } = mode;
     let Dims { h, n, d, .. } = dims;
     let len = dims.b * h * n * d;
     let (mut dq, mut dk, mut dv) = (vec![T::ZERO; len], vec![T::ZERO; len], vec![T::ZERO; len]);
@@ -294,7 +314,7 @@ pub fn attention_bwd<T: Real>(
             let g = &g[bi * per_batch + hi * d..];
             assert!(g.len() >= (n - 1) * hd + d);
             let (p, dp) = sc.split_at_mut(n * n);
-            probs(q, k, sq, sk, n, d, T::c(scale), p, par);
+            probs(q, k, sq, sk, n, d, T::c(scale), causal, p, par);
             let dq = outs[0][hi * d..].as_mut_ptr();
             let dk = outs[1][hi * d..].as_mut_ptr();
             let dv = outs[2][hi * d..].as_mut_ptr();

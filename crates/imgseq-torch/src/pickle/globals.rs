@@ -2,7 +2,9 @@
 //! ones rebuild. Nothing is ever imported or called.
 //!
 //! * A global outside `torch.*`, `collections.*`, `pytorch_lightning.*`, `lightning.*`,
-//!   `lightning_fabric.*` (and `_codecs.encode`) is refused as soon as it is named.
+//!   `lightning_fabric.*` (and `_codecs.encode` and the inert [`INERT_NAMES`], such as the
+//!   `argparse.Namespace` of LlamaGen's training arguments) is refused as soon as it is
+//!   named.
 //! * `REDUCE` (a call) is modelled for:
 //!   - `torch._utils._rebuild_tensor_v2` → a tensor view on a storage,
 //!   - `torch._utils._rebuild_parameter`, `torch._tensor._rebuild_from_type_v2` → the tensor,
@@ -32,10 +34,20 @@ const INERT_MODULES: [&str; 5] = [
     "lightning_fabric",
 ];
 
+/// Single names outside those modules that a checkpoint may hold as data we do not need:
+/// `NEWOBJ` / `REDUCE` of them gives an opaque placeholder (never constructed, its `BUILD`
+/// state dropped). LlamaGen's `torch.save` dicts carry `"args": argparse.Namespace(...)`.
+pub(super) const INERT_NAMES: [(&str, &str); 1] = [("argparse", "Namespace")];
+
 fn in_inert_module(module: &str) -> bool {
     INERT_MODULES
         .iter()
         .any(|p| module == *p || module.starts_with(&format!("{p}.")))
+}
+
+/// A tolerated (never called) global: in an inert module or an inert name.
+fn is_inert(module: &str, name: &str) -> bool {
+    in_inert_module(module) || INERT_NAMES.contains(&(module, name))
 }
 
 /// The error for a name outside the allowlist (or instantiated by `INST`).
@@ -48,7 +60,7 @@ pub(super) fn refused(module: &str, name: &str) -> PickleError {
 
 /// `GLOBAL` / `STACK_GLOBAL`: an inert name if it is allowed at all.
 pub(super) fn global(module: String, name: String) -> PResult<Value> {
-    if !((module == "_codecs" && name == "encode") || in_inert_module(&module)) {
+    if !((module == "_codecs" && name == "encode") || is_inert(&module, &name)) {
         return Err(refused(&module, &name));
     }
     Ok(Value::Global(Rc::new((module, name))))
@@ -117,7 +129,7 @@ pub(super) fn reduce(callable: Value, args: Value) -> PResult<Value> {
                     }
                 }
             }
-            _ if in_inert_module(module) => {
+            _ if is_inert(module, name) => {
                 return Ok(Value::Opaque(Rc::new((module.into(), name.into()))))
             }
             _ => return Err(refused(module, name)),
@@ -161,7 +173,7 @@ fn rebuild_tensor_v2(args: &[Value]) -> PResult<Value> {
 /// `NEWOBJ` / `NEWOBJ_EX`: `cls.__new__(cls, ...)`, only as an opaque placeholder.
 pub(super) fn new_object(cls: Value) -> PResult<Value> {
     match cls {
-        Value::Global(g) if in_inert_module(&g.0) => Ok(Value::Opaque(g)),
+        Value::Global(g) if is_inert(&g.0, &g.1) => Ok(Value::Opaque(g)),
         Value::Global(g) => Err(refused(&g.0, &g.1)),
         other => Err(PickleError::InstantiatesNonGlobal {
             found: other.describe(),

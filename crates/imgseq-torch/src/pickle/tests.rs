@@ -143,3 +143,22 @@ fn long1_negative() {
     let v = run(b"\x8a\x02\x00\xff.").unwrap();
     assert!(matches!(v, Value::Int(-256)), "{v:?}");
 }
+
+#[test]
+fn argparse_namespace_is_skipped_never_built() {
+    // pickle.dumps({'args': argparse.Namespace(lr=0.5, name='x'), 'steps': 3}, protocol=2):
+    // LlamaGen's training checkpoints carry their arguments like this.
+    let p = b"\x80\x02}q\x00(X\x04\x00\x00\x00argsq\x01cargparse\nNamespace\nq\x02)\x81q\x03}q\x04(X\x02\x00\x00\x00lrq\x05G?\xe0\x00\x00\x00\x00\x00\x00X\x04\x00\x00\x00nameq\x06X\x01\x00\x00\x00xq\x07ubX\x05\x00\x00\x00stepsq\x08K\x03u.";
+    let Value::Dict(d) = run(p).unwrap() else {
+        panic!("not a dict")
+    };
+    let d = d.borrow();
+    let v: Vec<&Value> = d.iter().map(|(_, v)| v).collect();
+    assert!(matches!(v[0], Value::Opaque(g) if g.0 == "argparse" && g.1 == "Namespace"));
+    assert!(matches!(v[1], Value::Int(3)));
+    // Only that one name of `argparse` is tolerated; and it cannot be instantiated by INST.
+    let p = b"\x80\x02cargparse\nArgumentParser\nq\x00.";
+    assert_eq!(run(p).unwrap_err(), refused("argparse", "ArgumentParser"));
+    let p = b"(iargparse\nNamespace\n.";
+    assert_eq!(run(p).unwrap_err(), refused("argparse", "Namespace"));
+}

@@ -20,13 +20,14 @@ pub use config::TrainConfig;
 
 use crate::codebook;
 use crate::config::VqConfig;
-use crate::data::{data_paths, load_training_images, random_crops};
+use crate::data::{data_paths, load_idx_training_images, load_training_images, random_crops};
 use crate::loss::{loss, psnr_of_mse};
 use crate::model::{Bottleneck, VqModel};
 use candle_core::{DType, Device, Var};
 use candle_nn::{VarBuilder, VarMap};
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
+use imgseq_core::data::idx::is_idx_images_name;
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::{Error, Result};
 use rand::rngs::StdRng;
@@ -52,7 +53,12 @@ pub fn train(
     cfg.validate(Path::new("<config>"))?;
     tc.validate(cfg)?;
     checkpoint::check_start(out, resume)?;
-    let paths = data_paths(&tc.data)?;
+    let paths = if is_idx_images_name(&tc.data) {
+        Vec::new()
+    } else {
+        data_paths(&tc.data)?
+    };
+    let channels = cfg.ddconfig.in_channels;
 
     // The model as trainable variables, and AdamW (weight decay on matrices, not the codebook).
     let vars = VarMap::new();
@@ -115,7 +121,15 @@ pub fn train(
         let step = state.step;
         let (crop, batch) = tc.crop_at(step);
         let seed = mix_seed(&[tc.seed, step as u64]);
-        let x = random_crops(&images, crop, batch, tc.hflip, tc.shuffle_channels, seed)?;
+        let x = random_crops(
+            &images,
+            crop,
+            batch,
+            tc.hflip,
+            tc.shuffle_channels,
+            channels,
+            seed,
+        )?;
         if tc.ae_warmup > 0 && step == tc.ae_warmup {
             // End of the autoencoder warm-up: codes from what the trained encoder emits.
             init_codebook(&model, cfg, tc, &images, &codebook_var)?;
@@ -183,6 +197,27 @@ pub fn train(
 /// The training images, at every scale the config asks for.
 fn load_images(tc: &TrainConfig, paths: &[std::path::PathBuf]) -> Result<Vec<RgbImage>> {
     let t_load = Instant::now();
+    if is_idx_images_name(&tc.data) {
+        // IDX images (Fashion-MNIST): centred on a resize×resize canvas, no rescaling.
+        if !tc.extra_scales.is_empty() {
+            return Err(Error::setting(
+                "extra_scales",
+                format!("{:?}", tc.extra_scales),
+                "IDX images are used at their size: give --extra-scales none",
+            ));
+        }
+        let images = load_idx_training_images(&tc.data, tc.resize.max(tc.max_crop()))?;
+        eprintln!(
+            "{} training images from {} ({:.1} s to load); crops {}x{}, batch {}",
+            images.len(),
+            tc.data.display(),
+            t_load.elapsed().as_secs_f64(),
+            tc.crop,
+            tc.crop,
+            tc.batch_size
+        );
+        return Ok(images);
+    }
     let mut images = load_training_images(paths, tc.resize, tc.max_crop())?;
     for &side in &tc.extra_scales {
         images.extend(load_training_images(paths, side, tc.max_crop())?);
@@ -236,6 +271,7 @@ fn init_codebook(
                 tc.batch_size,
                 tc.hflip,
                 tc.shuffle_channels,
+                cfg.ddconfig.in_channels,
                 seed,
             )?;
             model.encode_latents(&x).map_err(Error::from)

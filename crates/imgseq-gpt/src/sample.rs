@@ -1,0 +1,269 @@
+//! Sampling image token sequences: the class token first (and any known first tokens: a
+//! completion's kept rows), then the remaining tokens one position at a time through the KV
+//! cache, drawn from the codebook entries only.
+//!
+//! Classifier-free guidance runs the conditional and the unconditional sequence in one batch
+//! and samples from `uncond + scale · (cond − uncond)` logits (scale 1: plain conditional).
+//! Every image has its own generator seeded from (seed, image index), so an image does not
+//! depend on the batch size or on the other images.
+
+use candle_core::{Device, Tensor};
+use imgseq_core::data::augment::mix_seed;
+use imgseq_core::progress::bar;
+use imgseq_core::{Error, Result};
+use rand::{Rng, SeedableRng};
+
+use crate::config::SeqLayout;
+use crate::model::{Gpt2LMHeadModel, KvCache};
+
+/// How to draw tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleOptions {
+    /// Softmax temperature; 0 = greedy (argmax).
+    pub temperature: f64,
+    /// Keep only the k most likely codes (None: all).
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely codes whose probability reaches p (None: all).
+    pub top_p: Option<f64>,
+    /// Classifier-free guidance scale (1: none).
+    pub guidance: f64,
+    pub seed: u64,
+    /// Images generated together (each costs two rows with guidance).
+    pub batch: usize,
+}
+
+impl Default for SampleOptions {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            guidance: 1.0,
+            seed: 0,
+            batch: 100,
+        }
+    }
+}
+
+impl SampleOptions {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::setting(
+                "temperature",
+                self.temperature,
+                "must be a number ≥ 0",
+            ));
+        }
+        if self.top_k == Some(0) {
+            return Err(Error::setting("top_k", 0, "must be positive"));
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(Error::setting("top_p", p, "must be in (0, 1]"));
+            }
+        }
+        if !self.guidance.is_finite() {
+            return Err(Error::setting(
+                "guidance",
+                self.guidance,
+                "must be a finite number",
+            ));
+        }
+        if self.batch == 0 {
+            return Err(Error::setting("batch", 0, "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// One draw from `logits` (a row over the codes) with temperature, top-k and top-p.
+pub fn draw(logits: &[f32], o: &SampleOptions, rng: &mut impl Rng) -> u32 {
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
+                if x > bv {
+                    (i, x)
+                } else {
+                    (bi, bv)
+                }
+            })
+            .0 as u32
+    };
+    if o.temperature == 0.0 {
+        return argmax(logits);
+    }
+    // Candidates by decreasing logit (ties: lower index first).
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if let Some(k) = o.top_k {
+        order.truncate(k.max(1));
+    }
+    let t = o.temperature as f32;
+    let m = logits[order[0]];
+    let mut p: Vec<f64> = order
+        .iter()
+        .map(|&i| (((logits[i] - m) / t) as f64).exp())
+        .collect();
+    let z: f64 = p.iter().sum();
+    p.iter_mut().for_each(|x| *x /= z);
+    if let Some(top_p) = o.top_p {
+        let mut acc = 0.0;
+        let mut keep = p.len();
+        for (i, x) in p.iter().enumerate() {
+            acc += x;
+            if acc >= top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        order.truncate(keep);
+        p.truncate(keep);
+        let z: f64 = p.iter().sum();
+        p.iter_mut().for_each(|x| *x /= z);
+    }
+    let u: f64 = rng.random();
+    let mut acc = 0.0;
+    for (i, x) in p.iter().enumerate() {
+        acc += x;
+        if u < acc {
+            return order[i] as u32;
+        }
+    }
+    order[p.len() - 1] as u32
+}
+
+/// One request: the class to generate (None: unconditional) and the first tokens to keep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub class: Option<usize>,
+    pub prefix: Vec<u32>,
+}
+
+/// Generates the h·w tokens of every request (its prefix kept as given). Requests are
+/// processed in batches of `o.batch`; the prefixes of one batch must have one length (the
+/// CLI's requests always do), else they go one by one.
+pub fn generate(
+    model: &Gpt2LMHeadModel,
+    layout: &SeqLayout,
+    requests: &[Request],
+    o: &SampleOptions,
+    progress: bool,
+) -> Result<Vec<Vec<u32>>> {
+    o.validate()?;
+    let n = layout.n_tokens();
+    for r in requests {
+        if let Some(c) = r.class {
+            if c >= layout.n_classes() {
+                return Err(Error::setting(
+                    "class",
+                    c,
+                    format!(
+                        "is out of range: the model has {} classes",
+                        layout.n_classes()
+                    ),
+                ));
+            }
+        }
+        if r.prefix.len() > n {
+            return Err(Error::invalid(format!(
+                "a prefix of {} tokens is longer than the {n}-token image",
+                r.prefix.len()
+            )));
+        }
+        if let Some(&t) = r.prefix.iter().find(|&&t| t as usize >= layout.n_codes) {
+            return Err(Error::invalid(format!(
+                "prefix token {t} is outside the {}-entry codebook",
+                layout.n_codes
+            )));
+        }
+    }
+    let pb = progress.then(|| bar(requests.len() as u64, 0, "sampling"));
+    let mut out = Vec::with_capacity(requests.len());
+    let mut start = 0;
+    while start < requests.len() {
+        let k = requests[start].prefix.len();
+        let mut end = start + 1;
+        while end < requests.len() && end - start < o.batch && requests[end].prefix.len() == k {
+            end += 1;
+        }
+        out.extend(generate_batch(
+            model,
+            layout,
+            &requests[start..end],
+            start,
+            o,
+        )?);
+        if let Some(pb) = &pb {
+            pb.inc((end - start) as u64);
+        }
+        start = end;
+    }
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(out)
+}
+
+/// [`generate`] for requests with prefixes of one length; `first` is the index of the first
+/// request (it seeds the generators).
+fn generate_batch(
+    model: &Gpt2LMHeadModel,
+    layout: &SeqLayout,
+    reqs: &[Request],
+    first: usize,
+    o: &SampleOptions,
+) -> Result<Vec<Vec<u32>>> {
+    let dev = Device::Cpu;
+    let (b, n, k) = (reqs.len(), layout.n_tokens(), reqs[0].prefix.len());
+    let cfg_on = o.guidance != 1.0;
+    let rows = if cfg_on { 2 * b } else { b };
+    let mut seqs: Vec<Vec<u32>> = reqs.iter().map(|r| r.prefix.clone()).collect();
+    if k == n {
+        return Ok(seqs);
+    }
+    let mut rngs: Vec<rand::rngs::StdRng> = (0..b)
+        .map(|i| rand::rngs::StdRng::seed_from_u64(mix_seed(&[o.seed, 0x5a3e, (first + i) as u64])))
+        .collect();
+    // Prefill: [class] + prefix for every row (the unconditional copies after the conditional).
+    let mut ids: Vec<u32> = Vec::with_capacity(rows * (1 + k));
+    for pass in 0..(if cfg_on { 2 } else { 1 }) {
+        for r in reqs {
+            let cls = match (pass, r.class) {
+                (0, Some(c)) => layout.class_token(c),
+                _ => layout.uncond_token(),
+            };
+            ids.push(cls);
+            ids.extend_from_slice(&r.prefix);
+        }
+    }
+    let mut cache = KvCache::new(model.h.len());
+    let mut x = Tensor::from_vec(ids, (rows, 1 + k), &dev)?;
+    for _ in k..n {
+        let logits = model.forward_first(&x, layout.n_codes, Some(&mut cache))?; // (rows, t, n_codes)
+        let t = logits.dim(1)?;
+        let last = logits.narrow(1, t - 1, 1)?.squeeze(1)?; // (rows, n_codes)
+        let last = if cfg_on {
+            let c = last.narrow(0, 0, b)?;
+            let u = last.narrow(0, b, b)?;
+            (&u + ((c - &u)? * o.guidance)?)?
+        } else {
+            last
+        };
+        let rows_v = last.to_vec2::<f32>()?;
+        let mut next = Vec::with_capacity(rows);
+        for (i, row) in rows_v.iter().enumerate() {
+            let tok = draw(row, o, &mut rngs[i]);
+            seqs[i].push(tok);
+            next.push(tok);
+        }
+        if cfg_on {
+            next.extend_from_within(..);
+        }
+        if seqs[0].len() == n {
+            break;
+        }
+        x = Tensor::from_vec(next, (rows, 1), &dev)?;
+    }
+    Ok(seqs)
+}

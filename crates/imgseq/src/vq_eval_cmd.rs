@@ -1,0 +1,189 @@
+//! `imgseq vq eval`: how lossy a tokenizer is on a set of images (PSNR, SSIM, codebook
+//! usage) and, with `--judge`, whether its reconstructions keep what a classifier sees: the
+//! classifier's accuracy on the originals and on the reconstructions of labelled IDX images
+//! (Fashion-MNIST's test set against the shipped ViT).
+
+use crate::vq_cmd::{load, ModelArgs, Preprocess};
+use anyhow::{bail, Result};
+use clap::Args;
+use image::RgbImage;
+use imgseq_core::data::idx::{is_idx_images_name, read_idx_labels, sibling_labels};
+use imgseq_core::data::Dataset;
+use imgseq_core::image_io;
+use imgseq_vit::inference::Classifier;
+use imgseq_vqgan::{data, eval};
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Image folder, a text file with one image path per line, or an IDX image file
+    /// (`t10k-images-idx3-ubyte.gz`: images centred on the --size canvas, labels from the
+    /// `…-labels-idx1-ubyte` beside it).
+    data: PathBuf,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    pre: Preprocess,
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 2)]
+    batch_size: usize,
+    /// Only the first N images.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// A classifier (ViT checkpoint folder, e.g. weights/vit-fashion-mnist) that classifies
+    /// the originals and the reconstructions: prints both accuracies and the gap. Needs
+    /// labelled data (an IDX file) at the classifier's input size.
+    #[arg(long)]
+    judge: Option<PathBuf>,
+    /// Print the report as JSON (with per-image scores) on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The classifier's accuracy on the originals and on the reconstructions.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub judge: PathBuf,
+    pub images: usize,
+    /// Accuracies in [0, 1].
+    pub original_accuracy: f64,
+    pub reconstruction_accuracy: f64,
+    /// `reconstruction_accuracy − original_accuracy`.
+    pub gap: f64,
+}
+
+pub fn eval(a: &EvalArgs) -> Result<()> {
+    if a.limit == Some(0) {
+        bail!("--limit 0: must be positive");
+    }
+    let (model, weights) = load(&a.model)?;
+    let size = a.pre.size_for(model.config());
+    let limit = a.limit.unwrap_or(usize::MAX);
+    let (r, judged) = if is_idx_images_name(&a.data) {
+        let mut imgs = data::load_idx_training_images(&a.data, size as usize)?;
+        let labels_path = sibling_labels(&a.data)?;
+        let mut labels = read_idx_labels(&labels_path)?;
+        if labels.len() != imgs.len() {
+            bail!(
+                "{}: {} labels for the {} images of {}",
+                labels_path.display(),
+                labels.len(),
+                imgs.len(),
+                a.data.display()
+            );
+        }
+        imgs.truncate(limit);
+        labels.truncate(limit);
+        let names: Vec<PathBuf> = (0..imgs.len())
+            .map(|i| PathBuf::from(format!("{}:{i}", a.data.display())))
+            .collect();
+        let (r, recons) = eval::evaluate_pictures(&model, &names, &imgs, a.batch_size, true)?;
+        let judged = match &a.judge {
+            Some(j) => Some(judge(j, &imgs, &recons, &labels)?),
+            None => None,
+        };
+        (r, judged)
+    } else {
+        if a.judge.is_some() {
+            bail!(
+                "--judge needs labelled images: give an IDX image file ({} is not one)",
+                a.data.display()
+            );
+        }
+        let mut paths = data::data_paths(&a.data)?;
+        paths.truncate(limit);
+        let r = eval::evaluate(&model, &paths, size, a.pre.upscale, a.batch_size, true)?;
+        (r, None)
+    };
+    if a.json {
+        let mut report = serde_json::to_value(&r)?;
+        if let Some(j) = &judged {
+            report["judged"] = serde_json::json!({
+                "judge": j.judge, "images": j.images,
+                "original_accuracy": j.original_accuracy,
+                "reconstruction_accuracy": j.reconstruction_accuracy, "gap": j.gap,
+            });
+        }
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("model: {}", weights.display());
+    // Thousands of IDX images: the per-image lines only for small sets.
+    if r.per_image.len() <= 100 {
+        for i in &r.per_image {
+            println!(
+                "  {}: PSNR {:.2} dB, SSIM {:.4}",
+                i.path.display(),
+                i.psnr,
+                i.ssim
+            );
+        }
+    }
+    println!("images: {} at {}x{}", r.images, r.size, r.size);
+    println!("PSNR: {:.2} dB (mean)", r.psnr);
+    println!("SSIM: {:.4} (mean)", r.ssim);
+    println!(
+        "codebook usage: {} of {} codes ({:.1}%), perplexity {:.1}, {} tokens per image",
+        r.codes_used, r.n_embed, r.usage_percent, r.perplexity, r.tokens_per_image
+    );
+    if let Some(j) = judged {
+        println!(
+            "judge {}: accuracy {:.2}% on the originals, {:.2}% on the reconstructions \
+             (gap {:+.2} points, {} images)",
+            j.judge.display(),
+            100.0 * j.original_accuracy,
+            100.0 * j.reconstruction_accuracy,
+            100.0 * j.gap,
+            j.images
+        );
+    }
+    Ok(())
+}
+
+/// The classifier in `dir` on the originals and on the reconstructions (both gray pictures
+/// of the classifier's input size, r = g = b), scored against `labels` (its label ids).
+pub fn judge(
+    dir: &Path,
+    originals: &[RgbImage],
+    recons: &[RgbImage],
+    labels: &[u8],
+) -> Result<Judged> {
+    let c = Classifier::load(dir)?;
+    let side = c.cfg.image_size;
+    if c.cfg.num_channels != 1 {
+        bail!(
+            "--judge {}: a {}-channel classifier; the judge reads gray images",
+            dir.display(),
+            c.cfg.num_channels
+        );
+    }
+    if let Some(img) = originals.first() {
+        if img.dimensions() != (side as u32, side as u32) {
+            bail!(
+                "--judge {}: the classifier reads {side}x{side} images, the tokenizer's are \
+                 {}x{} (give --size {side})",
+                dir.display(),
+                img.width(),
+                img.height()
+            );
+        }
+    }
+    let names: Vec<String> = (0..c.cfg.num_labels()).map(|i| c.cfg.label(i)).collect();
+    let set = |imgs: &[RgbImage]| -> Result<Dataset> {
+        let bytes: Vec<u8> = imgs
+            .iter()
+            .flat_map(|i| image_io::rgb_to_gray(i).into_raw())
+            .collect();
+        let labels = labels.iter().map(|&l| l as u16).collect();
+        Ok(Dataset::new(bytes, labels, (1, side, side), names.clone())?)
+    };
+    let on_originals = c.evaluate(&set(originals)?, true)?;
+    let on_recons = c.evaluate(&set(recons)?, true)?;
+    Ok(Judged {
+        judge: dir.to_path_buf(),
+        images: originals.len(),
+        original_accuracy: on_originals.accuracy,
+        reconstruction_accuracy: on_recons.accuracy,
+        gap: on_recons.accuracy - on_originals.accuracy,
+    })
+}

@@ -1,0 +1,156 @@
+//! `imgseq vq ...` and `imgseq weights ...` with the other tokenizer families' released
+//! layouts (the parity fixtures of `scripts/make_{llamagen,diffusers}_fixtures.py`): a
+//! LlamaGen `.pt` without config, a diffusers `VQModel` folder.
+
+mod common;
+use common::{fails, ok};
+
+use imgseq_core::npy;
+use std::path::{Path, PathBuf};
+
+fn fx(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// LlamaGen's tokens of `photo.png` (ADM crop to 32², then the model), from the fixture.
+fn llamagen_tokens() -> Vec<i64> {
+    let io =
+        candle_core::safetensors::load(fx("llamagen/io.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    io["indices"]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<i64>()
+        .unwrap()
+}
+
+fn read_tokens(p: &Path) -> Vec<i64> {
+    npy::read_npy_i64(p).unwrap().1
+}
+
+#[test]
+fn llamagen_pt_encodes_an_image_file_to_llamagens_tokens() {
+    let d = tempfile::tempdir().unwrap();
+    let pt = d.path().join("vq_ds16_c2i.pt");
+    std::fs::copy(fx("llamagen/vq_tiny.pt"), &pt).unwrap();
+    let photo = s(&fx("llamagen/photo.png"));
+    let t = d.path().join("t.npy");
+    ok(&[
+        "vq",
+        "encode",
+        &photo,
+        "--weights",
+        &s(&pt),
+        "--size",
+        "32",
+        "-o",
+        &s(&t),
+    ]);
+    assert_eq!(read_tokens(&t), llamagen_tokens());
+    // decode, roundtrip, edit with the same file.
+    let r = d.path().join("r.png");
+    ok(&["vq", "decode", &s(&t), "--weights", &s(&pt), "-o", &s(&r)]);
+    assert_eq!(image::image_dimensions(&r).unwrap(), (32, 32));
+    let out = ok(&[
+        "vq",
+        "roundtrip",
+        &photo,
+        "--weights",
+        &s(&pt),
+        "--size",
+        "32",
+        "-o",
+        &s(&d.path().join("rt")),
+    ]);
+    assert!(out.contains("tokens: 256 (16x16 grid"), "{out}");
+    assert_eq!(
+        read_tokens(&d.path().join("rt/tokens.npy")),
+        llamagen_tokens()
+    );
+    let e = d.path().join("e.npy");
+    ok(&[
+        "vq",
+        "edit",
+        &s(&t),
+        "--swap",
+        "0,0:1,1",
+        "--weights",
+        &s(&pt),
+        "-o",
+        &s(&e),
+    ]);
+    // inspect names the family; convert writes our layout that gives the same tokens.
+    let out = ok(&["weights", "inspect", &s(&pt)]);
+    assert!(
+        out.contains("family: LlamaGen VQ") && out.contains("argparse.Namespace"),
+        "{out}"
+    );
+    std::fs::create_dir(d.path().join("conv")).unwrap();
+    let conv = d.path().join("conv/model.safetensors");
+    let out = ok(&["weights", "convert", &s(&pt), "-o", &s(&conv)]);
+    assert!(out.contains("LlamaGen VQ"), "{out}");
+    let t2 = d.path().join("t2.npy");
+    ok(&[
+        "vq",
+        "encode",
+        &photo,
+        "--weights",
+        &s(&conv),
+        "--size",
+        "32",
+        "-o",
+        &s(&t2),
+    ]);
+    assert_eq!(read_tokens(&t2), llamagen_tokens());
+}
+
+#[test]
+fn diffusers_folder_works_and_needs_its_config() {
+    let d = tempfile::tempdir().unwrap();
+    let photo = s(&fx("llamagen/photo.png"));
+    let t = d.path().join("t.npy");
+    let folder = s(&fx("diffusers/vq"));
+    ok(&[
+        "vq",
+        "encode",
+        &photo,
+        "--weights",
+        &folder,
+        "--size",
+        "16",
+        "-o",
+        &s(&t),
+    ]);
+    assert_eq!(read_tokens(&t).len(), 64);
+    let r = d.path().join("r.png");
+    ok(&["vq", "decode", &s(&t), "--weights", &folder, "-o", &s(&r)]);
+    let out = ok(&["weights", "inspect", &folder]);
+    assert!(out.contains("family: diffusers VQModel"), "{out}");
+    let lone = d.path().join("diffusion_pytorch_model.safetensors");
+    std::fs::copy(
+        fx("diffusers/vq/diffusion_pytorch_model.safetensors"),
+        &lone,
+    )
+    .unwrap();
+    let e = fails(&[
+        "vq",
+        "encode",
+        &photo,
+        "--weights",
+        &s(&lone),
+        "--size",
+        "16",
+        "-o",
+        &s(&t),
+    ]);
+    assert!(
+        e.contains("needs its config.json") && e.contains("pass --config"),
+        "{e}"
+    );
+}
