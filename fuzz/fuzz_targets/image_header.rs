@@ -2,7 +2,7 @@
 //! Fuzz target `image_header`: the bytes as an image file, through the checks the CLI makes
 //! (format sniffing, dimensions, the size limits, then decoding under limits). The image
 //! readers take a path, so the bytes go through one temp file per process. The corpus replay
-//! test (crates/imgseq-core/tests/fuzz_corpus_replay.rs) runs the same steps.
+//! test (crates/imgseq-core/tests/it/fuzz_corpus_replay.rs) runs the same steps.
 
 use std::sync::OnceLock;
 

@@ -1,6 +1,6 @@
 //! ViT ops (layer_norm, gelu, softmax, attention, linear) against the candle composites.
 
-mod common;
+use crate::common;
 use candle_core::{DType, Result, Tensor};
 use common::*;
 use imgseq_kernels::{ops, reference};

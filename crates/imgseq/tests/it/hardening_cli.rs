@@ -2,7 +2,7 @@
 //! command gives one `error:` line naming the file or flag, exit ≠ 0, no panic, no abort and no
 //! partial output. One test per group, named after what it guards.
 
-mod common;
+use crate::common;
 use common::{fails, imgseq, ok};
 
 use image::{Rgb, RgbImage};

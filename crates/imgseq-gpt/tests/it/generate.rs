@@ -1,6 +1,6 @@
 //! Generation: the KV cache against full recomputation, sampling rules, determinism.
 
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;

@@ -2,7 +2,7 @@
 //! a tiny learnable IDX dataset (with resume), eval, classify, plot-positions, and the one-line
 //! errors for bad input.
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use flate2::write::GzEncoder;

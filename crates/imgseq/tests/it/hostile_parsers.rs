@@ -1,7 +1,7 @@
 //! Hostile inputs to the parsers through the CLI (issue 10, parser and resource-bound
 //! groups): each is one `error: ` line naming the file and the problem, exit ≠ 0, no abort.
 
-mod common;
+use crate::common;
 use common::fails;
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! (ch 32, two levels → f = 2, 32 codes of size 8): training lowers the loss, a resumed run
 //! ends exactly where an uninterrupted one does, and eval prints its figures.
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use image::{Rgb, RgbImage};

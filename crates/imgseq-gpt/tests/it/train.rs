@@ -1,6 +1,6 @@
 //! Training: learning on synthetic shards, exact resume, run-folder rules, bad inputs.
 
-mod common;
+use crate::common;
 use common::*;
 use imgseq_gpt::checkpoint;
 use imgseq_gpt::data;

@@ -1,7 +1,7 @@
 //! Causal (decoder) attention: the kernel against the masked candle composite, its backward
 //! against finite differences, and the mask itself (a query never sees later keys).
 
-mod common;
+use crate::common;
 use candle_core::{DType, IndexOp, Tensor};
 use common::*;
 use imgseq_kernels::{ops, reference};

@@ -1,7 +1,7 @@
 //! `imgseq gpt`: train (exact resume) → sample → complete → eval on synthetic token shards with
 //! the tiny f2 VQGAN fixture (32 codes, 16×16 tokens), and the one-line errors of bad input.
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use image::{Rgb, RgbImage};

@@ -1,6 +1,6 @@
 //! VQGAN ops (conv2d, group_norm + SiLU, nearest_codebook) against the candle composites.
 
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use imgseq_kernels::{ops, reference, Padding};

@@ -3,7 +3,7 @@
 //! roundtrip, tokenize (labels, class names, keys, the ViT's canvas), detokenize and eval
 //! with the shipped ViT as judge.
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use flate2::write::GzEncoder;

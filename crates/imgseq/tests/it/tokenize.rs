@@ -1,7 +1,7 @@
 //! `imgseq vq tokenize`: whole datasets → token shards that plain tools read, equal to
 //! `vq encode`, resumable after SIGKILL, split exactly by job arrays, bad images listed.
 
-mod common;
+use crate::common;
 
 use common::{fails, imgseq, ok};
 use image::{Rgb, RgbImage};

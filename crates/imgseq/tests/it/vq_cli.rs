@@ -1,7 +1,7 @@
 //! End-to-end tests of `imgseq vq ...` and `imgseq weights ...` on the tiny random-weight
 //! VQGAN fixture (f = 2: a 32×32 crop gives a 16×16 token grid; each token covers 2×2 pixels).
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use image::{Rgb, RgbImage};

@@ -2,7 +2,7 @@
 //! layouts (the parity fixtures of `scripts/make_{llamagen,diffusers}_fixtures.py`): a
 //! LlamaGen `.pt` without config, a diffusers `VQModel` folder.
 
-mod common;
+use crate::common;
 use common::{fails, ok};
 
 use imgseq_core::npy;

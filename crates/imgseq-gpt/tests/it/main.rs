@@ -1,0 +1,7 @@
+//! One test binary for this crate (linking one binary per file filled CI's disk).
+//! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq-gpt --test it MODULE::`.
+
+mod common;
+mod generate;
+mod hf_parity;
+mod train;

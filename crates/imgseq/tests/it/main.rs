@@ -1,0 +1,13 @@
+//! One test binary for this crate (linking one binary per file filled CI's disk).
+//! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq --test it MODULE::`.
+
+mod common;
+mod gpt_cli;
+mod hardening_cli;
+mod hostile_parsers;
+mod tokenize;
+mod vit_cli;
+mod vq_cli;
+mod vq_families;
+mod vq_gray;
+mod vq_train;
