@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod npy;
 pub mod optim;
 pub mod progress;
+pub mod resample;
 pub mod weights;
 
 pub use error::{Error, Result};
