@@ -2,14 +2,20 @@
 """imgseq vs PyTorch eager, side by side, on identical weights, inputs and thread count.
 
     cargo build --release -p imgseq --examples
+    cargo build --release -p imgseq-vit --example vit_train_bench      # workload b
     python3 scripts/bench.py [--threads 2] [--quick] [--markdown BENCHMARKS.md]
 
 Workloads (issue #4):
   a  taming vqgan_imagenet_f16_1024 architecture (random weights), encode -> 576 indices ->
      decode, 384x384, batch 1
-  b  seed ViT training step, batch 128 (forward + backward + AdamW)
+  b  ViT training step, batch 128 (forward + backward + AdamW): the shipped model's config
+     (weights/vit-fashion-mnist: 1x32x32, 4 layers of 48, 4 heads, MLP 192) and an 8-layer
+     variant, HF-initialised; imgseq on both engines (fused, autograd) vs one PyTorch run
   c  seed ViT inference, batch 256
   d  conv 3x3 128->128 at 96x96, batch 1
+  a bf16: workload a in reduced precision: imgseq --precision bf16 (bf16 weights packed at load,
+     vdpbf16ps with f32 sums) against PyTorch `torch.autocast("cpu", torch.bfloat16)` with
+     channels_last model and input (oneDNN; AMX where the CPU has it)
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -123,19 +129,24 @@ def child(workload, d, *args):
         model.load_state_dict(load_file(os.path.join(d, "model.safetensors")), strict=True)
         x = load_file(os.path.join(d, "inputs.safetensors"))["x"]
         reps = int(args[0])
+        bf16 = len(args) > 1 and args[1] == "bf16"
+        if bf16:  # PyTorch's reduced-precision CPU inference: autocast + channels_last
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         res = {}
 
         def roundtrip():
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 z = model.encode_latents(x)
                 d2 = model.quantize.distances(z)
                 idx = d2.argmin(1)
                 b, c, h, w = z.shape
                 zq = model.quantize.embedding(idx).view(b, h, w, c).permute(0, 3, 1, 2)
                 res["indices"] = idx.view(b, h, w)
-                res["reconstruction"] = model.decode(zq)
+                res["reconstruction"] = model.decode(zq).float()
         ms = timeit(roundtrip, 1, reps)
-        save_file({k: v.contiguous() for k, v in res.items()}, os.path.join(d, "torch_out.safetensors"))
+        out = "torch_out_bf16.safetensors" if bf16 else "torch_out.safetensors"
+        save_file({k: v.contiguous() for k, v in res.items()}, os.path.join(d, out))
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -160,6 +171,18 @@ def setup_vit(d, batch):
                     label2id={str(i): i for i in range(10)})
     ViTForImageClassification(cfg).save_pretrained(d, safe_serialization=True)
     save_file({"x": torch.randn(batch, 3, 32, 32), "y": torch.randint(0, 10, (batch,)).int()},
+              os.path.join(d, "inputs.safetensors"))
+
+
+def setup_vit_train(d, layers, batch):
+    """The shipped ViT's config with `layers` layers, HF-initialised, and a labelled batch."""
+    from transformers import ViTConfig, ViTForImageClassification
+    torch.manual_seed(0)
+    cfg = ViTConfig.from_pretrained(os.path.join(ROOT, "weights", "vit-fashion-mnist"))
+    cfg.num_hidden_layers = layers
+    ViTForImageClassification(cfg).save_pretrained(d, safe_serialization=True)
+    x = torch.randn(batch, cfg.num_channels, cfg.image_size, cfg.image_size)
+    save_file({"x": x, "y": torch.randint(0, cfg.num_labels, (batch,)).int()},
               os.path.join(d, "inputs.safetensors"))
 
 
@@ -188,6 +211,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "examples", "bench"))
+    ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
+                    help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--only", default="a,b,c,d")
     ap.add_argument("--markdown", help="append the result table to this file")
@@ -197,6 +222,9 @@ def main():
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     if not os.path.exists(a.bin):
         raise SystemExit(f"{a.bin} not found: run `cargo build --release -p imgseq --examples` first")
+    if "b" in a.only.split(",") and not os.path.exists(a.vit_bin):
+        raise SystemExit(f"{a.vit_bin} not found: run "
+                         "`cargo build --release -p imgseq-vit --example vit_train_bench` first")
     peak, lanes, mhz = peak_flops(a.threads)
     reps = 3 if a.quick else 10
     rows = []
@@ -221,17 +249,22 @@ def main():
         flops = 2 * 128 * 128 * 9 * 96 * 96
         row("d conv3x3 128->128 @96²", "forward", flops, torch_child("conv", d, reps * 3),
             rust(a.bin, "conv", d, reps * 3))
-    if "b" in only or "c" in only:
+    if "b" in only:
+        for layers in (4, 8):
+            d = os.path.join(tmp, f"vit-train-{layers}")
+            os.makedirs(d)
+            setup_vit_train(d, layers, 128)
+            t = torch_child("vit-train", d, 128, reps * 2)
+            for engine in ("fused", "autograd"):
+                row(f"b ViT train step, {layers} layers, {engine}", "batch 128", None, t,
+                    rust(a.vit_bin, d, 128, reps * 2, engine), unit_imgs=128)
+    if "c" in only:
         d = os.path.join(tmp, "vit")
         os.makedirs(d)
         setup_vit(d, 256)
-        if "b" in only:
-            row("b ViT train step", "batch 128", None, torch_child("vit-train", d, 128, reps * 2),
-                rust(a.bin, "vit-train", d, 128, reps * 2), unit_imgs=128)
-        if "c" in only:
-            row("c ViT inference", "batch 256", None, torch_child("vit-infer", d, 256, reps * 2),
-                rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
-    agreement = None
+        row("c ViT inference", "batch 256", None, torch_child("vit-infer", d, 256, reps * 2),
+            rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
+    agreement = bf16_agreement = None
     if "a" in only:
         d = os.path.join(tmp, "vq")
         os.makedirs(d)
@@ -245,6 +278,18 @@ def main():
                    to["reconstruction"].abs().max()).item()
         row("a VQGAN f16-1024 enc+dec 384²", "batch 1", 883e9, t, r)
         print(f"   token agreement with PyTorch {100 * agreement:.2f}%, reconstruction max rel diff {rec_err:.2e}")
+        # Reduced precision: imgseq bf16 against PyTorch autocast(bf16) + channels_last.
+        r16 = rust(a.bin, "vq", d, 1 if a.quick else 2, "bf16")
+        t16 = torch_child("vq", d, 1 if a.quick else 2, "bf16")
+        ro16 = load_file(os.path.join(d, "rust_out_bf16.safetensors"))
+        to16 = load_file(os.path.join(d, "torch_out_bf16.safetensors"))
+
+        def same(p, q):
+            return (p["indices"].long() == q["indices"].long()).float().mean().item()
+        bf16_agreement = (same(ro16, ro), same(to16, to))
+        row("a bf16: imgseq bf16 vs PyTorch autocast(bf16)+channels_last", "batch 1", 883e9, t16, r16)
+        print(f"   bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
+              f"PyTorch {100 * bf16_agreement[1]:.2f}%")
 
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "
@@ -263,6 +308,9 @@ def main():
     if agreement is not None:
         lines.append("")
         lines.append(f"VQGAN token agreement imgseq vs PyTorch: {100 * agreement:.2f}% of 576.")
+    if bf16_agreement is not None:
+        lines.append(f"bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
+                     f"PyTorch autocast {100 * bf16_agreement[1]:.2f}% of 576.")
     text = "\n".join(lines)
     print(text)
     if a.markdown:

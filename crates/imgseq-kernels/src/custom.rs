@@ -694,3 +694,72 @@ impl CustomOp2 for Linear {
         Ok((Some(dx), Some(dw)))
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// bf16 inference: conv and linear on weights packed once (no backward)
+
+/// Conv on bf16-packed weights ([`crate::ops::conv2d_bf16`]).
+pub struct Bf16ConvOp {
+    pub weights: std::sync::Arc<cpu::bf16::ConvWeights>,
+    pub kernel: cpu::bf16::Kernel,
+}
+
+impl CustomOp1 for Bf16ConvOp {
+    fn name(&self) -> &'static str {
+        "imgseq-conv2d-bf16"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let w = &self.weights;
+        let d = l.dims();
+        if d.len() != 4 || d[1] != w.ci {
+            bail!(
+                "conv2d_bf16: input {d:?} does not match weight ({}, {}, {}, {})",
+                w.co,
+                w.ci,
+                w.kh,
+                w.kw
+            );
+        }
+        let (l_, r, t, b) = w.pad;
+        if d[2] + t + b < w.kh || d[3] + l_ + r < w.kw {
+            bail!(
+                "conv2d_bf16: kernel {}x{} larger than padded input {d:?}",
+                w.kh,
+                w.kw
+            );
+        }
+        let x = cpu::slice::<f32>(s, l)?;
+        let (ho, wo) = w.out_hw(d[2], d[3]);
+        let y = cpu::bf16::conv2d(x, d[0], d[2], d[3], w, self.kernel);
+        Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
+    }
+}
+
+/// Linear on bf16-packed weights ([`crate::ops::linear_bf16`]).
+pub struct Bf16LinearOp {
+    pub weights: std::sync::Arc<cpu::bf16::LinearWeights>,
+    pub kernel: cpu::bf16::Kernel,
+}
+
+impl CustomOp1 for Bf16LinearOp {
+    fn name(&self) -> &'static str {
+        "imgseq-linear-bf16"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let w = &self.weights;
+        let mut dims = l.dims().to_vec();
+        if dims.last() != Some(&w.inp) {
+            bail!(
+                "linear_bf16: input {dims:?} does not match weight ({}, {})",
+                w.out,
+                w.inp
+            );
+        }
+        let x = cpu::slice::<f32>(s, l)?;
+        *dims.last_mut().expect("rank ≥ 1") = w.out;
+        Ok((
+            CpuStorage::F32(cpu::bf16::linear(x, w, self.kernel)),
+            Shape::from(dims),
+        ))
+    }
+}

@@ -12,8 +12,10 @@ pub mod cpu;
 pub mod custom;
 pub mod ops;
 mod padding;
+pub mod precision;
 pub mod reference;
 pub mod runtime;
 
 pub use padding::Padding;
+pub use precision::{Precision, PrecisionChoice, PrecisionRequest};
 pub use runtime::tune_allocator;

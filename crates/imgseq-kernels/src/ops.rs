@@ -183,3 +183,125 @@ pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
     }
     reference::nearest_codebook(z, codebook)
 }
+
+// ---------------------------------------------------------------------------------------------
+// bf16 inference (Precision::Bf16): weights rounded to bf16 and packed once, inputs rounded on
+// every call, f32 accumulation (`vdpbf16ps`, or its portable emulation). No backward.
+
+pub use crate::cpu::bf16::Kernel as Bf16Kernel;
+
+/// Tensor → contiguous f32 data on the CPU, for packing weights.
+fn cpu_f32(t: &Tensor, what: &str) -> Result<Vec<f32>> {
+    if !t.device().is_cpu() {
+        candle_core::bail!("{what}: bf16 weights are packed on the CPU only");
+    }
+    t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+/// A conv layer's weights rounded to bf16 and packed (once, at load) for [`conv2d_bf16`].
+#[derive(Debug, Clone)]
+pub struct Bf16Conv2d {
+    weights: std::sync::Arc<crate::cpu::bf16::ConvWeights>,
+    kernel: Bf16Kernel,
+}
+
+impl Bf16Conv2d {
+    /// # Shapes
+    /// weight: (c_out, c_in, kh, kw), bias: (c_out)
+    pub fn new(
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        stride: usize,
+        pad: Padding,
+        kernel: Bf16Kernel,
+    ) -> Result<Self> {
+        let (co, ci, kh, kw) = weight.dims4()?;
+        if stride == 0 {
+            candle_core::bail!("conv2d_bf16: stride 0");
+        }
+        let b = match bias {
+            Some(b) if b.elem_count() != co => {
+                candle_core::bail!("conv2d_bf16: bias of {} for {co} channels", b.elem_count())
+            }
+            Some(b) => Some(cpu_f32(b, "conv2d_bf16")?),
+            None => None,
+        };
+        let w = cpu_f32(weight, "conv2d_bf16")?;
+        let weights = crate::cpu::bf16::ConvWeights::new(
+            &w,
+            b.as_deref(),
+            (co, ci, kh, kw),
+            stride,
+            (pad.left, pad.right, pad.top, pad.bottom),
+        );
+        Ok(Self {
+            weights: std::sync::Arc::new(weights),
+            kernel,
+        })
+    }
+}
+
+/// 2-D convolution (as [`conv2d`]) in bf16 with f32 accumulation, on the CPU.
+///
+/// # Shapes
+/// x: (b, c_in, h, w) f32 → (b, c_out, h', w') f32
+pub fn conv2d_bf16(x: &Tensor, w: &Bf16Conv2d) -> Result<Tensor> {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 {
+        candle_core::bail!(
+            "conv2d_bf16: needs an f32 input on the CPU, got {:?} on {:?}",
+            x.dtype(),
+            x.device().location()
+        );
+    }
+    x.contiguous()?.apply_op1_no_bwd(&custom::Bf16ConvOp {
+        weights: w.weights.clone(),
+        kernel: w.kernel,
+    })
+}
+
+/// A linear layer's weights rounded to bf16 and packed (once, at load) for [`linear_bf16`].
+#[derive(Debug, Clone)]
+pub struct Bf16Linear {
+    weights: std::sync::Arc<crate::cpu::bf16::LinearWeights>,
+    kernel: Bf16Kernel,
+}
+
+impl Bf16Linear {
+    /// # Shapes
+    /// weight: (out, in) in PyTorch's layout, bias: (out)
+    pub fn new(weight: &Tensor, bias: Option<&Tensor>, kernel: Bf16Kernel) -> Result<Self> {
+        let (out, inp) = weight.dims2()?;
+        let b = match bias {
+            Some(b) if b.elem_count() != out => {
+                candle_core::bail!("linear_bf16: bias of {} for {out} outputs", b.elem_count())
+            }
+            Some(b) => Some(cpu_f32(b, "linear_bf16")?),
+            None => None,
+        };
+        let w = cpu_f32(weight, "linear_bf16")?;
+        let weights = crate::cpu::bf16::LinearWeights::new(&w, b.as_deref(), inp, out);
+        Ok(Self {
+            weights: std::sync::Arc::new(weights),
+            kernel,
+        })
+    }
+}
+
+/// Linear layer (as [`linear`]) in bf16 with f32 accumulation, on the CPU.
+///
+/// # Shapes
+/// x: (..., in) f32 → (..., out) f32
+pub fn linear_bf16(x: &Tensor, w: &Bf16Linear) -> Result<Tensor> {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || x.rank() == 0 {
+        candle_core::bail!(
+            "linear_bf16: needs an f32 input of rank ≥ 1 on the CPU, got {:?} {:?} on {:?}",
+            x.dtype(),
+            x.dims(),
+            x.device().location()
+        );
+    }
+    x.contiguous()?.apply_op1_no_bwd(&custom::Bf16LinearOp {
+        weights: w.weights.clone(),
+        kernel: w.kernel,
+    })
+}

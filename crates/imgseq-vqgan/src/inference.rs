@@ -3,7 +3,7 @@
 
 use crate::config::VqConfig;
 use crate::data;
-use crate::model::{Bottleneck, VqModel};
+use crate::model::VqModel;
 use crate::tokens::TokenGrid;
 use candle_core::{DType, Device, Tensor};
 use image::RgbImage;
@@ -112,9 +112,12 @@ fn pictures(x: &Tensor) -> Result<Vec<RgbImage>> {
 /// model reads their luma and gives gray pictures, r = g = b).
 pub fn encode_decode(model: &VqModel, imgs: &[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)> {
     let x = data::to_input(imgs, model.config().ddconfig.in_channels)?;
-    let f = model.forward(&x, Bottleneck::Quantize)?;
-    let q = f.quantized.expect("Bottleneck::Quantize quantizes");
-    Ok((grid_of(&q.indices)?, pictures(&f.reconstruction)?))
+    // The decoder reads the codebook entries of the indices, exactly as `vq decode` of the
+    // token file does (the straight-through z + (z_q − z) of training differs from them in the
+    // last bits, which a bf16 decoder can turn into different pixels).
+    let indices = model.encode(&x)?.indices; // (b, h, w)
+    let recon = model.decode_indices(&indices)?;
+    Ok((grid_of(&indices)?, pictures(&recon)?))
 }
 
 /// Encodes image files (shorter side resized to `size`, centre crop) in batches of `batch`.

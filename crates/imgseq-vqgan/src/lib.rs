@@ -12,6 +12,7 @@
 //! * [`family`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the same network
 //!   (their configs, weight names and quantizer options); [`preprocess`]: each family's
 //!   image preprocessing (LlamaGen's ADM centre crop, bit-exact with Pillow).
+//! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
 //!
 //! Using it:
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
@@ -34,6 +35,7 @@ pub mod inference;
 pub mod load;
 pub mod loss;
 pub mod model;
+pub mod precision;
 pub mod preprocess;
 pub mod presets;
 pub mod quantize;

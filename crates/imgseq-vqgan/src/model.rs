@@ -13,7 +13,8 @@ use crate::family::{Range, Variant};
 use crate::quantize::{Quantized, VectorQuantizer};
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
-use imgseq_kernels::ops::{self, Padding};
+use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Padding};
+use imgseq_kernels::Precision;
 
 /// taming's `Normalize`: GroupNorm with 32 groups (diffusers: `norm_num_groups`), eps 1e-6,
 /// affine.
@@ -26,6 +27,8 @@ pub struct Conv2d {
     bias: Tensor,   // (c_out)
     stride: usize,
     pad: Padding,
+    /// The weights packed for [`Precision::Bf16`] inference; `None`: f32.
+    bf16: Option<Bf16Conv2d>,
 }
 
 impl Conv2d {
@@ -44,15 +47,38 @@ impl Conv2d {
             bias,
             stride,
             pad,
+            bf16: None,
         })
+    }
+
+    /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
+    /// the packed copy.
+    pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        self.bf16 = match precision {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(Bf16Conv2d::new(
+                &self.weight,
+                Some(&self.bias),
+                self.stride,
+                self.pad,
+                kernel,
+            )?),
+        };
+        Ok(())
     }
 
     /// # Shapes
     /// x: (b, c_in, h, w) → (b, c_out, h', w')
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::conv2d(x, &self.weight, Some(&self.bias), self.stride, self.pad)
+        match &self.bf16 {
+            Some(p) => ops::conv2d_bf16(x, p),
+            None => ops::conv2d(x, &self.weight, Some(&self.bias), self.stride, self.pad),
+        }
     }
 }
+
+/// Every conv of a block, for [`VqModel::set_precision`].
+type ConvVisitor<'a> = dyn FnMut(&mut Conv2d) -> Result<()> + 'a;
 
 /// taming's `Normalize(c)` = `GroupNorm(32, c, eps=1e-6, affine=True)` (`groups` groups for
 /// diffusers), optionally fused with the swish that follows it almost everywhere.
@@ -117,6 +143,12 @@ impl ResnetBlock {
         })
     }
 
+    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
+        f(&mut self.conv1)?;
+        f(&mut self.conv2)?;
+        self.nin_shortcut.iter_mut().try_for_each(f)
+    }
+
     /// # Shapes
     /// x: (b, c_in, h, w) → (b, c_out, h, w)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -153,6 +185,12 @@ impl AttnBlock {
             v: Conv2d::new(c, c, 1, 1, p0, vb.pp("v"))?,
             proj_out: Conv2d::new(c, c, 1, 1, p0, vb.pp("proj_out"))?,
         })
+    }
+
+    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
+        [&mut self.q, &mut self.k, &mut self.v, &mut self.proj_out]
+            .into_iter()
+            .try_for_each(f)
     }
 
     /// # Shapes
@@ -409,6 +447,27 @@ impl Decoder {
         })
     }
 
+    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
+        f(&mut self.conv_in)?;
+        self.mid_block_1.for_each_conv(f)?;
+        if let Some(a) = &mut self.mid_attn_1 {
+            a.for_each_conv(f)?;
+        }
+        self.mid_block_2.for_each_conv(f)?;
+        for level in &mut self.up {
+            for b in &mut level.block {
+                b.for_each_conv(f)?;
+            }
+            for a in &mut level.attn {
+                a.for_each_conv(f)?;
+            }
+            if let Some(u) = &mut level.upsample {
+                f(&mut u.conv)?;
+            }
+        }
+        f(&mut self.conv_out)
+    }
+
     /// # Shapes
     /// z: (b, z_channels, h, w) → (b, out_ch, h·f, w·f), f = 2^(levels−1)
     pub fn forward(&self, z: &Tensor) -> Result<Tensor> {
@@ -464,6 +523,11 @@ pub struct VqModel {
     quantize: VectorQuantizer,
     post_quant_conv: Conv2d, // 1×1, embed_dim → z_channels
     decoder: Decoder,
+    /// The arithmetic of the decoding convs ([`Self::set_precision`]); the encoder, the
+    /// quantizer's search, the norms and attention's products are f32 either way.
+    precision: Precision,
+    /// The bf16 code path the packed weights were made for.
+    bf16_kernel: Bf16Kernel,
 }
 
 impl VqModel {
@@ -491,7 +555,41 @@ impl VqModel {
                 vb.pp("post_quant_conv"),
             )?,
             decoder: Decoder::new(dd, &cfg.variant, vb.pp("decoder"))?,
+            precision: Precision::F32,
+            bf16_kernel: Bf16Kernel::best(),
         })
+    }
+
+    /// The arithmetic the decoding convs run in.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Runs the decoding convs (`post_quant_conv` and the decoder) in `precision` (bf16:
+    /// weights packed once, here; inference only — no gradients flow through bf16 layers), on
+    /// the best bf16 code path of this CPU.
+    ///
+    /// The encoder and `quant_conv` stay f32, so the tokens are the f32 path's: with bf16
+    /// encoder convs only 98.7% of the tokens of the shipped model on the held-out photos
+    /// (99.5% on `assets/coffee.png`) equalled f32's, below the 99.5% bar, while the bf16
+    /// decoder is at 57–59 dB PSNR against the f32 decode.
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        self.set_precision_on(precision, Bf16Kernel::best())
+    }
+
+    /// [`Self::set_precision`] on a given bf16 code path (tests compare the two).
+    pub fn set_precision_on(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        if precision == self.precision
+            && (precision == Precision::F32 || kernel == self.bf16_kernel)
+        {
+            return Ok(()); // already packed (or not needed)
+        }
+        let mut set = |c: &mut Conv2d| c.set_precision(precision, kernel);
+        set(&mut self.post_quant_conv)?;
+        self.decoder.for_each_conv(&mut set)?;
+        self.precision = precision;
+        self.bf16_kernel = kernel;
+        Ok(())
     }
 
     pub fn config(&self) -> &VqConfig {

@@ -14,12 +14,12 @@ use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
 use imgseq_core::{Error, Result};
 use imgseq_shards::manifest::{
-    errors_name, job_manifest_name, record_name, shard_name, Job, Manifest, ShardRecord,
-    TokenizerInfo, FORMAT, MANIFEST,
+    errors_name, job_manifest_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT,
+    MANIFEST,
 };
-use imgseq_shards::source::{self, SampleRef};
-use imgseq_shards::wds::{self, ShardWriter};
-use imgseq_shards::Plan;
+use imgseq_shards::source::{self, SampleRef, SourceOptions};
+use imgseq_shards::wds;
+use imgseq_shards::{Plan, ShardFormat, TokenShardWriter};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -44,6 +44,10 @@ pub struct Options {
     pub num_jobs: usize,
     pub job_index: usize,
     pub progress: bool,
+    /// Output shards: WebDataset tars or Parquet files.
+    pub format: ShardFormat,
+    /// How sources are read (the image column of Parquet sources).
+    pub sources: SourceOptions,
 }
 
 /// What a run did.
@@ -68,6 +72,9 @@ fn run_settings(tok: &TokenizerInfo, inputs: &[String], n: usize, o: &Options) -
            "shard_size": o.shard_size});
     if o.pad {
         v["pad"] = json!(true);
+    }
+    if o.format != ShardFormat::Wds {
+        v["shard_format"] = json!(o.format.name());
     }
     v
 }
@@ -132,7 +139,7 @@ pub fn tokenize(
     if o.batch == 0 {
         return Err(Error::setting("batch_size", 0, "must be positive"));
     }
-    let index = source::index(sources)?;
+    let index = source::index_with(sources, &o.sources)?;
     if index.is_empty() {
         return Err(Error::invalid("the sources hold no images"));
     }
@@ -146,7 +153,7 @@ pub fn tokenize(
         if had != settings {
             return Err(Error::format(
                 &run_file,
-                "this folder holds tokens of other sources, tokenizer or shard size; \
+                "this folder holds tokens of other sources, tokenizer, shard size or format; \
                  tokenize into a new folder",
             ));
         }
@@ -154,12 +161,12 @@ pub fn tokenize(
         write_json(&run_file, &settings)?;
     }
 
-    remove_stale_temporaries(out, &plan)?;
+    remove_stale_temporaries(out, &plan, o)?;
     // Shards finished by an earlier run are kept as they are.
     let mut records: Vec<ShardRecord> = Vec::new();
     let mut todo: Vec<usize> = Vec::new();
     for s in plan.my_shards() {
-        match finished_record(out, &plan, s)? {
+        match finished_record(out, &plan, s, o.format)? {
             Some(r) => records.push(r),
             None => todo.push(s),
         }
@@ -250,7 +257,7 @@ pub fn tokenize(
                 if let Some(c) = current.take() {
                     records.push(c.finish(out, &plan)?);
                 }
-                current = Some(Open::new(out, item.shard)?);
+                current = Some(Open::new(out, item.shard, o.format, n_codes)?);
             }
             let c = current.as_mut().expect("opened above");
             match item.image {
@@ -258,8 +265,7 @@ pub fn tokenize(
                     let (h, w, t) = tokens.next().expect("one token grid per image");
                     let mut rec = rec;
                     rec["grid"] = json!([h, w]);
-                    c.writer
-                        .append(&item.sample.key, &wds::tokens_npy(h, w, &t, n_codes), &rec)?;
+                    c.writer.append(&item.sample.key, h, w, &t, &rec)?;
                 }
                 Err(reason) => c.errors.push(json!({
                     "key": item.sample.key, "source": item.sample.source, "reason": reason
@@ -303,12 +309,9 @@ pub fn tokenize(
         errors: 0,
     };
     m.recount();
-    let path = if o.num_jobs > 1 {
-        out.join(job_manifest_name(o.job_index, o.num_jobs))
-    } else {
-        out.join(MANIFEST)
-    };
-    write_errors_list(out, &m)?;
+    let (manifest_name, errors_list) = job_files(o.num_jobs, o.job_index);
+    let path = out.join(manifest_name);
+    write_errors_list(&out.join(errors_list), out, &m)?;
     m.write(&path)?;
     let secs = t0.elapsed().as_secs_f64();
     Ok(Report {
@@ -326,15 +329,18 @@ pub fn tokenize(
 /// A shard being written.
 struct Open {
     shard: usize,
-    writer: ShardWriter,
+    name: String,
+    writer: TokenShardWriter,
     errors: Vec<Value>,
 }
 
 impl Open {
-    fn new(out: &Path, shard: usize) -> Result<Self> {
+    fn new(out: &Path, shard: usize, format: ShardFormat, n_codes: usize) -> Result<Self> {
+        let name = format.shard_name(shard);
         Ok(Self {
             shard,
-            writer: ShardWriter::create(out.join(shard_name(shard)))?,
+            writer: TokenShardWriter::create(out.join(&name), format, n_codes)?,
+            name,
             errors: Vec::new(),
         })
     }
@@ -354,7 +360,7 @@ impl Open {
         let fin = self.writer.finish()?;
         let rec = ShardRecord {
             index: self.shard,
-            name: shard_name(self.shard),
+            name: self.name,
             samples: fin.samples,
             errors: self.errors.len(),
             first: range.start,
@@ -369,8 +375,13 @@ impl Open {
 
 /// The record of shard `s` if its file exists (finished): from its `.json`, or rebuilt from
 /// the file when the record is missing (a kill between the two renames).
-fn finished_record(out: &Path, plan: &Plan, s: usize) -> Result<Option<ShardRecord>> {
-    let path = out.join(shard_name(s));
+fn finished_record(
+    out: &Path,
+    plan: &Plan,
+    s: usize,
+    format: ShardFormat,
+) -> Result<Option<ShardRecord>> {
+    let path = out.join(format.shard_name(s));
     if !path.is_file() {
         return Ok(None);
     }
@@ -392,7 +403,7 @@ fn finished_record(out: &Path, plan: &Plan, s: usize) -> Result<Option<ShardReco
         .unwrap_or(0);
     let rec = ShardRecord {
         index: s,
-        name: shard_name(s),
+        name: format.shard_name(s),
         samples,
         errors,
         first: range.start,
@@ -406,17 +417,21 @@ fn finished_record(out: &Path, plan: &Plan, s: usize) -> Result<Option<ShardReco
     Ok(Some(rec))
 }
 
-/// Removes what a killed run of this job left half-written (`.shard-000012.tar.tmp-PID`, ...):
-/// only files of this job's shards, which no other job of the array writes.
-fn remove_stale_temporaries(out: &Path, plan: &Plan) -> Result<()> {
+/// Removes what a killed run of this job left half-written (`.shard-000012.tar.tmp-PID`,
+/// `.errors.jsonl.tmp-PID`, ...): only files of this job's shards and of its manifest and
+/// errors list, which no other job of the array writes.
+fn remove_stale_temporaries(out: &Path, plan: &Plan, o: &Options) -> Result<()> {
     let mine: std::collections::HashSet<String> = plan
         .my_shards()
         .map(|s| format!(".shard-{s:06}."))
         .collect();
+    let (manifest, errors) = job_files(o.num_jobs, o.job_index);
+    let summaries = [format!(".{manifest}.tmp-"), format!(".{errors}.tmp-")];
     for e in std::fs::read_dir(out).map_err(|e| Error::io(out, e))? {
         let name = e.map_err(|e| Error::io(out, e))?.file_name();
         let name = name.to_string_lossy();
-        if name.contains(".tmp-") && name.len() > 14 && mine.contains(&name[..14]) {
+        let of_my_shard = name.contains(".tmp-") && name.len() > 14 && mine.contains(&name[..14]);
+        if of_my_shard || summaries.iter().any(|p| name.starts_with(p.as_str())) {
             let p = out.join(&*name);
             std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
         }
@@ -424,8 +439,9 @@ fn remove_stale_temporaries(out: &Path, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-/// `errors.jsonl`: the skipped samples of every shard of the manifest, in shard order.
-fn write_errors_list(out: &Path, m: &Manifest) -> Result<()> {
+/// `errors.jsonl` (at `path`): the skipped samples of every shard of the manifest, in shard
+/// order.
+fn write_errors_list(path: &Path, out: &Path, m: &Manifest) -> Result<()> {
     let mut all = String::new();
     for s in &m.shards {
         if s.errors > 0 {
@@ -433,9 +449,19 @@ fn write_errors_list(out: &Path, m: &Manifest) -> Result<()> {
             all.push_str(&std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?);
         }
     }
-    let name = match m.job {
-        Some(j) => format!("errors-{:04}-of-{:04}.jsonl", j.index, j.count),
-        None => "errors.jsonl".into(),
-    };
-    write_bytes_atomic(out.join(name), all.as_bytes())
+    write_bytes_atomic(path, all.as_bytes())
+}
+
+/// The files a job writes last, once its shards are done: its manifest and its errors list
+/// (`manifest.json` + `errors.jsonl` for a single process, `manifest-0002-of-0008.json` +
+/// `errors-0002-of-0008.jsonl` for job 2 of an array of 8).
+fn job_files(num_jobs: usize, job_index: usize) -> (String, String) {
+    if num_jobs > 1 {
+        (
+            job_manifest_name(job_index, num_jobs),
+            format!("errors-{job_index:04}-of-{num_jobs:04}.jsonl"),
+        )
+    } else {
+        (MANIFEST.into(), "errors.jsonl".into())
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //!   bench vit-train DIR BATCH STEPS    DIR: config.json, model.safetensors, inputs.safetensors
 //!   bench vit-infer DIR BATCH STEPS
-//!   bench vq DIR REPS                  DIR: config.json, model.safetensors, inputs.safetensors (x)
+//!   bench vq DIR REPS [f32|bf16]       DIR: config.json, model.safetensors, inputs.safetensors (x)
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
@@ -91,11 +91,16 @@ fn main() -> anyhow::Result<()> {
         }
         "vq" => {
             let reps = num(2, 2);
-            let model = imgseq_vqgan::load::load_model(
+            let mut model = imgseq_vqgan::load::load_model(
                 dir.join("model.safetensors"),
                 Some(&dir.join("config.json")),
                 &dev,
             )?;
+            // bf16: the weights are packed here, at load (not timed), as the CLI does.
+            let bf16 = args.get(3).map(String::as_str) == Some("bf16");
+            if bf16 {
+                model.set_precision(imgseq_kernels::Precision::Bf16)?;
+            }
             let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].clone();
             let mut idx = None;
@@ -110,7 +115,12 @@ fn main() -> anyhow::Result<()> {
                 let mut out = std::collections::HashMap::new();
                 out.insert("indices".to_string(), i.to_dtype(DType::I64)?);
                 out.insert("reconstruction".to_string(), rec);
-                imgseq_vit::checkpoint::save_tensors(dir.join("rust_out.safetensors"), &out)?;
+                let name = if bf16 {
+                    "rust_out_bf16.safetensors"
+                } else {
+                    "rust_out.safetensors"
+                };
+                imgseq_vit::checkpoint::save_tensors(dir.join(name), &out)?;
             }
             t
         }

@@ -6,11 +6,13 @@ use candle_core::Device;
 use clap::{ArgMatches, Args, Subcommand};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
+use imgseq_kernels::PrecisionChoice;
 use imgseq_vqgan::load::default_config_path;
 use imgseq_vqgan::{data, eval, inference, load_model, preprocess, TokenGrid, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
+use crate::precision_arg::PrecisionArg;
 
 /// Folder name of the shipped default VQGAN under `weights/`.
 pub const DEFAULT_VQGAN: &str = "vqgan";
@@ -111,6 +113,8 @@ pub struct ModelArgs {
     /// config.json (default: beside the weights; a LlamaGen `.pt` needs none).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub precision: PrecisionArg,
 }
 
 /// Input preprocessing.
@@ -252,6 +256,16 @@ pub fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
 
 /// [`load`], adding the weights and config files to the command's inputs `outs`.
 pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)> {
+    let (model, weights, _) = load_choosing(m, outs)?;
+    Ok((model, weights))
+}
+
+/// [`load_with`], also giving the precision that `--precision` resolved to and why (said on
+/// stderr with `--verbose`).
+pub fn load_choosing(
+    m: &ModelArgs,
+    outs: &mut Outputs,
+) -> Result<(VqModel, PathBuf, PrecisionChoice)> {
     let weights = match &m.weights {
         Some(w) => w.clone(),
         None => default_weights()?,
@@ -267,12 +281,16 @@ pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)
     if let Some(c) = &config {
         outs.add_input(c);
     }
-    let model =
+    let mut model =
         load_model(&file, config.as_deref(), &Device::Cpu).map_err(|e| match (&config, e) {
             (None, imgseq_core::Error::Invalid(msg)) => anyhow::anyhow!("{msg}; pass --config"),
             (_, e) => e.into(),
         })?;
-    Ok((model, weights))
+    let choice = model
+        .choose_precision(m.precision.precision)
+        .with_context(|| format!("{}: cannot set precision", file.display()))?;
+    m.precision.report(&choice);
+    Ok((model, weights, choice))
 }
 
 fn encode(
@@ -356,7 +374,7 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
             outs.check(out.join(f))?;
         }
     }
-    let (model, weights) = load_with(m, &mut outs)?;
+    let (model, weights, precision) = load_choosing(m, &mut outs)?;
     let resize = model.config().variant.resize; // the family's preprocessing
     let img = preprocess::load_square(image, pre.size_for(model.config()), pre.upscale, resize)?;
     let gray = model.config().ddconfig.in_channels == 1;
@@ -378,6 +396,7 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
         c.downsample_factor(),
         c.n_embed
     );
+    println!("precision: {precision}");
     println!("tokens: {} ({h}x{w} grid, raster order)", h * w);
     println!("PSNR: {:.2} dB", r.psnr);
     println!("SSIM: {:.4}", r.ssim);

@@ -3,7 +3,7 @@
 //! classifier's accuracy on the originals and on the reconstructions of labelled IDX images
 //! (Fashion-MNIST's test set against the shipped ViT).
 
-use crate::vq_cmd::{load, ModelArgs, Preprocess};
+use crate::vq_cmd::{load_choosing, ModelArgs, Preprocess};
 use anyhow::{bail, Result};
 use clap::Args;
 use image::RgbImage;
@@ -13,6 +13,8 @@ use imgseq_core::image_io;
 use imgseq_vit::inference::Classifier;
 use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
+
+use crate::precision_arg::PrecisionArg;
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -56,7 +58,8 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     if a.limit == Some(0) {
         bail!("--limit 0: must be positive");
     }
-    let (model, weights) = load(&a.model)?;
+    let (model, weights, precision) =
+        load_choosing(&a.model, &mut imgseq_core::fsutil::Outputs::default())?;
     let size = a.pre.size_for(model.config());
     let limit = a.limit.unwrap_or(usize::MAX);
     let (r, judged) = if is_idx_images_name(&a.data) {
@@ -79,7 +82,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
             .collect();
         let (r, recons) = eval::evaluate_pictures(&model, &names, &imgs, a.batch_size, true)?;
         let judged = match &a.judge {
-            Some(j) => Some(judge(j, &imgs, &recons, &labels)?),
+            Some(j) => Some(judge(j, &imgs, &recons, &labels, &a.model.precision)?),
             None => None,
         };
         (r, judged)
@@ -97,6 +100,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     };
     if a.json {
         let mut report = serde_json::to_value(&r)?;
+        report["precision"] = serde_json::json!(precision.precision.name());
         if let Some(j) = &judged {
             report["judged"] = serde_json::json!({
                 "judge": j.judge, "images": j.images,
@@ -108,6 +112,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         return Ok(());
     }
     println!("model: {}", weights.display());
+    println!("precision: {precision}");
     // Thousands of IDX images: the per-image lines only for small sets.
     if r.per_image.len() <= 100 {
         for i in &r.per_image {
@@ -140,15 +145,21 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
-/// The classifier in `dir` on the originals and on the reconstructions (both gray pictures
-/// of the classifier's input size, r = g = b), scored against `labels` (its label ids).
+/// The classifier in `dir` (in the tokenizer's `--precision`) on the originals and on the
+/// reconstructions (both gray pictures of the classifier's input size, r = g = b), scored
+/// against `labels` (its label ids).
 pub fn judge(
     dir: &Path,
     originals: &[RgbImage],
     recons: &[RgbImage],
     labels: &[u8],
+    precision: &PrecisionArg,
 ) -> Result<Judged> {
-    let c = Classifier::load(dir)?;
+    let mut c = Classifier::load(dir)?;
+    let choice = c.choose_precision(precision.precision)?;
+    if precision.verbose {
+        eprintln!("judge precision: {choice}");
+    }
     let side = c.cfg.image_size;
     if c.cfg.num_channels != 1 {
         bail!(

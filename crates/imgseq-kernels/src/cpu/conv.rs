@@ -8,11 +8,105 @@
 //! copy. Columns with x ≥ w_out are junk and dropped when the tile is written out.
 //! The output is computed in column tiles that stay in L2, tiles run in parallel (rayon) with
 //! single-threaded GEMMs (the `gemm` crate's microkernels); the bias initialises the tile.
+//!
+//! Stride-1 3×3 f32 convolutions with enough channels go to [`super::winograd`] instead (fewer
+//! multiplies; the gradient checks run in f64 and always take the direct path). Which one is
+//! used is [`ConvAlgo`]: the environment variable `IMGSEQ_CONV` sets it for the process (read
+//! once: `auto`, the default, `direct`, `winograd-f2` or `winograd-f4`), and
+//! [`with_conv_algo`] overrides it for the convolutions issued from the calling thread.
 
 use super::gemm::mm;
+use super::winograd::{self, Tile};
 use super::Real;
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::any::TypeId;
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// How the stride-1 3×3 f32 convolutions are computed (every other convolution is direct).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvAlgo {
+    /// Winograd where it was measured to be faster ([`winograd::auto_tile`]), else direct.
+    Auto,
+    /// Always the shifted-GEMM direct convolution.
+    Direct,
+    /// Always Winograd with this tile size.
+    Winograd(Tile),
+}
+
+impl ConvAlgo {
+    /// The `IMGSEQ_CONV` spellings: `auto`, `direct`, `winograd-f2`, `winograd-f4`.
+    pub fn parse(s: &str) -> Option<ConvAlgo> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(ConvAlgo::Auto),
+            "direct" => Some(ConvAlgo::Direct),
+            "winograd-f2" => Some(ConvAlgo::Winograd(Tile::F2)),
+            "winograd-f4" => Some(ConvAlgo::Winograd(Tile::F4)),
+            _ => None,
+        }
+    }
+
+    /// The process default: `IMGSEQ_CONV`, read on first use. An unknown value is reported
+    /// once on stderr and treated as `auto`.
+    pub fn from_env() -> ConvAlgo {
+        static ALGO: OnceLock<ConvAlgo> = OnceLock::new();
+        *ALGO.get_or_init(|| match std::env::var("IMGSEQ_CONV") {
+            Ok(v) => ConvAlgo::parse(&v).unwrap_or_else(|| {
+                eprintln!(
+                    "imgseq: IMGSEQ_CONV={v} is not one of auto, direct, winograd-f2, \
+                     winograd-f4; using auto"
+                );
+                ConvAlgo::Auto
+            }),
+            Err(_) => ConvAlgo::Auto,
+        })
+    }
+}
+
+thread_local! {
+    static ALGO_OVERRIDE: Cell<Option<ConvAlgo>> = const { Cell::new(None) };
+}
+
+/// The algorithm in force on this thread: the innermost [`with_conv_algo`], else
+/// [`ConvAlgo::from_env`].
+pub fn conv_algo() -> ConvAlgo {
+    ALGO_OVERRIDE
+        .with(Cell::get)
+        .unwrap_or_else(ConvAlgo::from_env)
+}
+
+/// Runs `f` with the convolutions it issues from this thread computed by `algo` (nests;
+/// restored on return and on panic). The choice is made where the conv is called, so a model
+/// run inside `f` on this thread is covered; work `f` hands to other threads is not.
+pub fn with_conv_algo<R>(algo: ConvAlgo, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<ConvAlgo>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ALGO_OVERRIDE.with(|a| a.set(self.0));
+        }
+    }
+    let _restore = Restore(ALGO_OVERRIDE.with(|a| a.replace(Some(algo))));
+    f()
+}
+
+/// # Safety
+/// T must be f32.
+unsafe fn as_f32<T>(s: &[T]) -> &[f32] {
+    std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len())
+}
+
+/// The Winograd tile to use for this conv, or `None` for the direct path.
+fn winograd_tile<T: Real>(g: &Geom) -> Option<Tile> {
+    if TypeId::of::<T>() != TypeId::of::<f32>() || !winograd::supports(g) {
+        return None;
+    }
+    match conv_algo() {
+        ConvAlgo::Auto => winograd::auto_tile(g),
+        ConvAlgo::Direct => None,
+        ConvAlgo::Winograd(t) => Some(t),
+    }
+}
 
 /// Shapes and padding of one convolution.
 #[derive(Debug, Clone, Copy)]
@@ -178,6 +272,20 @@ fn taps<T: Real>(w: &[T], g: &Geom) -> Vec<T> {
 
 /// Forward convolution: x (b, ci, h, w), w (co, ci, kh, kw), bias (co) → (b, co, ho, wo).
 pub fn conv2d<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T> {
+    if let Some(tile) = winograd_tile::<T>(g) {
+        // SAFETY: T is f32 (checked by winograd_tile), so these are the same slices and the
+        // same Vec, only retyped.
+        unsafe {
+            let y = winograd::conv2d(as_f32(x), as_f32(w), bias.map(|b| as_f32(b)), g, tile);
+            let mut y = std::mem::ManuallyDrop::new(y);
+            return Vec::from_raw_parts(y.as_mut_ptr() as *mut T, y.len(), y.capacity());
+        }
+    }
+    conv2d_direct(x, w, bias, g)
+}
+
+/// [`conv2d`] by shifted GEMMs, whatever the shape and type.
+pub fn conv2d_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T> {
     let p = g.plan();
     let mut out = vec![T::ZERO; g.b * g.co * p.ho * p.wo];
     if out.is_empty() {

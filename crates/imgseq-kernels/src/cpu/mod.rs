@@ -11,11 +11,13 @@ use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
 pub mod act;
 pub mod attn;
+pub mod bf16;
 pub mod codebook;
 pub mod conv;
 mod gemm;
 pub mod linear;
 pub mod norm;
+pub mod winograd;
 
 /// Number of lanes used by the manual reductions (one AVX register of f32).
 pub const LANES: usize = 8;

@@ -1,9 +1,11 @@
 //! One test binary for this crate (linking one binary per file filled CI's disk).
 //! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq-vqgan --test it MODULE::`.
 
+mod bf16;
 mod diffusers;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
 mod hostile_weights;
 mod llamagen;
 mod parity;
+mod winograd_accuracy;

@@ -1,0 +1,261 @@
+//! bf16 conv / linear (`ops::conv2d_bf16`, `ops::linear_bf16`): exact sums of the bf16-rounded
+//! operands up to f32 accumulation, close to the f32 ops, and — where the CPU has
+//! AVX512-BF16 — the native `vdpbf16ps` path equal bit for bit to the portable one.
+
+use crate::common::*;
+use candle_core::{DType, Tensor};
+use imgseq_kernels::cpu::bf16::round_bf16;
+use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Bf16Linear};
+use imgseq_kernels::Padding;
+
+fn vec32(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// Direct convolution in f64 of the bf16-rounded input and weights (bias as is).
+#[allow(clippy::too_many_arguments)]
+fn conv_rounded_f64(x: &Tensor, w: &Tensor, b: &Tensor, stride: usize, pad: Padding) -> Tensor {
+    let (n, ci, h, wd) = x.dims4().unwrap();
+    let (co, _, kh, kw) = w.dims4().unwrap();
+    let (xs, ws, bs) = (vec32(x), vec32(w), vec32(b));
+    let ho = (h + pad.top + pad.bottom - kh) / stride + 1;
+    let wo = (wd + pad.left + pad.right - kw) / stride + 1;
+    let mut y = vec![0f64; n * co * ho * wo];
+    for bi in 0..n {
+        for o in 0..co {
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut s = bs[o] as f64;
+                    for c in 0..ci {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let (yy, xx) = (oy * stride + i, ox * stride + j);
+                                if yy < pad.top || xx < pad.left {
+                                    continue;
+                                }
+                                let (yy, xx) = (yy - pad.top, xx - pad.left);
+                                if yy >= h || xx >= wd {
+                                    continue;
+                                }
+                                let xv = round_bf16(xs[((bi * ci + c) * h + yy) * wd + xx]);
+                                let wv = round_bf16(ws[((o * ci + c) * kh + i) * kw + j]);
+                                s += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((bi * co + o) * ho + oy) * wo + ox] = s;
+                }
+            }
+        }
+    }
+    Tensor::from_vec(y, (n, co, ho, wo), x.device()).unwrap()
+}
+
+struct ConvCase {
+    x: [usize; 4],
+    co: usize,
+    k: usize,
+    stride: usize,
+    pad: Padding,
+    what: &'static str,
+}
+
+fn conv_cases() -> Vec<ConvCase> {
+    let c = |x, co, k, stride, pad, what| ConvCase {
+        x,
+        co,
+        k,
+        stride,
+        pad,
+        what,
+    };
+    vec![
+        c([2, 8, 12, 10], 16, 3, 1, Padding::same(1), "3x3 s1 p1"),
+        c(
+            [1, 3, 20, 17],
+            13,
+            3,
+            1,
+            Padding::same(1),
+            "3x3, 3 -> 13 channels (odd c_in, co % 8 != 0)",
+        ),
+        c(
+            [2, 10, 12, 10],
+            8,
+            3,
+            2,
+            Padding::TAMING_DOWN,
+            "3x3 s2 taming padding, even",
+        ),
+        c(
+            [1, 6, 13, 11],
+            8,
+            3,
+            2,
+            Padding::TAMING_DOWN,
+            "3x3 s2 taming padding, odd",
+        ),
+        c([1, 6, 13, 11], 5, 3, 2, Padding::same(1), "3x3 s2 p1"),
+        c([2, 12, 9, 9], 24, 1, 1, Padding::same(0), "1x1"),
+        c(
+            [1, 1, 32, 32],
+            48,
+            4,
+            4,
+            Padding::same(0),
+            "4x4 s4 patchify, 1 channel",
+        ),
+        c(
+            [1, 4, 11, 13],
+            6,
+            5,
+            3,
+            Padding {
+                left: 2,
+                right: 0,
+                top: 1,
+                bottom: 2,
+            },
+            "5x5 s3 asymmetric padding",
+        ),
+        // 300 channels: two reduction blocks; 40 outputs on 8x8: channels split over tasks.
+        c(
+            [1, 300, 8, 8],
+            40,
+            3,
+            1,
+            Padding::same(1),
+            "3x3, 300 -> 40 at 8x8",
+        ),
+        // Many p-space tiles per image.
+        c([1, 16, 70, 66], 8, 3, 1, Padding::same(1), "3x3 at 70x66"),
+    ]
+}
+
+#[test]
+fn bf16_conv_is_the_exact_sum_of_bf16_rounded_operands() {
+    for c in conv_cases() {
+        let x = rand(&c.x, 11, 1.0, DType::F32);
+        let w = rand(&[c.co, c.x[1], c.k, c.k], 12, 0.5, DType::F32);
+        let b = rand(&[c.co], 13, 0.5, DType::F32);
+        let want = conv_rounded_f64(&x, &w, &b, c.stride, c.pad);
+        for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
+            let p = Bf16Conv2d::new(&w, Some(&b), c.stride, c.pad, kernel).unwrap();
+            let y = ops::conv2d_bf16(&x, &p).unwrap();
+            // Only the f32 accumulation differs from the f64 sum.
+            assert_close(&y, &want, 1e-5, &format!("{} ({kernel:?})", c.what));
+            // And bf16 rounding of the operands is all that separates it from the f32 conv.
+            let f = ops::conv2d(&x, &w, Some(&b), c.stride, c.pad).unwrap();
+            assert_close(&y, &f, 1.5e-2, &format!("{} vs f32 ({kernel:?})", c.what));
+        }
+    }
+}
+
+#[test]
+fn bf16_native_conv_and_linear_equal_the_portable_reference_bit_for_bit() {
+    if !Bf16Kernel::native_available() {
+        eprintln!("note: this CPU has no AVX512-BF16; the native vdpbf16ps path is not tested");
+        return;
+    }
+    for c in conv_cases() {
+        let x = rand(&c.x, 21, 3.0, DType::F32);
+        let w = rand(&[c.co, c.x[1], c.k, c.k], 22, 0.5, DType::F32);
+        let b = rand(&[c.co], 23, 0.5, DType::F32);
+        let run = |k| {
+            let p = Bf16Conv2d::new(&w, Some(&b), c.stride, c.pad, k).unwrap();
+            vec32(&ops::conv2d_bf16(&x, &p).unwrap())
+        };
+        let (n, p) = (run(Bf16Kernel::Native), run(Bf16Kernel::Portable));
+        let diff = n
+            .iter()
+            .zip(&p)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(diff, 0, "{}: {diff} of {} outputs differ", c.what, n.len());
+    }
+    for (shape, out) in [
+        (vec![130, 47], 10),
+        (vec![3, 65, 48], 192),
+        (vec![5, 300], 100),
+    ] {
+        let inp = *shape.last().unwrap();
+        let x = rand(&shape, 31, 2.0, DType::F32);
+        let w = rand(&[out, inp], 32, 0.5, DType::F32);
+        let b = rand(&[out], 33, 0.5, DType::F32);
+        let run = |k| {
+            let p = Bf16Linear::new(&w, Some(&b), k).unwrap();
+            vec32(&ops::linear_bf16(&x, &p).unwrap())
+        };
+        assert_eq!(
+            run(Bf16Kernel::Native)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            run(Bf16Kernel::Portable)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            "linear {shape:?} -> {out}"
+        );
+    }
+}
+
+#[test]
+fn bf16_linear_is_the_exact_sum_of_bf16_rounded_operands() {
+    for (shape, out, bias) in [
+        (vec![130, 47], 10, true),
+        (vec![3, 65, 48], 192, true),
+        (vec![5, 300], 100, false),
+        (vec![1, 1], 1, true),
+    ] {
+        let inp = *shape.last().unwrap();
+        let rows: usize = shape.iter().product::<usize>() / inp;
+        let x = rand(&shape, 41, 1.0, DType::F32);
+        let w = rand(&[out, inp], 42, 0.5, DType::F32);
+        let b = rand(&[out], 43, 0.5, DType::F32);
+        let (xs, ws, bs) = (vec32(&x), vec32(&w), vec32(&b));
+        let mut want = vec![0f64; rows * out];
+        for r in 0..rows {
+            for o in 0..out {
+                let mut s = if bias { bs[o] as f64 } else { 0.0 };
+                for i in 0..inp {
+                    s += round_bf16(xs[r * inp + i]) as f64 * round_bf16(ws[o * inp + i]) as f64;
+                }
+                want[r * out + o] = s;
+            }
+        }
+        let mut dims = shape.clone();
+        *dims.last_mut().unwrap() = out;
+        let want = Tensor::from_vec(want, dims.as_slice(), x.device()).unwrap();
+        for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
+            let p = Bf16Linear::new(&w, bias.then_some(&b), kernel).unwrap();
+            let y = ops::linear_bf16(&x, &p).unwrap();
+            assert_eq!(y.dims(), want.dims());
+            assert_close(
+                &y,
+                &want,
+                1e-5,
+                &format!("linear {shape:?} -> {out} ({kernel:?})"),
+            );
+        }
+    }
+}
+
+#[test]
+fn bf16_ops_refuse_mismatched_inputs() {
+    let w = rand(&[4, 3, 3, 3], 1, 1.0, DType::F32);
+    let p = Bf16Conv2d::new(&w, None, 1, Padding::same(1), Bf16Kernel::Portable).unwrap();
+    let x = rand(&[1, 5, 8, 8], 2, 1.0, DType::F32);
+    let e = ops::conv2d_bf16(&x, &p).unwrap_err().to_string();
+    assert!(e.contains("does not match weight (4, 3, 3, 3)"), "{e}");
+    let x64 = rand(&[1, 3, 8, 8], 2, 1.0, DType::F64);
+    assert!(ops::conv2d_bf16(&x64, &p).is_err());
+    let wl = rand(&[4, 6], 1, 1.0, DType::F32);
+    let pl = Bf16Linear::new(&wl, None, Bf16Kernel::Portable).unwrap();
+    let e = ops::linear_bf16(&rand(&[2, 5], 3, 1.0, DType::F32), &pl)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not match weight (4, 6)"), "{e}");
+    let b = rand(&[5], 1, 1.0, DType::F32);
+    assert!(Bf16Linear::new(&wl, Some(&b), Bf16Kernel::Portable).is_err());
+}

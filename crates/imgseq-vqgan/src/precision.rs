@@ -1,0 +1,102 @@
+//! The arithmetic a loaded tokenizer runs in: `--precision f32|bf16|auto`.
+//!
+//! bf16 ([`Precision::Bf16`]) runs the decoding convs on bf16 weights and activations with
+//! f32 accumulation; the encoder stays f32, so the tokens are the f32 tokens
+//! ([`VqModel::set_precision`] says why). `auto` takes bf16 only where it is native and
+//! faster than f32 ([`PrecisionRequest::resolve`]) and the model decodes a built-in picture
+//! ([`check_image`]) within [`MIN_CHECK_PSNR`] of its f32 decode
+//! ([`VqModel::bf16_agreement`]).
+
+use crate::data;
+use crate::model::VqModel;
+use image::RgbImage;
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::{metrics, Result};
+use imgseq_kernels::precision::{Agreement, PrecisionChoice, PrecisionRequest};
+use imgseq_kernels::Precision;
+
+/// Side of the check picture in tokens: 8 × 8 = 64 tokens (128² pixels for an f16 model).
+pub const CHECK_GRID: usize = 8;
+
+/// Least PSNR (dB) of the bf16 decode of the check picture's tokens against the f32 decode
+/// for `auto` to take bf16 (the accuracy bar on real photos).
+pub const MIN_CHECK_PSNR: f64 = 35.0;
+
+/// The built-in check picture, `size`² pixels: smooth colour fields, hard-edged shapes and
+/// fine stripes, so that the latents cover flat and busy regions (deterministic).
+pub fn check_image(size: u32) -> RgbImage {
+    let s = size.max(1) as f64;
+    RgbImage::from_fn(size, size, |x, y| {
+        let (u, v) = (x as f64 / s, y as f64 / s);
+        let mut c = [
+            0.5 + 0.3 * (6.3 * u + 2.0 * v).sin() + 0.1 * (40.0 * u * v).sin(),
+            0.5 + 0.3 * (4.0 * v - 3.0 * u).cos(),
+            0.5 + 0.3 * (9.0 * (u - v)).sin(),
+        ];
+        if (u - 0.62).powi(2) + (v - 0.38).powi(2) < 0.04 {
+            c = [0.85 * c[0], 0.2 + 0.5 * c[1], 0.15];
+        }
+        if (0.1..0.45).contains(&u) && (0.55..0.85).contains(&v) {
+            c = [0.9, 0.85, 0.7 + 0.1 * (30.0 * u).sin()];
+        }
+        if v > 0.88 {
+            let stripe = if (u * s / 3.0).floor() as i64 % 2 == 0 {
+                0.15
+            } else {
+                -0.15
+            };
+            c = c.map(|ch| ch + stripe);
+        }
+        image::Rgb(c.map(|ch| (ch.clamp(0.0, 1.0) * 255.0).round() as u8))
+    })
+}
+
+impl VqModel {
+    /// Encodes the check picture (f32) and decodes its tokens in f32 and in bf16: passes when
+    /// the two pictures are within [`MIN_CHECK_PSNR`]. The model keeps its precision.
+    pub fn bf16_agreement(&mut self) -> Result<Agreement> {
+        let prev = self.precision();
+        let a = self.agreement_ending_in_bf16();
+        self.set_precision(prev)?;
+        a
+    }
+
+    /// [`Self::bf16_agreement`], leaving the model in bf16 (`auto` keeps it when it passes,
+    /// without packing the weights twice).
+    fn agreement_ending_in_bf16(&mut self) -> Result<Agreement> {
+        let side = CHECK_GRID * self.config().downsample_factor();
+        let img = check_image(side as u32);
+        let x = data::to_input(&[img], self.config().ddconfig.in_channels)?;
+        self.set_precision(Precision::F32)?;
+        let q = self.encode(&x)?.quantized; // (1, d, 8, 8)
+        let picture = |m: &VqModel| -> Result<candle_core::Tensor> {
+            let y = m.decode(&q)?.get(0)?; // (out_ch, side, side)
+            let rgb = image_io::from_tensor_chw(&y, PixelRange::MinusOneOne)?;
+            image_io::to_tensor_chw(&rgb, PixelRange::ZeroOne, &candle_core::Device::Cpu)
+        };
+        let p32 = picture(self)?;
+        self.set_precision(Precision::Bf16)?;
+        let p16 = picture(self)?;
+        let psnr = metrics::psnr_tensor(&p16, &p32, 1.0)?;
+        Ok(Agreement {
+            passed: psnr >= MIN_CHECK_PSNR,
+            summary: format!(
+                "the {side}x{side} check picture decodes at {:.1} dB PSNR against f32 (bar \
+                 {MIN_CHECK_PSNR} dB)",
+                psnr.min(99.0)
+            ),
+        })
+    }
+
+    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
+    /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with
+    /// [`Self::bf16_agreement`] as the model's check. Says which precision runs and why.
+    pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
+        let choice = request.resolve(|| {
+            self.set_precision(Precision::F32)?;
+            self.agreement_ending_in_bf16()
+        })?;
+        self.set_precision(choice.precision)?;
+        Ok(choice)
+    }
+}
