@@ -12,6 +12,9 @@ Writes
       pixel_values_48 (1,3,48,48) with interpolate_pos_encoding=True:
       embeddings_48 (1,145,32), logits_48 (1,5)
       labels (2,), loss (1,), grad.<param> for every parameter (mean cross-entropy)
+      the training engines' loss, label smoothing 0.1, on a batch of 6:
+      ls.pixel_values (6,3,32,32), ls.labels (6,), ls.loss (1,), ls.grad.<param>  (hard labels)
+      soft.targets (6,5) (rows sum to 1), soft.loss (1,), soft.grad.<param>       (soft targets)
 """
 import os
 import sys
@@ -70,24 +73,38 @@ def main():
     }
     for i, h in enumerate(out.hidden_states):
         tensors[f"hidden_states.{i}"] = h
-    # Gradients of the mean cross-entropy w.r.t. every parameter: checks the whole backward
-    # pass (our kernels' custom backwards included) against PyTorch autograd.
+    # Gradients w.r.t. every parameter: checks the whole backward pass (our kernels' custom
+    # backwards, the fused engine) against PyTorch autograd. Three losses: the plain mean
+    # cross-entropy, and the training loss (label smoothing 0.1) with hard labels and with
+    # soft targets (probabilities, as a teacher's softmax would give).
     labels = torch.tensor([1, 3])
-    model.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(pixel_values=x).logits, labels)
-    loss.backward()
+    xs = torch.randn(6, 3, 32, 32)
+    ys = torch.tensor([0, 4, 2, 2, 1, 3])
+    soft = torch.softmax(1.5 * torch.randn(6, 5), dim=1)
+    runs = [("", x, labels, 0.0), ("ls.", xs, ys, 0.1), ("soft.", xs, soft, 0.1)]
+    grads = {}
+    for prefix, inp, target, eps in runs:
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(pixel_values=inp).logits, target,
+                                                 label_smoothing=eps)
+        loss.backward()
+        tensors[f"{prefix}loss"] = loss.detach().reshape(1)
+        grads[prefix] = [p.grad.detach().clone() for p in model.parameters()]
     tensors["labels"] = labels.to(torch.int64)
-    tensors["loss"] = loss.detach().reshape(1)
+    tensors["ls.pixel_values"] = xs
+    tensors["ls.labels"] = ys.to(torch.int64)
+    tensors["soft.targets"] = soft
     # transformers 5 names modules internally differently from the checkpoint keys it saves
     # (e.g. `vit.layers.0.attention.k_proj` vs `vit.encoder.layer.0.attention.attention.key`);
     # saving the gradients through save_pretrained gives them the checkpoint names.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.grad)
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d, safe_serialization=True)
-        for name, g in load_file(os.path.join(d, "model.safetensors")).items():
-            tensors[f"grad.{name}"] = g
+    for prefix, _, _, _ in runs:
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads[prefix]):
+                p.copy_(g)
+        with tempfile.TemporaryDirectory() as d:
+            model.save_pretrained(d, safe_serialization=True)
+            for name, g in load_file(os.path.join(d, "model.safetensors")).items():
+                tensors[f"{prefix}grad.{name}"] = g
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(ROOT, "tiny_io.safetensors"))
     print("wrote", os.path.abspath(ROOT), file=sys.stderr)
 

@@ -74,3 +74,41 @@ pub fn save_classifier(dir: &Path, cfg: &ViTConfig, vars: &VarMap) -> Result<()>
     save_tensors(dir.join(WEIGHTS_FILE), &tensors)?;
     cfg.save(dir.join(CONFIG_FILE))
 }
+
+/// HF's image-processor file: with it, `AutoImageProcessor.from_pretrained(dir)` and
+/// `pipeline("image-classification", model=dir)` prepare images as imgseq does.
+pub const PREPROCESSOR_FILE: &str = "preprocessor_config.json";
+
+/// Writes `preprocessor_config.json` for HF's `ViTImageProcessor`: resize to the model's square
+/// with Pillow's bilinear filter (`resample` 2, what imgseq's
+/// [`resize_bilinear_pil`](imgseq_core::resample::resize_bilinear_pil) reproduces), `x/255`,
+/// then `(x − mean)/std` per channel. Only models trained on whole-canvas inputs can be
+/// described this way (a padded canvas is not something the processor does).
+pub fn save_preprocessor_config(
+    dir: &Path,
+    cfg: &ViTConfig,
+    normalize: &crate::data::Normalize,
+) -> Result<()> {
+    let c = cfg.num_channels;
+    if normalize.image_mean.len() != c || normalize.image_std.len() != c {
+        return Err(Error::invalid(format!(
+            "{}: mean/std have {}/{} values for a {c}-channel model",
+            dir.display(),
+            normalize.image_mean.len(),
+            normalize.image_std.len()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let value = serde_json::json!({
+        "image_processor_type": "ViTImageProcessor",
+        "do_resize": true,
+        "size": {"height": cfg.image_size, "width": cfg.image_size},
+        "resample": 2,
+        "do_rescale": true,
+        "rescale_factor": 1.0f64 / 255.0,
+        "do_normalize": true,
+        "image_mean": normalize.image_mean,
+        "image_std": normalize.image_std,
+    });
+    imgseq_core::fsutil::write_json(dir.join(PREPROCESSOR_FILE), &value)
+}

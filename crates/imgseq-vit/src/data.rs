@@ -11,6 +11,7 @@ use imgseq_core::data::{
     Normalize as CoreNormalize, Split,
 };
 use imgseq_core::image_io::Fit;
+use imgseq_core::resample::resize_bilinear_pil;
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -125,6 +126,15 @@ impl DataSource {
                 image_folder(&sub, input as u32, channels, Fit::Letterbox(0))?
             }
         };
+        // Gray datasets feed an RGB model as three equal channels (what HF's pipeline does with
+        // a gray PNG: `convert("RGB")`); fixed-size datasets are resized to `input` exactly as
+        // Pillow's bilinear resize does (what HF's `ViTImageProcessor` does).
+        if set.channels == 1 && channels == 3 {
+            set = gray_to_rgb(set)?;
+        }
+        if set.channels == channels && (set.height, set.width) != (input, input) {
+            set = resize_to(set, input)?;
+        }
         if (set.channels, set.height) != (channels, input) {
             return Err(Error::invalid(format!(
                 "the {} data is {}x{}x{} but the model expects {}x{}x{}",
@@ -148,6 +158,36 @@ impl DataSource {
         }
         pad_to(set, size)
     }
+}
+
+/// Every image of `ds` as three equal channels.
+pub fn gray_to_rgb(ds: Dataset) -> Result<Dataset> {
+    let (c, h, w) = ds.dims();
+    if c != 1 {
+        return Err(Error::invalid(format!(
+            "gray_to_rgb: images have {c} channels, not 1"
+        )));
+    }
+    let mut images = Vec::with_capacity(ds.n * 3 * h * w);
+    for i in 0..ds.n {
+        let img = ds.image(i);
+        for _ in 0..3 {
+            images.extend_from_slice(img);
+        }
+    }
+    Dataset::new(images, ds.labels, (3, h, w), ds.class_names)
+}
+
+/// Every image of `ds` resized to `size`×`size` with Pillow's bilinear filter, bit for bit
+/// ([`resize_bilinear_pil`]): Fashion-MNIST's 28×28 becomes the model's 32×32 as HF's
+/// `ViTImageProcessor` would make it.
+pub fn resize_to(ds: Dataset, size: usize) -> Result<Dataset> {
+    let (c, h, w) = ds.dims();
+    let mut images = Vec::with_capacity(ds.n * c * size * size);
+    for i in 0..ds.n {
+        images.extend(resize_bilinear_pil(ds.image(i), (c, h, w), (size, size))?);
+    }
+    Dataset::new(images, ds.labels, (c, size, size), ds.class_names)
 }
 
 /// Centres every image of `ds` on a zero `size`×`size` canvas (no-op when already that size).

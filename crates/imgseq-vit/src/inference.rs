@@ -9,6 +9,7 @@ use candle_core::{Device, Tensor};
 use image::DynamicImage;
 use imgseq_core::data::Split;
 use imgseq_core::image_io::{fit_dynamic, load_image, AsChw, Fit};
+use imgseq_core::resample::resize_bilinear_pil;
 use imgseq_core::{Error, Result};
 use std::path::Path;
 
@@ -59,6 +60,12 @@ impl Classifier {
         })
     }
 
+    /// Whether inputs are whole-canvas images resized as HF's `ViTImageProcessor` does (the
+    /// model was trained without padding), rather than letterboxed content on a padded canvas.
+    pub fn hf_resize(&self) -> bool {
+        self.input_size == self.cfg.image_size
+    }
+
     /// Side of the image content on a `size`×`size` input: scales with the size (28 of 32,
     /// 42 of 48 for Fashion-MNIST).
     pub fn content_size(&self, size: usize) -> usize {
@@ -68,10 +75,20 @@ impl Classifier {
     /// One image as `(c, content, content)` bytes: letterboxed to `content` pixels (black fill,
     /// white when inverting) and, with `invert`, gray levels inverted. The image must have the
     /// model's channels (as [`load_image`] gives them).
+    ///
+    /// A model trained on whole-canvas inputs (`input_size == image_size`, e.g. Fashion-MNIST
+    /// resized 28→32) takes any image as HF's `ViTImageProcessor` does: resized to the square
+    /// with Pillow's bilinear filter, aspect ratio not kept ([`resize_bilinear_pil`]), so
+    /// `transformers.pipeline` with the shipped `preprocessor_config.json` sees the same pixels.
     pub fn image_bytes(&self, img: &DynamicImage, content: usize, invert: bool) -> Result<Vec<u8>> {
-        let fill = if invert { 255 } else { 0 };
-        let img = fit_dynamic(img, content as u32, Fit::Letterbox(fill))?;
-        let (c, _, _, mut chw) = img.to_chw_u8();
+        let (c, _, _, mut chw) = if self.hf_resize() {
+            let (c, h, w, chw) = img.to_chw_u8();
+            let chw = resize_bilinear_pil(&chw, (c, h, w), (content, content))?;
+            (c, content, content, chw)
+        } else {
+            let fill = if invert { 255 } else { 0 };
+            fit_dynamic(img, content as u32, Fit::Letterbox(fill))?.to_chw_u8()
+        };
         if c != self.cfg.num_channels {
             return Err(Error::invalid(format!(
                 "the model takes {}-channel images, got {c} channels",

@@ -4,17 +4,23 @@
 //!
 //! - [`config`]: `ViTConfig` with HF field names, the seed preset, the input-size rule.
 //! - [`model`]: the network, top to bottom (`Embeddings::forward` = patch → CLS → positions).
+//! - [`fused`]: the same network's forward and backward by hand on flat f32 arrays (the
+//!   default training engine on the CPU).
 //! - [`checkpoint`]: strict loading / saving in HF's folder layout.
 //! - [`data`]: datasets on disk → u8 sets on the model's canvas → normalised batches.
 //! - [`train`]: AdamW training with warmup + cosine, evaluation, confusion matrix.
 //! - [`inference`]: a trained [`Classifier`]: image preprocessing, tokens, top-k labels.
+//! - [`precision`]: f32 or bf16 linear layers (`--precision`), with `auto`'s agreement check.
 
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod fused;
 pub mod inference;
 pub mod interpolate;
 pub mod model;
+pub mod precision;
+pub mod teacher;
 pub mod train;
 
 pub use config::ViTConfig;

@@ -10,7 +10,8 @@
 
 use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
-use imgseq_kernels::ops;
+use imgseq_kernels::ops::{self, Bf16Kernel, Bf16Linear};
+use imgseq_kernels::Precision;
 
 use crate::config::{patch_grid, ViTConfig};
 use crate::interpolate::bicubic_resize_grid;
@@ -20,6 +21,8 @@ use crate::interpolate::bicubic_resize_grid;
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// The weights packed for [`Precision::Bf16`] inference; `None`: f32.
+    bf16: Option<Bf16Linear>,
 }
 
 impl Linear {
@@ -43,15 +46,35 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { weight, bias })
+        Ok(Self {
+            weight,
+            bias,
+            bf16: None,
+        })
+    }
+
+    /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
+    /// the packed copy.
+    pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        self.bf16 = match precision {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(Bf16Linear::new(&self.weight, self.bias.as_ref(), kernel)?),
+        };
+        Ok(())
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::linear(x, &self.weight, self.bias.as_ref())
+        match &self.bf16 {
+            Some(p) => ops::linear_bf16(x, p),
+            None => ops::linear(x, &self.weight, self.bias.as_ref()),
+        }
     }
 }
+
+/// Every linear layer of a block, for [`ViTForImageClassification::set_precision`].
+type LinearVisitor<'a> = dyn FnMut(&mut Linear) -> Result<()> + 'a;
 
 /// LayerNorm over the last dimension, computed by `ops::layer_norm`.
 #[derive(Debug, Clone)]
@@ -83,6 +106,8 @@ pub struct PatchEmbeddings {
     bias: Tensor,   // (hidden)
     /// The model's one copy of the patch size (the rest of the model asks this layer).
     patch_size: usize,
+    /// The projection as a (hidden, c·p·p) linear packed for bf16; `None`: f32.
+    bf16: Option<Bf16Linear>,
 }
 
 impl PatchEmbeddings {
@@ -103,7 +128,20 @@ impl PatchEmbeddings {
             weight,
             bias,
             patch_size: p,
+            bf16: None,
         })
+    }
+
+    /// Runs the projection in `precision` (bf16: packed once, on `kernel`).
+    pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        self.bf16 = match precision {
+            Precision::F32 => None,
+            Precision::Bf16 => {
+                let w = self.weight.flatten_from(1)?; // (hidden, c·p·p)
+                Some(Bf16Linear::new(&w, Some(&self.bias), kernel)?)
+            }
+        };
+        Ok(())
     }
 
     pub fn patch_size(&self) -> usize {
@@ -130,6 +168,9 @@ impl PatchEmbeddings {
             .permute((0, 2, 4, 1, 3, 5))? // (b, gh, gw, c, p, p)
             .contiguous()?
             .reshape((b, gh * gw, c * p * p))?; // (b, 64, c·16)
+        if let Some(packed) = &self.bf16 {
+            return ops::linear_bf16(&patches, packed); // (b, 64, hidden)
+        }
         let hidden = self.weight.dim(0)?;
         let w = self.weight.reshape((hidden, c * p * p))?; // (hidden, c·16)
         ops::linear(&patches, &w, Some(&self.bias)) // (b, 64, hidden)
@@ -238,6 +279,13 @@ impl SelfAttention {
         })
     }
 
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(&mut self.query)?;
+        f(&mut self.key)?;
+        f(&mut self.value)?;
+        f(&mut self.output)
+    }
+
     /// # Shapes
     /// (b, n, hidden) → (b, n, hidden)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -277,6 +325,12 @@ impl Layer {
             intermediate: Linear::new(h, m, true, std, vb.pp("intermediate").pp("dense"))?,
             output: Linear::new(m, h, true, std, vb.pp("output").pp("dense"))?,
         })
+    }
+
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        self.attention.for_each_linear(f)?;
+        f(&mut self.intermediate)?;
+        f(&mut self.output)
     }
 
     /// # Shapes
@@ -363,6 +417,11 @@ impl ViTModel {
 pub struct ViTForImageClassification {
     pub vit: ViTModel,
     classifier: Linear,
+    /// The arithmetic of the patch projection and every linear layer
+    /// ([`Self::set_precision`]); layer norms, softmax and attention's products are f32.
+    precision: Precision,
+    /// The bf16 code path the packed weights were made for.
+    bf16_kernel: Bf16Kernel,
 }
 
 impl ViTForImageClassification {
@@ -375,7 +434,45 @@ impl ViTForImageClassification {
             cfg.initializer_range,
             vb.pp("classifier"),
         )?;
-        Ok(Self { vit, classifier })
+        Ok(Self {
+            vit,
+            classifier,
+            precision: Precision::F32,
+            bf16_kernel: Bf16Kernel::best(),
+        })
+    }
+
+    /// The arithmetic the patch projection and the linear layers run in.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Runs the patch projection and every linear layer in `precision` (bf16: weights packed
+    /// once, here; inference only — no gradients flow through bf16 layers), on the best bf16
+    /// code path of this CPU.
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        self.set_precision_on(precision, Bf16Kernel::best())
+    }
+
+    /// [`Self::set_precision`] on a given bf16 code path (tests compare the two).
+    pub fn set_precision_on(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        if precision == self.precision
+            && (precision == Precision::F32 || kernel == self.bf16_kernel)
+        {
+            return Ok(()); // already packed (or not needed)
+        }
+        self.vit
+            .embeddings
+            .patch_embeddings
+            .set_precision(precision, kernel)?;
+        let mut set = |l: &mut Linear| l.set_precision(precision, kernel);
+        for layer in &mut self.vit.layers {
+            layer.for_each_linear(&mut set)?;
+        }
+        set(&mut self.classifier)?;
+        self.precision = precision;
+        self.bf16_kernel = kernel;
+        Ok(())
     }
 
     /// # Shapes

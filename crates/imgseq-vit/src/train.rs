@@ -3,6 +3,11 @@
 //! A run folder holds everything needed to use or resume it:
 //! `config.json` + `model.safetensors` (HF layout), `training.json` (this [`TrainConfig`]),
 //! `optimizer.safetensors` (AdamW moments) and `state.json` (epochs done, accuracy history).
+//!
+//! Two engines run the steps ([`Engine`]): the fused forward + backward of [`crate::fused`]
+//! (the default, f32 on the CPU) and candle's autograd through [`ViTForImageClassification`]
+//! (the reference). Both start from the same initial weights, use the same AdamW arithmetic
+//! and write the same run files, so a run started with one resumes with the other.
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
@@ -15,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{load_tensors, save_classifier, save_tensors, CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::{load_tensors, save_tensors, CONFIG_FILE, WEIGHTS_FILE};
 use crate::config::ViTConfig;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
+use crate::fused::{decays, ema_update, FlatAdamW, FusedViT, ParamLayout, Targets};
 use crate::model::ViTForImageClassification;
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::optim::{warmup_cosine, AdamW};
@@ -46,6 +52,11 @@ pub struct TrainConfig {
     pub warmup_epochs: f64,
     pub label_smoothing: f64,
     pub seed: u64,
+    /// Decay of the exponential moving average of the weights, updated after every step
+    /// (0 = off). With it the EMA weights are what each epoch evaluates and what
+    /// `model.safetensors` holds; the raw weights go to `optimizer.safetensors` for resuming.
+    #[serde(default)]
+    pub ema: f64,
     pub augment: Augment,
     #[serde(flatten)]
     pub normalize: Normalize,
@@ -65,6 +76,7 @@ impl TrainConfig {
             warmup_epochs: 2.0,
             label_smoothing: 0.1,
             seed: 0,
+            ema: 0.0,
             augment: Augment::default(),
             normalize,
         }
@@ -108,6 +120,13 @@ impl TrainConfig {
                 "label_smoothing",
                 self.label_smoothing,
                 "must be in [0, 1)",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.ema) {
+            return Err(Error::setting(
+                "ema",
+                self.ema,
+                "must be in [0, 1) (0 = off)",
             ));
         }
         if !(0.0..=1.0).contains(&self.augment.erase_prob) {
@@ -199,7 +218,7 @@ pub const RUN_FILES: [&str; 5] = [
     OPTIMIZER_FILE,
     STATE_FILE,
 ];
-/// The run file with the AdamW moments.
+/// The run file with the AdamW moments (and, with an EMA, the raw weights: [`RAW_PREFIX`]).
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 /// The run file with the progress ([`TrainState`]); written last at every checkpoint.
 pub const STATE_FILE: &str = "state.json";
@@ -266,8 +285,39 @@ impl EvalReport {
     }
 }
 
+/// Prefix of the raw weights' names (`raw.<HF name>`) in `optimizer.safetensors`, where a
+/// run with an EMA keeps them (its `model.safetensors` holds the EMA weights).
+pub const RAW_PREFIX: &str = "raw.";
+
+/// Which implementation runs the training steps. Both write the same run files, so a run
+/// started with one can be resumed with the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// [`FusedViT`]: the whole forward and backward by hand over preallocated buffers (f32,
+    /// CPU).
+    #[default]
+    Fused,
+    /// candle autograd through [`ViTForImageClassification`]: the reference.
+    Autograd,
+}
+
+/// The initial value of parameter `name` (`n` values): mostly HF's rule — LayerNorm weights
+/// 1, biases 0, everything else ~ N(0, std²) truncated at 2σ — drawn from `rng`.
+fn init_values(name: &str, n: usize, std: f64, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
+    if name.contains("layernorm") && name.ends_with("weight") {
+        vec![1.0; n]
+    } else if name.ends_with("bias") {
+        vec![0.0; n]
+    } else {
+        (0..n)
+            .map(|_| (normal(rng).clamp(-2.0, 2.0) * std) as f32)
+            .collect()
+    }
+}
+
 /// Mostly-HF initialisation: weights ~ N(0, 0.02) (truncated at 2σ), biases 0, norms 1/0,
 /// CLS token and positions ~ N(0, 0.02), drawn from a seeded RNG so runs are reproducible.
+/// Parameters are drawn in name order ([`init_flat`] gives the same values).
 pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let data = vars.data().lock().expect("poisoned");
@@ -276,19 +326,22 @@ pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
     for name in names {
         let var = &data[name];
         let shape = var.as_tensor().shape().clone();
-        let n = shape.elem_count();
-        let vals: Vec<f32> = if name.contains("layernorm") && name.ends_with("weight") {
-            vec![1.0; n]
-        } else if name.ends_with("bias") {
-            vec![0.0; n]
-        } else {
-            (0..n)
-                .map(|_| (normal(&mut rng).clamp(-2.0, 2.0) * std) as f32)
-                .collect()
-        };
+        let vals = init_values(name, shape.elem_count(), std, &mut rng);
         var.set(&Tensor::from_vec(vals, shape, var.as_tensor().device())?)?;
     }
     Ok(())
+}
+
+/// [`init_weights`] for a flat parameter array laid out by `layout`: the same values.
+pub fn init_flat(layout: &ParamLayout, std: f64, seed: u64) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut flat = vec![0f32; layout.len()];
+    let mut specs: Vec<_> = layout.specs.iter().collect();
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    for s in specs {
+        flat[s.range()].copy_from_slice(&init_values(&s.name, s.len(), std, &mut rng));
+    }
+    flat
 }
 
 /// The variables with their names, and whether weight decay applies to each.
@@ -297,9 +350,7 @@ fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
     let mut v: Vec<(String, Var, bool)> = data
         .iter()
         .map(|(k, var)| {
-            let decay = var.as_tensor().rank() >= 2
-                && !k.contains("embeddings.cls_token")
-                && !k.contains("position_embeddings");
+            let decay = decays(k, var.as_tensor().rank());
             (k.clone(), var.clone(), decay)
         })
         .collect();
@@ -322,18 +373,32 @@ pub fn cross_entropy_smoothed(
     (nll * (1.0 - eps))? + (smooth * eps)?
 }
 
+/// Cross-entropy against soft targets `probs` (b, k) with label smoothing ε, as PyTorch's
+/// `cross_entropy(logits, probs, label_smoothing=ε)`: mean over images of −Σ_k t'_k log p_k
+/// with t' = (1 − ε)·t + ε/k.
+pub fn cross_entropy_soft(
+    logits: &Tensor,
+    probs: &Tensor,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
+    let k = logits.dim(D::Minus1)?;
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?; // (b, k)
+    let t = ((probs * (1.0 - eps))? + eps / k as f64)?;
+    (t * logp)?.sum(D::Minus1)?.neg()?.mean_all()
+}
+
 fn tensor_err(e: candle_core::Error) -> Error {
     Error::Candle(e)
 }
 
-/// Classifies every image of `set` and reports accuracy, per-class accuracy and confusion.
-pub fn evaluate(
-    model: &ViTForImageClassification,
-    cfg: &ViTConfig,
+/// The confusion matrix of `predict` (a batch (b, c, h, w) → one class per image) over `set`.
+fn evaluate_with(
+    k: usize,
     set: &ImageSet,
     norm: &Normalize,
     batch_size: usize,
     progress: bool,
+    mut predict: impl FnMut(&Tensor) -> Result<Vec<u32>>,
 ) -> Result<EvalReport> {
     if set.n == 0 {
         return Err(Error::invalid("the evaluation set has no images"));
@@ -341,17 +406,13 @@ pub fn evaluate(
     if batch_size == 0 {
         return Err(Error::setting("batch_size", batch_size, "must be positive"));
     }
-    let k = cfg.num_labels();
     let mut confusion = vec![vec![0usize; k]; k];
     let dev = Device::Cpu;
     let pb = progress.then(|| bar(set.n as u64, 0, "eval"));
     let idx: Vec<usize> = (0..set.n).collect();
     for chunk in idx.chunks(batch_size) {
         let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
-        let pred = model
-            .forward(&x, false)?
-            .argmax(D::Minus1)?
-            .to_vec1::<u32>()?;
+        let pred = predict(&x)?;
         for (&i, p) in chunk.iter().zip(pred) {
             let t = set.labels[i] as usize;
             if t >= k {
@@ -371,11 +432,279 @@ pub fn evaluate(
     Ok(EvalReport::from_confusion(confusion))
 }
 
-/// Trains (or, with `resume`, continues the run in `out`) a classifier; writes a checkpoint
-/// after every epoch. Starting follows [`check_start`]: a new run refuses a folder holding
-/// one, `resume` needs one. Nothing is written (not even the folder) before the first
-/// checkpoint, so a run that fails early (bad data, divergence) leaves nothing behind.
-/// Returns the final state.
+/// Classifies every image of `set` and reports accuracy, per-class accuracy and confusion.
+pub fn evaluate(
+    model: &ViTForImageClassification,
+    cfg: &ViTConfig,
+    set: &ImageSet,
+    norm: &Normalize,
+    batch_size: usize,
+    progress: bool,
+) -> Result<EvalReport> {
+    evaluate_with(cfg.num_labels(), set, norm, batch_size, progress, |x| {
+        Ok(model
+            .forward(x, false)?
+            .argmax(D::Minus1)?
+            .to_vec1::<u32>()?)
+    })
+}
+
+/// [`evaluate`] with the fused engine's forward on flat `params`.
+pub fn evaluate_fused(
+    net: &mut FusedViT,
+    params: &[f32],
+    cfg: &ViTConfig,
+    set: &ImageSet,
+    norm: &Normalize,
+    batch_size: usize,
+) -> Result<EvalReport> {
+    let k = cfg.num_labels();
+    evaluate_with(k, set, norm, batch_size, false, |x| {
+        let logits = net.logits(params, &x.flatten_all()?.to_vec1::<f32>()?)?;
+        Ok(logits.chunks_exact(k).map(argmax).collect())
+    })
+}
+
+/// Index of the first largest value.
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The weights, optimizer and (optionally) EMA of a run on one engine.
+struct Trainer {
+    layout: ParamLayout,
+    /// Raw weights in layout order: the fused engine's working copy, the autograd engine's
+    /// mirror of its variables (refreshed by [`Trainer::sync`]).
+    params: Vec<f32>,
+    ema: Option<Vec<f32>>,
+    backend: Backend,
+}
+
+enum Backend {
+    Fused {
+        net: Box<FusedViT>,
+        grads: Vec<f32>,
+        opt: FlatAdamW,
+    },
+    Autograd {
+        model: ViTForImageClassification,
+        opt: AdamW,
+        /// The variables in layout order.
+        vars: Vec<Var>,
+    },
+}
+
+impl Trainer {
+    fn new(cfg: &ViTConfig, tc: &TrainConfig, engine: Engine) -> Result<Self> {
+        let layout = ParamLayout::new(cfg);
+        let backend = match engine {
+            Engine::Fused => Backend::Fused {
+                net: Box::new(FusedViT::new(cfg)?),
+                grads: vec![0.0; layout.len()],
+                opt: FlatAdamW::new(&layout, tc.lr, tc.weight_decay),
+            },
+            Engine::Autograd => {
+                let varmap = VarMap::new();
+                let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+                let model = ViTForImageClassification::new(cfg, vb).map_err(tensor_err)?;
+                let named = named_vars(&varmap);
+                let vars = layout
+                    .specs
+                    .iter()
+                    .map(|s| {
+                        named
+                            .iter()
+                            .find(|(n, _, _)| *n == s.name)
+                            .map(|(_, v, _)| v.clone())
+                            .ok_or_else(|| {
+                                Error::invalid(format!("the model has no variable `{}`", s.name))
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let opt = AdamW::new(named, tc.lr, tc.weight_decay)?;
+                Backend::Autograd { model, opt, vars }
+            }
+        };
+        Ok(Self {
+            params: vec![0.0; layout.len()],
+            layout,
+            ema: None,
+            backend,
+        })
+    }
+
+    /// Sets the raw weights (layout order).
+    fn set_params(&mut self, flat: Vec<f32>) -> Result<()> {
+        if let Backend::Autograd { vars, .. } = &self.backend {
+            for (s, v) in self.layout.specs.iter().zip(vars) {
+                v.set(&Tensor::from_slice(
+                    &flat[s.range()],
+                    s.shape.as_slice(),
+                    &Device::Cpu,
+                )?)?;
+            }
+        }
+        self.params = flat;
+        Ok(())
+    }
+
+    /// Brings `params` up to date with the autograd engine's variables.
+    fn sync(&mut self) -> Result<()> {
+        if let Backend::Autograd { vars, .. } = &self.backend {
+            for (s, v) in self.layout.specs.iter().zip(vars) {
+                let t = v.as_tensor().flatten_all()?.to_vec1::<f32>()?;
+                self.params[s.range()].copy_from_slice(&t);
+            }
+        }
+        Ok(())
+    }
+
+    /// One step on a batch: forward, backward, AdamW at `lr`, EMA. Returns the loss.
+    fn step(&mut self, x: &Tensor, y: &Tensor, lr: f64, tc: &TrainConfig) -> Result<f64> {
+        let loss = match &mut self.backend {
+            Backend::Fused { net, grads, opt } => {
+                let xv = x.flatten_all()?.to_vec1::<f32>()?;
+                let yv = y.to_vec1::<u32>()?;
+                let loss = net.forward_backward(
+                    &self.params,
+                    grads,
+                    &xv,
+                    Targets::Labels(&yv),
+                    tc.label_smoothing,
+                )?;
+                opt.lr = lr;
+                opt.update(&mut self.params, grads)?;
+                loss
+            }
+            Backend::Autograd { model, opt, .. } => {
+                let logits = model.forward(x, false)?;
+                let loss = cross_entropy_smoothed(&logits, y, tc.label_smoothing)?;
+                let grads = loss.backward()?;
+                opt.lr = lr;
+                opt.step(&grads)?;
+                loss.to_scalar::<f32>()? as f64
+            }
+        };
+        if self.ema.is_some() {
+            self.sync()?;
+            let ema = self.ema.as_mut().expect("checked");
+            ema_update(ema, &self.params, tc.ema);
+        }
+        Ok(loss)
+    }
+
+    /// The weights that are evaluated and saved as the model: the EMA when there is one.
+    fn model_weights(&self) -> &[f32] {
+        self.ema.as_deref().unwrap_or(&self.params)
+    }
+
+    fn evaluate(
+        &mut self,
+        cfg: &ViTConfig,
+        set: &ImageSet,
+        norm: &Normalize,
+    ) -> Result<EvalReport> {
+        match &mut self.backend {
+            Backend::Fused { net, .. } => {
+                let w = self.ema.as_deref().unwrap_or(&self.params);
+                evaluate_fused(net, w, cfg, set, norm, EVAL_BATCH)
+            }
+            Backend::Autograd { model, .. } => match &self.ema {
+                None => evaluate(model, cfg, set, norm, EVAL_BATCH, false),
+                Some(ema) => {
+                    let vb = VarBuilder::from_tensors(
+                        self.layout.to_tensors(ema)?,
+                        DType::F32,
+                        &Device::Cpu,
+                    );
+                    let m = ViTForImageClassification::new(cfg, vb).map_err(tensor_err)?;
+                    evaluate(&m, cfg, set, norm, EVAL_BATCH, false)
+                }
+            },
+        }
+    }
+
+    fn opt_state(&self) -> Result<std::collections::HashMap<String, Tensor>> {
+        match &self.backend {
+            Backend::Fused { opt, .. } => opt.state(),
+            Backend::Autograd { opt, .. } => Ok(opt.state()?),
+        }
+    }
+
+    fn load_opt_state(
+        &mut self,
+        st: &std::collections::HashMap<String, Tensor>,
+    ) -> std::result::Result<(), String> {
+        match &mut self.backend {
+            Backend::Fused { opt, .. } => opt.load_state(st),
+            Backend::Autograd { opt, .. } => opt.load_state(st),
+        }
+    }
+
+    fn lr(&self) -> f64 {
+        match &self.backend {
+            Backend::Fused { opt, .. } => opt.lr,
+            Backend::Autograd { opt, .. } => opt.lr,
+        }
+    }
+
+    /// Restores the weights (and EMA) and the optimizer of the run in `out`.
+    fn resume(&mut self, out: &Path, tc: &TrainConfig) -> Result<()> {
+        let dev = Device::Cpu;
+        let wpath = out.join(WEIGHTS_FILE);
+        let saved = self
+            .layout
+            .from_tensors(&load_tensors(&wpath, &dev)?, "")
+            .map_err(|e| Error::weights(&wpath, e.to_string()))?;
+        let opt_path = out.join(OPTIMIZER_FILE);
+        let st = load_tensors(&opt_path, &dev)?;
+        if tc.ema > 0.0 {
+            let raw = self.layout.from_tensors(&st, RAW_PREFIX).map_err(|e| {
+                Error::format(&opt_path, format!("{e} (the raw weights of an EMA run)"))
+            })?;
+            self.set_params(raw)?;
+            self.ema = Some(saved);
+        } else {
+            self.set_params(saved)?;
+        }
+        self.load_opt_state(&st)
+            .map_err(|m| Error::format(&opt_path, m))
+    }
+
+    /// Writes the run files (the state last).
+    fn checkpoint(
+        &mut self,
+        out: &Path,
+        cfg: &ViTConfig,
+        tc: &TrainConfig,
+        state: &TrainState,
+    ) -> Result<()> {
+        self.sync()?;
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        tc.save(&out.join(TRAINING_FILE))?;
+        save_tensors(
+            out.join(WEIGHTS_FILE),
+            &self.layout.to_tensors(self.model_weights())?,
+        )?;
+        cfg.save(out.join(CONFIG_FILE))?;
+        let mut st = self.opt_state()?;
+        if self.ema.is_some() {
+            for (k, t) in self.layout.to_tensors(&self.params)? {
+                st.insert(format!("{RAW_PREFIX}{k}"), t);
+            }
+        }
+        save_tensors(out.join(OPTIMIZER_FILE), &st)?;
+        write_json(out.join(STATE_FILE), state)
+    }
+}
+
+/// [`train_with`] on the default engine ([`Engine::Fused`]).
 pub fn train(
     model_cfg: &ViTConfig,
     tc: &TrainConfig,
@@ -383,6 +712,31 @@ pub fn train(
     test_set: &ImageSet,
     out: &Path,
     resume: bool,
+) -> Result<TrainState> {
+    train_with(
+        model_cfg,
+        tc,
+        train_set,
+        test_set,
+        out,
+        resume,
+        Engine::default(),
+    )
+}
+
+/// Trains (or, with `resume`, continues the run in `out`) a classifier on `engine`; writes a
+/// checkpoint after every epoch. Starting follows [`check_start`]: a new run refuses a folder
+/// holding one, `resume` needs one. Nothing is written (not even the folder) before the first
+/// checkpoint, so a run that fails early (bad data, divergence) leaves nothing behind.
+/// Returns the final state.
+pub fn train_with(
+    model_cfg: &ViTConfig,
+    tc: &TrainConfig,
+    train_set: &ImageSet,
+    test_set: &ImageSet,
+    out: &Path,
+    resume: bool,
+    engine: Engine,
 ) -> Result<TrainState> {
     model_cfg.validate()?;
     tc.check_sets(train_set, test_set)?;
@@ -399,28 +753,12 @@ pub fn train(
         )));
     }
     let dev = Device::Cpu;
-    let vars = VarMap::new();
-    let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
-    let model = ViTForImageClassification::new(model_cfg, vb).map_err(tensor_err)?;
-    let mut opt = AdamW::new(named_vars(&vars), tc.lr, tc.weight_decay)?;
+    let mut tr = Trainer::new(model_cfg, tc, engine)?;
     let state_path = out.join(STATE_FILE);
     let mut state = TrainState::default();
     if resume {
         state = read_json(&state_path, "state.json")?;
-        let saved = load_tensors(out.join(WEIGHTS_FILE), &dev)?;
-        let data = vars.data().lock().expect("poisoned");
-        for (name, var) in data.iter() {
-            let t = saved.get(name).ok_or_else(|| {
-                Error::weights(out.join(WEIGHTS_FILE), format!("missing tensor `{name}`"))
-            })?;
-            var.set(t)
-                .map_err(|e| Error::weights(out.join(WEIGHTS_FILE), format!("`{name}`: {e}")))?;
-        }
-        drop(data);
-        let opt_path = out.join(OPTIMIZER_FILE);
-        let st = load_tensors(&opt_path, &dev)?;
-        opt.load_state(&st)
-            .map_err(|m| Error::format(&opt_path, m))?;
+        tr.resume(out, tc)?;
         eprintln!(
             "resuming {} after epoch {} (step {})",
             out.display(),
@@ -428,7 +766,10 @@ pub fn train(
             state.steps_done
         );
     } else {
-        init_weights(&vars, model_cfg.initializer_range, tc.seed)?;
+        tr.set_params(init_flat(&tr.layout, model_cfg.initializer_range, tc.seed))?;
+        if tc.ema > 0.0 {
+            tr.ema = Some(tr.params.clone());
+        }
     }
     if state.epochs_done >= tc.epochs {
         eprintln!(
@@ -467,13 +808,9 @@ pub fn train(
                 Some((&tc.augment, seed)),
                 &dev,
             )?;
-            let logits = model.forward(&x, false)?;
-            let loss = cross_entropy_smoothed(&logits, &y, tc.label_smoothing)?;
-            let grads = loss.backward()?;
-            opt.lr = warmup_cosine(state.steps_done, warmup, total_steps, tc.lr, tc.min_lr);
-            opt.step(&grads)?;
+            let lr = warmup_cosine(state.steps_done, warmup, total_steps, tc.lr, tc.min_lr);
+            let l = tr.step(&x, &y, lr, tc)?;
             state.steps_done += 1;
-            let l = loss.to_scalar::<f32>()? as f64;
             if !l.is_finite() {
                 return Err(Error::invalid(format!(
                     "training diverged: loss is {l} at step {}",
@@ -489,7 +826,7 @@ pub fn train(
                 let msg = format!(
                     "loss {:.4} lr {:.2e} {:.0} img/s",
                     loss_sum / loss_n as f64,
-                    opt.lr,
+                    tr.lr(),
                     ips
                 );
                 // Without a terminal (logs, CI) the bar is hidden: print a line every ~10%.
@@ -508,14 +845,7 @@ pub fn train(
         pb.finish_and_clear();
         let secs = t0.elapsed().as_secs_f64();
         state.seconds += secs;
-        let report = evaluate(
-            &model,
-            model_cfg,
-            test_set,
-            &tc.normalize,
-            EVAL_BATCH,
-            false,
-        )?;
+        let report = tr.evaluate(model_cfg, test_set, &tc.normalize)?;
         state.epochs_done = epoch + 1;
         state.train_loss.push(loss_sum / loss_n.max(1) as f64);
         state.test_accuracy.push(report.accuracy);
@@ -528,11 +858,7 @@ pub fn train(
             (steps_per_epoch * tc.batch_size) as f64 / secs
         );
         // The checkpoint; the folder is made at the first one.
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        tc.save(&out.join(TRAINING_FILE))?;
-        save_classifier(out, model_cfg, &vars)?;
-        save_tensors(out.join(OPTIMIZER_FILE), &opt.state()?)?;
-        write_json(&state_path, &state)?;
+        tr.checkpoint(out, model_cfg, tc, &state)?;
     }
     Ok(state)
 }

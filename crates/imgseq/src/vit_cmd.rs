@@ -6,6 +6,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use imgseq_core::data::Split;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
+use imgseq_kernels::PrecisionChoice;
+use imgseq_vit::checkpoint::save_preprocessor_config;
 use imgseq_vit::config::SEED_IMAGE_SIZE;
 use imgseq_vit::data::{channel_stats, Augment, DataSource, Normalize};
 use imgseq_vit::inference::relabel;
@@ -15,6 +17,7 @@ use imgseq_vit::{Classifier, ViTConfig};
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
+use crate::precision_arg::PrecisionArg;
 
 /// The shipped default ViT (Fashion-MNIST, seed shapes).
 pub const DEFAULT_VIT: &str = "vit-fashion-mnist";
@@ -33,6 +36,8 @@ pub enum VitCmd {
     PlotPositions(PlotArgs),
     /// Run the model on an already pre-processed (n, c, h, w) float32 .npy; writes logits .npy.
     Forward(ForwardArgs),
+    /// Train a small CNN teacher and write its soft labels for `vit train --soft-labels`.
+    Teacher(crate::vit_teacher_cmd::TeacherArgs),
 }
 
 #[derive(Args)]
@@ -61,6 +66,8 @@ pub struct EmbedArgs {
     /// Invert gray levels (Fashion-MNIST is a light object on black; most photos are not).
     #[arg(long)]
     invert: bool,
+    #[command(flatten)]
+    prec: PrecisionArg,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -82,7 +89,7 @@ pub struct DataArgs {
     data: Option<PathBuf>,
     /// Use only the first N images of each split (quick experiments).
     #[arg(long)]
-    limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
 }
 
 /// The library's training defaults: the one source of the defaults `vit train --help` shows.
@@ -126,6 +133,39 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
+    /// Which implementation runs the steps: `fused` (hand-written forward + backward) or
+    /// `autograd` (candle's autograd, the reference). Both write the same run files.
+    #[arg(long, value_enum, default_value = "fused")]
+    engine: EngineArg,
+    /// Keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 =
+    /// off): it is what each epoch evaluates and what model.safetensors holds.
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().ema)]
+    ema: f64,
+    /// New model: encoder layers (the seed has 4; width stays 48, tokens stay 65).
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// New model: attention heads (must divide the width, 48).
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// New model: MLP width (HF `intermediate_size`).
+    #[arg(long, default_value_t = 192)]
+    intermediate_size: usize,
+    /// New model: image channels. A gray dataset feeds a 3-channel model three equal channels,
+    /// which is what HF's pipeline makes of a gray PNG. Default: the dataset's own.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    channels: Option<u8>,
+    /// New model: side the dataset's images are brought to before the 32×32 canvas. 32 resizes
+    /// Fashion-MNIST 28→32 with Pillow's bilinear filter, which HF's `ViTImageProcessor` can
+    /// express (a `preprocessor_config.json` is written); the default, the dataset's own 28,
+    /// centres it on a zero border.
+    #[arg(long)]
+    input_size: Option<usize>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum EngineArg {
+    Fused,
+    Autograd,
 }
 
 #[derive(Args)]
@@ -137,6 +177,8 @@ pub struct EvalArgs {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    prec: PrecisionArg,
 }
 
 #[derive(Args)]
@@ -150,6 +192,8 @@ pub struct ClassifyArgs {
     /// Invert gray levels before classifying (see `vit embed --help`).
     #[arg(long)]
     invert: bool,
+    #[command(flatten)]
+    prec: PrecisionArg,
 }
 
 #[derive(Args)]
@@ -171,6 +215,8 @@ pub struct ForwardArgs {
     /// Interpolate positions when the input size differs from the model's.
     #[arg(long)]
     interpolate_pos_encoding: bool,
+    #[command(flatten)]
+    prec: PrecisionArg,
 }
 
 pub fn run(cmd: VitCmd) -> Result<()> {
@@ -181,6 +227,7 @@ pub fn run(cmd: VitCmd) -> Result<()> {
         VitCmd::Classify(a) => classify(a),
         VitCmd::PlotPositions(a) => plot_positions(a),
         VitCmd::Forward(a) => forward(a),
+        VitCmd::Teacher(a) => crate::vit_teacher_cmd::teacher(a),
     }
 }
 
@@ -211,9 +258,19 @@ impl WeightsArg {
     }
 }
 
+/// Loads the classifier at `path` in the precision `prec` asks for (said with --verbose).
+fn load_classifier(path: &Path, prec: &PrecisionArg) -> Result<(Classifier, PrecisionChoice)> {
+    let mut m = Classifier::load(path)?;
+    let choice = m
+        .choose_precision(prec.precision)
+        .with_context(|| format!("{}: cannot set precision", path.display()))?;
+    prec.report(&choice);
+    Ok((m, choice))
+}
+
 impl DataArgs {
     /// The dataset the flags name; `--data` is required where there is no default folder.
-    fn source(&self) -> Result<DataSource> {
+    pub(crate) fn source(&self) -> Result<DataSource> {
         Ok(match self.dataset {
             DatasetKind::FashionMnist => DataSource::FashionMnist(self.data.clone()),
             DatasetKind::Cifar10 => DataSource::Cifar10(self.data.clone().context(
@@ -236,7 +293,7 @@ fn embed(a: EmbedArgs) -> Result<()> {
     if a.npy.is_some() && a.npy == a.pos_npy {
         bail!("--npy and --pos-npy name the same file");
     }
-    let m = Classifier::load(&a.w.resolve()?)?;
+    let (m, _) = load_classifier(&a.w.resolve()?, &a.prec)?;
     let size = a.size.unwrap_or(m.cfg.image_size);
     let (gh, gw) = m.cfg.check_input_size(size, size)?;
     let x = m.load_images(std::slice::from_ref(&a.image), size, a.invert)?; // (1, c, size, size)
@@ -302,7 +359,29 @@ fn train(a: TrainArgs) -> Result<()> {
         let (tr, te) = (relabel(tr, &cfg, &source)?, relabel(te, &cfg, &source)?);
         (cfg, tc, tr, te)
     } else {
-        let (channels, input) = source.native_shape();
+        let (native_channels, native_input) = source.native_shape();
+        let channels = a.channels.map_or(native_channels, usize::from);
+        let input = a.input_size.unwrap_or(native_input);
+        if channels == 2 {
+            bail!("--channels 2: a model takes 1 (gray) or 3 (RGB) channels");
+        }
+        if a.layers > 64 || a.intermediate_size > 16384 {
+            bail!(
+                "--layers {} / --intermediate-size {}: at most 64 layers and an MLP of 16384",
+                a.layers,
+                a.intermediate_size
+            );
+        }
+        if native_channels == 3 && channels == 1 {
+            bail!(
+                "--channels {channels}: the {} data has {native_channels} channels (a gray set can \
+                 feed a 3-channel model, not the other way round)",
+                source.name()
+            );
+        }
+        if input == 0 || input > SEED_IMAGE_SIZE {
+            bail!("--input-size {input}: must be 1..={SEED_IMAGE_SIZE} (the model's canvas)");
+        }
         // The options are checked before any data is read.
         let mut tc = TrainConfig {
             dataset: source.name().into(),
@@ -314,6 +393,7 @@ fn train(a: TrainArgs) -> Result<()> {
             warmup_epochs: a.warmup_epochs,
             label_smoothing: a.label_smoothing,
             seed: a.seed,
+            ema: a.ema,
             augment: Augment {
                 shift: a.shift,
                 hflip: !a.no_flip,
@@ -333,7 +413,14 @@ fn train(a: TrainArgs) -> Result<()> {
         // The classes are the training data's (its class folders' names for an image folder);
         // the test split is labelled by name with them.
         let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
-        let cfg = ViTConfig::seed(channels, &names);
+        let cfg = ViTConfig {
+            num_hidden_layers: a.layers,
+            num_attention_heads: a.heads,
+            intermediate_size: a.intermediate_size,
+            ..ViTConfig::seed(channels, &names)
+        };
+        cfg.validate()
+            .context("--layers / --heads / --intermediate-size")?;
         let te = relabel(te, &cfg, &source)?;
         let (mean, std) = channel_stats(&tr);
         tc.normalize = Normalize {
@@ -346,6 +433,10 @@ fn train(a: TrainArgs) -> Result<()> {
         tc.epochs = a.epochs.max(tc.epochs);
     }
     tc.check_sets(&train_set, &test_set)?;
+    if tc.content_size(&model_cfg) == model_cfg.image_size {
+        // Whole-canvas inputs: HF's ViTImageProcessor prepares them as imgseq does.
+        save_preprocessor_config(&a.out, &model_cfg, &tc.normalize)?;
+    }
     eprintln!(
         "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
         param_count(&model_cfg),
@@ -355,7 +446,13 @@ fn train(a: TrainArgs) -> Result<()> {
         tc.batch_size,
         a.out.display()
     );
-    let state = imgseq_vit::train::train(&model_cfg, &tc, &train_set, &test_set, &a.out, a.resume)?;
+    let engine = match a.engine {
+        EngineArg::Fused => imgseq_vit::train::Engine::Fused,
+        EngineArg::Autograd => imgseq_vit::train::Engine::Autograd,
+    };
+    let state = imgseq_vit::train::train_with(
+        &model_cfg, &tc, &train_set, &test_set, &a.out, a.resume, engine,
+    )?;
     println!(
         "done: {} epochs, test accuracy {:.2}%, checkpoint in {}",
         state.epochs_done,
@@ -371,7 +468,7 @@ fn eval(a: EvalArgs) -> Result<()> {
         outs.check(j)?;
     }
     let path = a.w.resolve()?;
-    let m = Classifier::load(&path)?;
+    let (m, precision) = load_classifier(&path, &a.prec)?;
     let source = a.data.source()?;
     let set = m.load_split(&source, Split::Test, a.data.limit)?;
     // An empty test split is the library's error; here it gets the data's name.
@@ -380,6 +477,7 @@ fn eval(a: EvalArgs) -> Result<()> {
         _ => e.into(),
     })?;
     println!("model: {}", path.display());
+    println!("precision: {precision}");
     println!("test images: {}", r.n);
     println!("accuracy: {:.2}%", 100.0 * r.accuracy);
     println!("per-class accuracy:");
@@ -414,7 +512,7 @@ fn eval(a: EvalArgs) -> Result<()> {
 }
 
 fn classify(a: ClassifyArgs) -> Result<()> {
-    let m = Classifier::load(&a.w.resolve()?)?;
+    let (m, _) = load_classifier(&a.w.resolve()?, &a.prec)?;
     let x = m.load_images(&a.images, m.cfg.image_size, a.invert)?;
     for (p, top) in a.images.iter().zip(m.top_k(&x, a.top_k)?) {
         let top: Vec<String> = top
@@ -441,7 +539,7 @@ fn plot_positions(a: PlotArgs) -> Result<()> {
 fn forward(a: ForwardArgs) -> Result<()> {
     let mut outs = Outputs::new(std::iter::once(a.input.clone()).chain(a.w.inputs()));
     outs.check(&a.output)?;
-    let m = Classifier::load(&a.w.resolve()?)?;
+    let (m, _) = load_classifier(&a.w.resolve()?, &a.prec)?;
     let (shape, data) = read_npy_f32(&a.input)?;
     if shape.len() != 4 || shape[1] != m.cfg.num_channels {
         bail!(

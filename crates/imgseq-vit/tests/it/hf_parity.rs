@@ -1,39 +1,12 @@
 //! Parity with HF transformers' ViTForImageClassification (fixtures written by
 //! `scripts/make_vit_fixtures.py`): weights load by their HF names, and embeddings, every
-//! hidden state and the logits match within 1e-4 relative.
+//! hidden state and the logits match within 1e-4 relative; the gradients of both training
+//! engines (fused and candle autograd) match PyTorch autograd's within 1e-4.
 
-use candle_core::{Device, Tensor};
+use crate::common::{assert_grads_close, autograd_step, fixtures, rel_err, RefTargets};
+use candle_core::{DType, Device, Tensor};
 use imgseq_vit::checkpoint::{load_classifier, load_tensors};
-use std::path::PathBuf;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vit")
-}
-
-/// max |a − b| / max |b|
-fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let diff = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    let scale = b
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    diff / scale.max(1e-12)
-}
+use imgseq_vit::fused::{FusedViT, ParamLayout, Targets};
 
 #[test]
 fn hf_vit_hidden_states_and_logits_match() {
@@ -247,4 +220,69 @@ fn judge_reports_what_evaluate_and_cls_features_report() {
     let f = clf.cls_features(&x).unwrap();
     let got = Tensor::from_vec(features, f.dims(), &Device::Cpu).unwrap();
     assert!(rel_err(&got, &f) <= 1e-6);
+}
+
+/// The training loss — plain, with label smoothing 0.1 on hard labels, and with label
+/// smoothing on soft targets — and every parameter gradient, of both engines, against
+/// PyTorch's `cross_entropy(logits, target, label_smoothing=ε)` + autograd.
+#[test]
+fn both_engines_training_loss_and_gradients_match_pytorch() {
+    let dev = Device::Cpu;
+    let cfg = imgseq_vit::ViTConfig::load(fixtures().join("tiny/config.json")).unwrap();
+    let layout = ParamLayout::new(&cfg);
+    let weights = load_tensors(fixtures().join("tiny/model.safetensors"), &dev).unwrap();
+    let params = layout.from_tensors(&weights, "").unwrap();
+    let io = load_tensors(fixtures().join("tiny_io.safetensors"), &dev).unwrap();
+    let flat = |key: &str| -> Vec<f32> {
+        io[key]
+            .flatten_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let labels =
+        |key: &str| -> Vec<u32> { io[key].to_dtype(DType::U32).unwrap().to_vec1().unwrap() };
+    for (prefix, soft) in [("", false), ("ls.", false), ("soft.", true)] {
+        let (x, y) = if prefix.is_empty() {
+            (flat("pixel_values"), labels("labels"))
+        } else {
+            (flat("ls.pixel_values"), labels("ls.labels"))
+        };
+        let probs = flat("soft.targets");
+        let eps = if prefix.is_empty() { 0.0 } else { 0.1 };
+        let want_loss = flat(&format!("{prefix}loss"))[0] as f64;
+        let want = layout.from_tensors(&io, &format!("{prefix}grad.")).unwrap();
+
+        let mut net = FusedViT::new(&cfg).unwrap().with_shard_images(4);
+        let mut g = vec![f32::NAN; layout.len()];
+        let targets = if soft {
+            Targets::Probs(&probs)
+        } else {
+            Targets::Labels(&y)
+        };
+        let loss = net
+            .forward_backward(&params, &mut g, &x, targets, eps)
+            .unwrap();
+        let what = format!("fused vs PyTorch `{prefix}`");
+        assert!(
+            (loss - want_loss).abs() < 1e-5 * want_loss.max(1.0),
+            "{what}: loss {loss} vs {want_loss}"
+        );
+        assert_grads_close(&layout, &g, &want, 1e-4, &what);
+
+        let targets = if soft {
+            RefTargets::Probs(&probs)
+        } else {
+            RefTargets::Labels(&y)
+        };
+        let (_, loss, g) = autograd_step(&cfg, &params, &x, targets, eps);
+        let what = format!("autograd vs PyTorch `{prefix}`");
+        assert!(
+            (loss - want_loss).abs() < 1e-5 * want_loss.max(1.0),
+            "{what}: loss {loss} vs {want_loss}"
+        );
+        assert_grads_close(&layout, &g, &want, 1e-4, &what);
+    }
 }

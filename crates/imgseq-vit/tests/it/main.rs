@@ -1,0 +1,7 @@
+//! One test binary for this crate; run one module with
+//! `cargo test -p imgseq-vit --test it MODULE::`.
+
+mod common;
+mod fused;
+mod hf_parity;
+mod train;
