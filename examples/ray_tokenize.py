@@ -6,9 +6,11 @@
 
 Ray Data reads the images (``read_images``, or ``read_webdataset`` for ``.tar`` shards), runs
 ``map_batches`` with one :class:`imgseq.VQTokenizer` per worker (a class-based UDF: the model is
-loaded once per worker, not once per batch) and writes Parquet: one row per image with its
-source ``path``, ``tokens`` (uint16, the grid flattened in raster order), ``height`` and
-``width`` of the grid. The tokens equal ``imgseq vq encode --size SIZE`` of the same files.
+loaded once per worker, not once per batch) and writes Parquet with the columns of the CLI's
+Parquet shards (``imgseq vq tokenize --format parquet``): one row per image with its ``key``
+(file stem, or the WebDataset key), ``tokens`` (list<uint16>, the grid flattened in raster
+order), ``height`` and ``width`` of the grid, ``source`` (the file) and ``metadata`` (a JSON
+string: source and grid). The tokens equal ``imgseq vq encode --size SIZE`` of the same files.
 
 This is the second way to scale out; the first is the CLI's job arrays
 (``imgseq vq tokenize --num-shards N --shard-index I``). Needs ``pip install "ray[data]"``
@@ -18,9 +20,18 @@ and the imgseq package (``pip install ./python``).
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+
+def _tokens_type():
+    import pyarrow as pa
+
+    # The CLI's Parquet shards: a list of non-null uint16 named "element" (Parquet's LIST layout).
+    return pa.list_(pa.field("element", pa.uint16(), nullable=False))
 
 
 class Tokenize:
@@ -45,13 +56,24 @@ class Tokenize:
             out = self.tok.encode(np.stack([images[i] for i in idx]), upscale=self.upscale)
             for i, g in zip(idx, out):
                 grids[i] = g
+        import pyarrow as pa
+
+        TOKENS = _tokens_type()
         h, w = self.tok.grid()
-        return {
-            "path": np.asarray(batch["path"], dtype=object),
-            "tokens": np.stack([g.reshape(-1) for g in grids]) if grids else np.zeros((0, h * w), np.uint16),
-            "height": np.full(len(grids), h, np.int32),
-            "width": np.full(len(grids), w, np.int32),
-        }
+        paths = [str(p) for p in batch["path"]]
+        keys = [str(k) for k in batch["key"]] if "key" in batch else [Path(p).stem.replace(".", "_") for p in paths]
+        # A pyarrow table, so that the types are the CLI's: list<uint16>, not Ray's tensor type.
+        return pa.table(
+            {
+                "key": pa.array(keys, pa.string()),
+                "tokens": pa.array([g.reshape(-1) for g in grids], TOKENS),
+                "height": pa.array([h] * len(grids), pa.int32()),
+                "width": pa.array([w] * len(grids), pa.int32()),
+                "source": pa.array(paths, pa.string()),
+                "metadata": pa.array([json.dumps({"key": k, "source": p, "grid": [h, w]})
+                                      for k, p in zip(keys, paths)], pa.string()),
+            }
+        )
 
 
 def read(sources: List[str]):
@@ -60,7 +82,8 @@ def read(sources: List[str]):
     if all(s.endswith(".tar") for s in sources):
         ds = ray.data.read_webdataset(sources)
         image_key = next(k for k in ("jpg", "png", "webp", "jpeg") if k in ds.schema().names)
-        return ds.map(lambda r: {"image": np.asarray(r[image_key]), "path": r["__key__"]})
+        return ds.map(lambda r: {"image": np.asarray(r[image_key]), "path": r["__url__"] if "__url__" in r else r["__key__"],
+                                 "key": r["__key__"]})
     return ray.data.read_images(sources, include_paths=True, mode="RGB")
 
 

@@ -1,4 +1,5 @@
-"""examples/ray_tokenize.py on a local Ray instance: its Parquet tokens equal `imgseq vq encode`.
+"""examples/ray_tokenize.py on a local Ray instance: its Parquet tokens equal `imgseq vq encode`,
+in the columns and types of the CLI's Parquet shards (`vq tokenize --format parquet`).
 
 Runs only where `ray` (with Ray Data and pyarrow) is installed; CI does not install Ray (too
 heavy for the 2-core runner), so there it is skipped with that reason.
@@ -6,6 +7,7 @@ heavy for the 2-core runner), so there it is skipped with that reason.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, cli_encode, make_image, write_png
+from conftest import REPO, cli_encode, make_image, run_cli, write_png
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ray[data]'); CI skips the Ray example")
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed")
@@ -37,12 +39,20 @@ def test_ray_tokenize_equals_cli(tmp_path, cli):
         capture_output=True, text=True, timeout=600,
     )
     assert p.returncode == 0, p.stderr[-4000:]
+    cli_out = tmp_path / "cli"
+    run_cli(cli, "vq", "tokenize", paths[0], "-o", cli_out, "--size", SIZE, "--format", "parquet")
+    cli_schema = pq.read_schema(cli_out / "shard-000000.parquet")
     rows = []
     for f in sorted(out.glob("*.parquet")):
-        rows.extend(pq.read_table(f).to_pylist())
+        t = pq.read_table(f)
+        for name in ("key", "tokens", "height", "width", "source", "metadata"):
+            assert t.schema.field(name).type == cli_schema.field(name).type, name
+        rows.extend(t.to_pylist())
     assert len(rows) == len(paths)
     for r in rows:
-        p = Path(r["path"])
+        assert json.loads(r["metadata"])["source"] == r["source"]
+        assert r["key"] == Path(r["source"]).stem
+        p = Path(r["source"])
         p = p if p.is_absolute() else Path("/") / p
         i = int(p.stem[3:])
         expected = cli_encode(cli, [paths[i]], SIZE, tmp_path / f"e{i}.npy")[0]

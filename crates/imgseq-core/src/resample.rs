@@ -112,9 +112,11 @@ pub fn resize_bilinear_pil(
                 for y in 0..h {
                     let row = &plane[y * w..(y + 1) * w];
                     for (x, t) in taps.iter().enumerate() {
-                        let s = t.weights.iter().enumerate().fold(half, |s, (i, &k)| {
-                            s + row[t.first + i] as i32 * k
-                        });
+                        let s = t
+                            .weights
+                            .iter()
+                            .enumerate()
+                            .fold(half, |s, (i, &k)| s + row[t.first + i] as i32 * k);
                         tmp[y * out_w + x] = clip8(s);
                     }
                 }

@@ -4,11 +4,14 @@
 //! `#` comments, relative to the list's folder), or a WebDataset `.tar` shard as img2dataset
 //! writes them: members grouped by key (the path up to the first `.` of the file name), an
 //! image `KEY.jpg|jpeg|png|webp|bmp` and optional `KEY.json`, `KEY.txt` (caption) and
-//! `KEY.cls` (label), which are kept as metadata. Listing reads names and sizes only; the bytes
-//! are read when a sample is processed, so memory does not grow with the images. An IDX image
+//! `KEY.cls` (label), which are kept as metadata, or a Parquet file of images
+//! ([`crate::parquet_in`]: img2dataset's and Hugging Face `datasets`' layouts). Listing reads
+//! names and sizes only; the bytes are read when a sample is processed, so memory does not grow
+//! with the images. An IDX image
 //! file (`train-images-idx3-ubyte[.gz]`, MNIST layout) is the exception: it is read whole and
 //! every image held in memory as a small gray PNG, with its label from the label file beside it.
 
+use crate::parquet_in::{self, ParquetCell, ParquetRow};
 use imgseq_core::data::folder::list_images;
 use imgseq_core::data::idx::{
     is_idx_images_name, read_idx_images, read_idx_labels, sibling_labels, FASHION_MNIST_CLASSES,
@@ -41,6 +44,10 @@ pub enum Location {
         offset: u64,
         size: u64,
     },
+    /// A value of a Parquet file: image bytes, a caption or a label.
+    ParquetCell(ParquetCell),
+    /// The scalar columns of a Parquet row, read as a JSON object.
+    ParquetRow(ParquetRow),
 }
 
 impl Location {
@@ -80,6 +87,8 @@ impl Location {
                 f.read_exact(&mut v).map_err(|e| Error::io(tar, e))?;
                 Ok(v)
             }
+            Location::ParquetCell(c) => c.read(limit),
+            Location::ParquetRow(r) => r.read_json(),
         }
     }
 }
@@ -130,6 +139,8 @@ impl SampleRef {
                 "class" => {
                     meta.insert("class".into(), Value::String(text));
                 }
+                // A null label (a Parquet row without one): no label.
+                "cls" if text.is_empty() => {}
                 _ => {
                     let label = text
                         .parse::<i64>()
@@ -148,10 +159,31 @@ impl SampleRef {
     }
 }
 
+/// How sources are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// The column of Parquet sources that holds the images (found by itself when `None`).
+    pub image_column: Option<String>,
+}
+
 /// The index of all samples of `sources`, in order (sources in the order given; a folder
-/// sorted; a list in its order; a tar in member order). Keys are made unique by appending
-/// `_2`, `_3`, ... to repeats.
+/// sorted; a list in its order; a tar in member order; a Parquet file in row order). Keys are
+/// made unique by appending `_2`, `_3`, ... to repeats.
 pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
+    index_with(sources, &SourceOptions::default())
+}
+
+/// [`index`] with options.
+pub fn index_with(sources: &[PathBuf], o: &SourceOptions) -> Result<Vec<SampleRef>> {
+    if let Some(col) = &o.image_column {
+        if !sources.iter().any(|s| has_ext(s, "parquet")) {
+            return Err(Error::setting(
+                "image_column",
+                col,
+                "names a column of Parquet sources, but no source is a .parquet file",
+            ));
+        }
+    }
     let mut all = Vec::new();
     for src in sources {
         let meta = std::fs::metadata(src).map_err(|e| Error::io(src, e))?;
@@ -162,6 +194,8 @@ pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
             }
         } else if has_ext(src, "tar") {
             all.extend(tar_samples(src)?);
+        } else if has_ext(src, "parquet") {
+            all.extend(parquet_in::samples(src, o.image_column.as_deref())?);
         } else if is_idx_images_name(src) {
             all.extend(idx_samples(src)?);
         } else if has_ext(src, "txt") {
@@ -172,8 +206,8 @@ pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
         } else {
             return Err(Error::format(
                 src,
-                "not a folder, a .txt list of images, a WebDataset .tar, an IDX image file \
-                 (…-images-idx3-ubyte[.gz]) or an image",
+                "not a folder, a .txt list of images, a WebDataset .tar, a .parquet file of \
+                 images, an IDX image file (…-images-idx3-ubyte[.gz]) or an image",
             ));
         }
     }

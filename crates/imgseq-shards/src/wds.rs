@@ -46,10 +46,11 @@ pub struct ShardWriter {
     samples: usize,
 }
 
-struct HashingWriter<W> {
-    inner: W,
-    hash: Sha256,
-    len: u64,
+/// Passes bytes on, hashing and counting them.
+pub(crate) struct HashingWriter<W> {
+    pub(crate) inner: W,
+    pub(crate) hash: Sha256,
+    pub(crate) len: u64,
 }
 
 impl<W: Write> Write for HashingWriter<W> {
@@ -172,8 +173,12 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
-/// Every sample of a token shard, in order.
+/// Every sample of a token shard, in order. A `.parquet` shard is read by
+/// [`crate::parquet_out::read_shard`], so readers of a shard folder take either format.
 pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
+    if crate::shard::ShardFormat::of_path(path) == crate::shard::ShardFormat::Parquet {
+        return crate::parquet_out::read_shard(path);
+    }
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));

@@ -8,9 +8,11 @@
 mod gpt_cmd;
 mod gpt_judge;
 mod paths;
+mod precision_arg;
 mod tokenize_cmd;
 mod vit_cmd;
 mod vit_plot;
+mod vit_teacher_cmd;
 mod vq_cmd;
 mod vq_eval_cmd;
 mod vq_train_cmd;

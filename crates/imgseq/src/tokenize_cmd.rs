@@ -7,15 +7,17 @@ use clap::Args;
 use image::{Rgb, RgbImage};
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_shards::manifest::{self, Manifest, TokenizerInfo, MANIFEST};
-use imgseq_shards::wds;
+use imgseq_shards::{shard, wds, ShardFormat, SourceOptions};
 use imgseq_vqgan::tokenize::{self, Options};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct TokenizeArgs {
     /// Image folders (recursive), .txt lists of image paths, WebDataset .tar shards
-    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata), or
-    /// IDX image files (`train-images-idx3-ubyte.gz`: labels from the `…-labels-idx1-ubyte`
+    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata),
+    /// Parquet files of images (img2dataset's: a binary jpg|png|webp column beside key, caption,
+    /// url, ...; Hugging Face datasets': a struct image {bytes, path}; the other columns kept as
+    /// metadata, see --image-column), or IDX image files (`train-images-idx3-ubyte.gz`: labels from the `…-labels-idx1-ubyte`
     /// beside it, kept as `label` and, for Fashion-MNIST, `class`; keys `train-00042`; images
     /// centred on the --size canvas, see --pad).
     #[arg(required = true)]
@@ -34,9 +36,15 @@ pub struct TokenizeArgs {
     /// itself when a source is an IDX file).
     #[arg(long)]
     pad: bool,
-    /// Output format: WebDataset tar shards (KEY.tokens.npy uint16 (h, w) + KEY.json).
-    #[arg(long, default_value = "wds", value_parser = ["wds"])]
+    /// Output format: `wds`, WebDataset tar shards (KEY.tokens.npy uint16 (h, w) + KEY.json), or
+    /// `parquet`, Parquet shards (one row per image: key, tokens list<uint16> row-major, height,
+    /// width, source, metadata JSON).
+    #[arg(long, default_value = "wds", value_parser = ["wds", "parquet"])]
     format: String,
+    /// The column of Parquet sources that holds the images: a binary column or a struct with a
+    /// binary `bytes` field (default: found by itself).
+    #[arg(long, value_name = "NAME")]
+    image_column: Option<String>,
     /// Job arrays: the number of processes that share the work (Slurm/Kubernetes array size).
     #[arg(long, default_value_t = 1)]
     num_shards: usize,
@@ -88,6 +96,10 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
         num_jobs: a.num_shards,
         job_index: a.shard_index,
         progress: true,
+        format: ShardFormat::parse(&a.format)?,
+        sources: SourceOptions {
+            image_column: a.image_column.clone(),
+        },
     };
     let r = tokenize::tokenize(&model, &info, &a.sources, &a.output, &o)?;
     println!(
@@ -169,7 +181,7 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
     std::fs::create_dir_all(&a.output)
         .with_context(|| format!("{}: cannot create folder", a.output.display()))?;
     'shards: for p in m.shard_paths(&a.dir) {
-        let samples = wds::read_shard(&p)?;
+        let samples = shard::read_shard(&p)?;
         for chunk in samples.chunks(a.batch_size.max(1)) {
             let chunk = &chunk[..chunk.len().min(limit - done)];
             if chunk.is_empty() {
@@ -225,7 +237,7 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
     let mut counts = vec![0u64; n];
     let mut samples = 0usize;
     for p in m.shard_paths(&a.dir) {
-        for s in wds::read_shard(&p)? {
+        for s in shard::read_shard(&p)? {
             samples += 1;
             if let Some((_, v)) = imgseq_core::codes::first_out_of_range(&s.tokens, n) {
                 bail!(

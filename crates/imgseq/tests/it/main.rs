@@ -6,6 +6,7 @@ mod gpt_cli;
 mod hardening_cli;
 mod hostile_parsers;
 mod tokenize;
+mod tokenize_parquet;
 mod vit_cli;
 mod vq_cli;
 mod vq_families;

@@ -1,5 +1,7 @@
 //! `imgseq vq tokenize`: whole datasets → token shards that plain tools read, equal to
-//! `vq encode`, resumable after SIGKILL, split exactly by job arrays, bad images listed.
+//! `vq encode`, resumable after SIGKILL, split exactly by job arrays, bad images listed; the
+//! job-array and kill tests run for both output formats (WebDataset tar and Parquet). The
+//! helpers are shared with `tokenize_parquet`.
 
 use crate::common;
 
@@ -10,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn fx(name: &str) -> PathBuf {
+pub(crate) fn fx(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/vqgan")
         .join(name)
 }
 
-fn model_args() -> Vec<String> {
+pub(crate) fn model_args() -> Vec<String> {
     vec![
         "--weights".into(),
         fx("tiny.safetensors").display().to_string(),
@@ -27,7 +29,7 @@ fn model_args() -> Vec<String> {
     ]
 }
 
-fn args<'a>(head: &[&'a str], m: &'a [String], tail: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn args<'a>(head: &[&'a str], m: &'a [String], tail: &[&'a str]) -> Vec<&'a str> {
     let mut v = head.to_vec();
     v.extend(m.iter().map(String::as_str));
     v.extend_from_slice(tail);
@@ -35,7 +37,7 @@ fn args<'a>(head: &[&'a str], m: &'a [String], tail: &[&'a str]) -> Vec<&'a str>
 }
 
 /// Picture `i`: different content per index, 40×36 (cropped to 32²).
-fn picture(i: u32) -> RgbImage {
+pub(crate) fn picture(i: u32) -> RgbImage {
     RgbImage::from_fn(40, 36, |x, y| {
         let check = if ((x + i) / 5 + y / 5).is_multiple_of(2) {
             210
@@ -51,7 +53,7 @@ fn picture(i: u32) -> RgbImage {
 }
 
 /// `n` pictures in `dir/sub/NNN.png` (two subfolders), paths in order.
-fn folder(dir: &Path, n: u32) -> Vec<PathBuf> {
+pub(crate) fn folder(dir: &Path, n: u32) -> Vec<PathBuf> {
     (0..n)
         .map(|i| {
             let sub = dir.join(if i.is_multiple_of(2) { "even" } else { "odd" });
@@ -64,7 +66,7 @@ fn folder(dir: &Path, n: u32) -> Vec<PathBuf> {
 }
 
 /// All files of a folder with their bytes, sorted by name.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -80,17 +82,17 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
-/// key → tokens of every shard of a finished folder.
-fn shard_tokens(dir: &Path) -> Vec<(String, Vec<i64>, serde_json::Value)> {
+/// key → tokens of every shard (either format) of a finished folder.
+pub(crate) fn shard_tokens(dir: &Path) -> Vec<(String, Vec<i64>, serde_json::Value)> {
     let m = imgseq_shards::Manifest::read(&dir.join("manifest.json")).unwrap();
     m.shard_paths(dir)
         .iter()
-        .flat_map(|p| imgseq_shards::wds::read_shard(p).unwrap())
+        .flat_map(|p| imgseq_shards::shard::read_shard(p).unwrap())
         .map(|s| (s.key, s.tokens, s.json))
         .collect()
 }
 
-fn encode_one(p: &Path, m: &[String], dir: &Path) -> Vec<i64> {
+pub(crate) fn encode_one(p: &Path, m: &[String], dir: &Path) -> Vec<i64> {
     let out = dir.join("one.npy");
     ok(&args(
         &["vq", "encode", p.to_str().unwrap()],
@@ -219,6 +221,15 @@ fn bad_images_are_skipped_and_listed_and_all_bad_is_an_error() {
 
 #[test]
 fn job_array_parts_merge_into_exactly_what_one_process_writes() {
+    job_array_parts_merge_into_what_one_process_writes("wds", "tar");
+}
+
+#[test]
+fn job_array_parts_merge_into_exactly_what_one_process_writes_as_parquet() {
+    job_array_parts_merge_into_what_one_process_writes("parquet", "parquet");
+}
+
+fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
     let d = tempfile::tempdir().unwrap();
     let m = model_args();
     let src = d.path().join("imgs");
@@ -227,7 +238,14 @@ fn job_array_parts_merge_into_exactly_what_one_process_writes() {
     ok(&args(
         &["vq", "tokenize", src.to_str().unwrap()],
         &m,
-        &["--shard-size", "2", "-o", single.to_str().unwrap()],
+        &[
+            "--shard-size",
+            "2",
+            "--format",
+            format,
+            "-o",
+            single.to_str().unwrap(),
+        ],
     ));
     let arr = d.path().join("array");
     for i in ["0", "1", "2"] {
@@ -237,6 +255,8 @@ fn job_array_parts_merge_into_exactly_what_one_process_writes() {
             &[
                 "--shard-size",
                 "2",
+                "--format",
+                format,
                 "--num-shards",
                 "3",
                 "--shard-index",
@@ -262,26 +282,55 @@ fn job_array_parts_merge_into_exactly_what_one_process_writes() {
     assert_eq!(
         shards(&single)
             .iter()
-            .filter(|(n, _)| n.ends_with(".tar"))
+            .filter(|(n, _)| n.ends_with(&format!(".{ext}")))
             .count(),
         4
     );
     let ms = imgseq_shards::Manifest::read(&single.join("manifest.json")).unwrap();
     let ma = imgseq_shards::Manifest::read(&arr.join("manifest.json")).unwrap();
     assert_eq!(ms, ma);
+    assert!(ms
+        .shards
+        .iter()
+        .all(|s| s.name.ends_with(&format!(".{ext}"))));
+    assert_eq!(shard_tokens(&single).len(), 7);
     // Another tokenizer setting into the same folder is refused.
     let mut m2 = model_args();
     m2[5] = "16".into();
     let e = fails(&args(
         &["vq", "tokenize", src.to_str().unwrap()],
         &m2,
-        &["-o", single.to_str().unwrap()],
+        &["--format", format, "-o", single.to_str().unwrap()],
     ));
     assert!(e.contains("run.json") && e.contains("new folder"), "{e}");
+    // So is the other output format.
+    let other = if format == "wds" { "parquet" } else { "wds" };
+    let e = fails(&args(
+        &["vq", "tokenize", src.to_str().unwrap()],
+        &m,
+        &[
+            "--shard-size",
+            "2",
+            "--format",
+            other,
+            "-o",
+            single.to_str().unwrap(),
+        ],
+    ));
+    assert!(e.contains("run.json") && e.contains("format"), "{e}");
 }
 
 #[test]
 fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result() {
+    killed_runs_resume_to_the_uninterrupted_result("wds");
+}
+
+#[test]
+fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result_as_parquet() {
+    killed_runs_resume_to_the_uninterrupted_result("parquet");
+}
+
+fn killed_runs_resume_to_the_uninterrupted_result(format: &str) {
     let d = tempfile::tempdir().unwrap();
     let m = model_args();
     let src = d.path().join("imgs");
@@ -290,7 +339,18 @@ fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result() {
     let cmd = |out: &Path| -> Vec<String> {
         let mut v: Vec<String> = vec!["vq".into(), "tokenize".into(), src.display().to_string()];
         v.extend(m.iter().cloned());
-        v.extend(["--shard-size", "4", "--batch-size", "3", "-o"].map(String::from));
+        v.extend(
+            [
+                "--shard-size",
+                "4",
+                "--batch-size",
+                "3",
+                "--format",
+                format,
+                "-o",
+            ]
+            .map(String::from),
+        );
         v.push(out.display().to_string());
         v
     };
@@ -326,7 +386,7 @@ fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result() {
         }
         child.wait().unwrap();
     }
-    eprintln!("{kills} of 6 runs killed mid-way (run time {total} ms)");
+    eprintln!("{format}: {kills} of 6 runs killed mid-way (run time {total} ms)");
     ok(&kargs.iter().map(String::as_str).collect::<Vec<_>>());
     let strip = |v: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
         v.into_iter()

@@ -1,0 +1,115 @@
+//! The two token shard formats behind one writer and one reader: WebDataset `.tar`
+//! ([`crate::wds`]) and Parquet ([`crate::parquet_out`]). A shard's format is told by its name.
+
+use crate::parquet_out;
+use crate::wds::{self, Finished, TokenSample};
+use imgseq_core::{Error, Result};
+use serde_json::Value;
+use std::path::Path;
+
+/// How token shards are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShardFormat {
+    /// WebDataset `.tar`: `KEY.tokens.npy` + `KEY.json` per sample.
+    #[default]
+    Wds,
+    /// Parquet: one row per image (key, tokens, height, width, source, metadata).
+    Parquet,
+}
+
+impl ShardFormat {
+    /// `wds` or `parquet` (the CLI's `--format`).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "wds" => Ok(Self::Wds),
+            "parquet" => Ok(Self::Parquet),
+            other => Err(Error::setting("format", other, "is not wds or parquet")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Wds => "wds",
+            Self::Parquet => "parquet",
+        }
+    }
+
+    /// The shard file extension.
+    pub fn ext(self) -> &'static str {
+        match self {
+            Self::Wds => "tar",
+            Self::Parquet => "parquet",
+        }
+    }
+
+    /// The name of shard `s` (`shard-000012.tar`, `shard-000012.parquet`).
+    pub fn shard_name(self, s: usize) -> String {
+        format!("shard-{s:06}.{}", self.ext())
+    }
+
+    /// The format of a shard file, by its extension (`.parquet`; anything else is a tar).
+    pub fn of_path(p: &Path) -> Self {
+        if p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+        {
+            Self::Parquet
+        } else {
+            Self::Wds
+        }
+    }
+}
+
+/// Writes one token shard of either format; nothing is visible at its path until
+/// [`TokenShardWriter::finish`].
+pub enum TokenShardWriter {
+    Wds {
+        w: Box<wds::ShardWriter>,
+        n_codes: usize,
+    },
+    Parquet(Box<parquet_out::ShardWriter>),
+}
+
+impl TokenShardWriter {
+    /// A shard at `path` for the tokens of a codebook of `n_codes` entries.
+    pub fn create(path: impl AsRef<Path>, format: ShardFormat, n_codes: usize) -> Result<Self> {
+        Ok(match format {
+            ShardFormat::Wds => Self::Wds {
+                w: Box::new(wds::ShardWriter::create(path)?),
+                n_codes,
+            },
+            ShardFormat::Parquet => {
+                Self::Parquet(Box::new(parquet_out::ShardWriter::create(path, n_codes)?))
+            }
+        })
+    }
+
+    /// Appends a sample: its (h, w) token grid (raster order) and JSON record.
+    pub fn append(
+        &mut self,
+        key: &str,
+        h: usize,
+        w: usize,
+        tokens: &[i64],
+        json: &Value,
+    ) -> Result<()> {
+        match self {
+            Self::Wds { w: wr, n_codes } => {
+                wr.append(key, &wds::tokens_npy(h, w, tokens, *n_codes), json)
+            }
+            Self::Parquet(wr) => wr.append(key, h, w, tokens, json),
+        }
+    }
+
+    /// Closes, fsyncs and renames the shard into place.
+    pub fn finish(self) -> Result<Finished> {
+        match self {
+            Self::Wds { w, .. } => w.finish(),
+            Self::Parquet(w) => w.finish(),
+        }
+    }
+}
+
+/// Every sample of a token shard of either format, in order.
+pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
+    wds::read_shard(path)
+}
