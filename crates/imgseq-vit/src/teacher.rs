@@ -4,7 +4,7 @@
 //! ViTs lack a CNN's locality prior and learn slowly from 60,000 small images; a CNN of the
 //! same data reaches a strong accuracy in a few epochs. Its class probabilities on the training
 //! images (`soft_labels.npy`, (n, classes) f32, at a temperature) carry more than the one-hot
-//! label — which shirts look like T-shirts — and `vit train --soft-labels` mixes them into the
+//! label — which shirts look like T-shirts — and `vit train --soft-labels` (with `--distill`) mixes them into the
 //! loss.
 //!
 //! The network: three stages of 3×3 convolutions with GroupNorm + SiLU (two convs, 2×2 average

@@ -133,14 +133,23 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
-    /// Which implementation runs the steps: `fused` (hand-written forward + backward) or
-    /// `autograd` (candle's autograd, the reference). Both write the same run files.
-    #[arg(long, value_enum, default_value = "fused")]
+    /// Which implementation runs the steps: `autograd` (candle's autograd, the reference and
+    /// the faster one today) or `fused` (hand-written forward + backward). Both write the same
+    /// run files and give the same losses.
+    #[arg(long, value_enum, default_value = "autograd")]
     engine: EngineArg,
     /// Keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 =
     /// off): it is what each epoch evaluates and what model.safetensors holds.
     #[arg(long, allow_negative_numbers = true, default_value_t = train_default().ema)]
     ema: f64,
+    /// Distil a teacher: its `soft_labels.npy` from `imgseq vit teacher` on the same training
+    /// data (same --dataset, --data and --limit).
+    #[arg(long)]
+    soft_labels: Option<PathBuf>,
+    /// Weight of the teacher's probabilities in each image's target (the rest is the one-hot
+    /// label); used with --soft-labels.
+    #[arg(long, allow_negative_numbers = true, default_value_t = train_default().distill)]
+    distill: f64,
     /// New model: encoder layers (the seed has 4; width stays 48, tokens stay 65).
     #[arg(long, default_value_t = 4)]
     layers: usize,
@@ -394,6 +403,8 @@ fn train(a: TrainArgs) -> Result<()> {
             label_smoothing: a.label_smoothing,
             seed: a.seed,
             ema: a.ema,
+            soft_labels: a.soft_labels.as_ref().map(|p| p.display().to_string()),
+            distill: a.distill,
             augment: Augment {
                 shift: a.shift,
                 hflip: !a.no_flip,

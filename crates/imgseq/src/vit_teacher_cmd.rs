@@ -1,4 +1,4 @@
-//! `imgseq vit teacher`: trains the small CNN whose soft labels `vit train --soft-labels`
+//! `imgseq vit teacher`: trains the small CNN whose soft labels `vit train --soft-labels` (with `--distill`)
 //! distils into a ViT (see `imgseq_vit::teacher`).
 
 use anyhow::{bail, Result};

@@ -62,6 +62,8 @@ fn recipe(epochs: usize, ema: f64) -> TrainConfig {
         label_smoothing: 0.1,
         seed: 3,
         ema,
+        soft_labels: None,
+        distill: 0.5,
         augment: Augment {
             shift: 1,
             hflip: true,
@@ -225,4 +227,76 @@ fn ema_outside_0_to_1_is_refused_naming_the_setting() {
     v.as_object_mut().unwrap().remove("ema");
     let tc: TrainConfig = serde_json::from_value(v).unwrap();
     assert_eq!(tc.ema, 0.0);
+}
+
+/// Distillation: with soft labels equal to the one-hot labels the run is the plain run (the
+/// target is the same), on both engines; a teacher that disagrees changes the run, and both
+/// engines agree on it; soft labels that do not fit the training set are refused by name.
+#[test]
+fn soft_labels_mix_into_the_targets_on_both_engines() {
+    let cfg = tiny_cfg();
+    let (tr, te) = (toy_set(40, 0), toy_set(12, 1));
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, rows: &dyn Fn(usize) -> [f32; 2]| {
+        let p = dir.path().join(name);
+        let v: Vec<f32> = (0..tr.n).flat_map(rows).collect();
+        imgseq_core::npy::write_npy_f32(&p, &[tr.n, 2], &v).unwrap();
+        p.display().to_string()
+    };
+    let onehot = write("onehot.npy", &|i| {
+        if tr.labels[i] == 0 {
+            [1.0, 0.0]
+        } else {
+            [0.0, 1.0]
+        }
+    });
+    let unsure = write("unsure.npy", &|_| [0.5, 0.5]);
+    let runs = std::cell::Cell::new(0);
+    let run = |engine: Engine, soft: Option<&String>| {
+        let mut tc = recipe(1, 0.0);
+        tc.soft_labels = soft.cloned();
+        runs.set(runs.get() + 1);
+        let out = dir.path().join(format!("run-{}", runs.get()));
+        train_with(&cfg, &tc, &tr, &te, &out, false, engine)
+            .unwrap()
+            .train_loss[0]
+    };
+    for engine in [Engine::Fused, Engine::Autograd] {
+        let (plain, same) = (run(engine, None), run(engine, Some(&onehot)));
+        assert!(
+            (plain - same).abs() < 1e-5 * plain,
+            "{engine:?}: {plain} vs {same}"
+        );
+    }
+    let (f, a) = (
+        run(Engine::Fused, Some(&unsure)),
+        run(Engine::Autograd, Some(&unsure)),
+    );
+    assert!((f - a).abs() < 1e-4 * f, "fused {f} vs autograd {a}");
+    assert!(
+        (f - run(Engine::Fused, None)).abs() > 1e-3,
+        "the teacher changed nothing"
+    );
+    // Shape and content are checked before training.
+    let bad = dir.path().join("bad.npy");
+    imgseq_core::npy::write_npy_f32(&bad, &[tr.n - 1, 2], &vec![0.5; (tr.n - 1) * 2]).unwrap();
+    let mut tc = recipe(1, 0.0);
+    tc.soft_labels = Some(bad.display().to_string());
+    let e = train_with(
+        &cfg,
+        &tc,
+        &tr,
+        &te,
+        &dir.path().join("x"),
+        false,
+        Engine::Fused,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("bad.npy") && e.contains("soft labels of shape [39, 2]"),
+        "{e}"
+    );
+    tc.distill = 1.5;
+    assert!(tc.validate().unwrap_err().to_string().contains("distill"));
 }
