@@ -32,6 +32,7 @@ class VQTokenizer:
         weights: Optional[PathLike] = None,
         config: Optional[PathLike] = None,
         size: int = 384,
+        precision: str = "auto",
     ) -> None: ...
     @property
     def n_codes(self) -> int:
@@ -72,7 +73,7 @@ class ViT:
     ``weights=None``: the shipped Fashion-MNIST model (inside the package).
     """
 
-    def __init__(self, weights: Optional[PathLike] = None) -> None: ...
+    def __init__(self, weights: Optional[PathLike] = None, precision: str = "auto") -> None: ...
     @property
     def labels(self) -> List[str]:
         """Class names by label index."""

@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::image_io;
 use imgseq_core::Error;
+use imgseq_kernels::PrecisionRequest;
 use imgseq_vit::inference::Classifier;
 use imgseq_vqgan::{TokenGrid, VqModel};
 use numpy::ndarray::{Array3, Array4};
@@ -104,6 +105,12 @@ fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>, Vec<usize>
     )))
 }
 
+/// `precision="f32"|"bf16"|"auto"`, as the CLI's `--precision`.
+fn precision_request(s: &str) -> PyResult<PrecisionRequest> {
+    s.parse()
+        .map_err(|e: String| PyValueError::new_err(format!("precision: {e}")))
+}
+
 /// A VQGAN tokenizer: images → integer token grids → images.
 #[pyclass(module = "imgseq._imgseq", frozen)]
 struct VQTokenizer {
@@ -140,10 +147,21 @@ impl VQTokenizer {
 #[pymethods]
 impl VQTokenizer {
     #[new]
-    #[pyo3(signature = (weights, config=None, size=384))]
-    fn new(py: Python<'_>, weights: PathBuf, config: Option<PathBuf>, size: u32) -> PyResult<Self> {
+    #[pyo3(signature = (weights, config=None, size=384, precision="auto"))]
+    fn new(
+        py: Python<'_>,
+        weights: PathBuf,
+        config: Option<PathBuf>,
+        size: u32,
+        precision: &str,
+    ) -> PyResult<Self> {
+        let request = precision_request(precision)?;
         let model = py
-            .detach(|| imgseq_vqgan::load_model(&weights, config.as_deref(), &Device::Cpu))
+            .detach(|| -> imgseq_core::Result<VqModel> {
+                let mut m = imgseq_vqgan::load_model(&weights, config.as_deref(), &Device::Cpu)?;
+                m.choose_precision(request)?;
+                Ok(m)
+            })
             .map_err(to_py)?;
         model
             .config()
@@ -364,8 +382,16 @@ impl ViT {
 #[pymethods]
 impl ViT {
     #[new]
-    fn new(py: Python<'_>, weights: PathBuf) -> PyResult<Self> {
-        let m = py.detach(|| Classifier::load(&weights)).map_err(to_py)?;
+    #[pyo3(signature = (weights, precision="auto"))]
+    fn new(py: Python<'_>, weights: PathBuf, precision: &str) -> PyResult<Self> {
+        let request = precision_request(precision)?;
+        let m = py
+            .detach(|| -> imgseq_core::Result<Classifier> {
+                let mut m = Classifier::load(&weights)?;
+                m.choose_precision(request)?;
+                Ok(m)
+            })
+            .map_err(to_py)?;
         Ok(Self { m, path: weights })
     }
 

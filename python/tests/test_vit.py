@@ -58,6 +58,18 @@ def test_embed_equals_cli(tmp_path, cli, vit):
     np.testing.assert_array_equal(vit.embed(rgb[None]), np.load(tmp_path / "c.npy"))
 
 
+def test_precision_is_the_clis(tmp_path, cli):
+    """precision= means what --precision means: f32 embeddings equal `--precision f32`'s."""
+    img = garment(3, 28, 28)
+    write_png(tmp_path / "g.png", img)
+    run_cli(cli, "vit", "embed", tmp_path / "g.png", "--npy", tmp_path / "e.npy", "--precision", "f32")
+    np.testing.assert_array_equal(imgseq.ViT(precision="f32").embed(img[None]), np.load(tmp_path / "e.npy"))
+    with pytest.raises(ValueError, match="precision: unknown precision `f16`"):
+        imgseq.ViT(precision="f16")
+    with pytest.raises(ValueError, match="precision"):
+        imgseq.VQTokenizer(precision="int8")
+
+
 def test_classify(tmp_path, cli, vit):
     imgs = np.stack([garment(i) for i in range(2)])
     top = vit.classify(imgs, k=3)
