@@ -47,6 +47,16 @@ def cpu_model():
     return platform.processor()
 
 
+def simd_flags():
+    """The CPU's SIMD flags that decide our kernels: fma, avx2 and every avx512*."""
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return "unknown"
+    keep = sorted(f for f in set(flags) if f in ("fma", "avx2") or f.startswith("avx512") or f.startswith("amx"))
+    return " ".join(keep) or "none of fma/avx2/avx512"
+
+
 def peak_flops(threads):
     """Peak f32 FLOP/s: cores x FMA units (2) x SIMD lanes x 2 x clock. AVX-512: 16 lanes,
     AVX2: 8. Clock from /proc/cpuinfo (MHz) or 3 GHz."""
@@ -129,8 +139,9 @@ def child(workload, d, *args):
         model.load_state_dict(load_file(os.path.join(d, "model.safetensors")), strict=True)
         x = load_file(os.path.join(d, "inputs.safetensors"))["x"]
         reps = int(args[0])
-        bf16 = len(args) > 1 and args[1] == "bf16"
-        if bf16:  # PyTorch's reduced-precision CPU inference: autocast + channels_last
+        mode = args[1] if len(args) > 1 else "eager"  # eager | cl (channels_last) | bf16
+        bf16 = mode == "bf16"
+        if mode in ("bf16", "cl"):  # PyTorch's best simple CPU settings: channels_last (+ autocast)
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
         res = {}
@@ -145,8 +156,20 @@ def child(workload, d, *args):
                 res["indices"] = idx.view(b, h, w)
                 res["reconstruction"] = model.decode(zq).float()
         ms = timeit(roundtrip, 1, reps)
-        out = "torch_out_bf16.safetensors" if bf16 else "torch_out.safetensors"
+        out = {"eager": "torch_out.safetensors"}.get(mode, f"torch_out_{mode}.safetensors")
         save_file({k: v.contiguous() for k, v in res.items()}, os.path.join(d, out))
+    elif workload == "vq-encode":
+        import make_vqgan_fixtures as tm
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        model = tm.VQModel(cfg["ddconfig"], cfg["n_embed"], cfg["embed_dim"]).eval()
+        model.load_state_dict(load_file(os.path.join(d, "model.safetensors")), strict=True)
+        x = load_file(os.path.join(d, "inputs.safetensors"))["x"]
+        reps = int(args[0])
+
+        def encode():
+            with torch.no_grad():
+                model.quantize.distances(model.encode_latents(x)).argmin(1)
+        ms = timeit(encode, 1, reps)
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -186,7 +209,7 @@ def setup_vit_train(d, layers, batch):
               os.path.join(d, "inputs.safetensors"))
 
 
-def setup_vq(d, size):
+def setup_vq(d, size, batch=1):
     import make_vqgan_fixtures as tm
     ddconfig = dict(ch=128, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=2, attn_resolutions=[16],
                     z_channels=256, double_z=False, resolution=256, in_channels=3, out_ch=3, dropout=0.0)
@@ -195,7 +218,7 @@ def setup_vq(d, size):
     tm.randomise(model, torch.Generator().manual_seed(0))
     with torch.no_grad():
         model.quantize.embedding.weight.uniform_(-1.0 / 1024, 1.0 / 1024)
-    x = torch.rand(1, 3, size, size) * 2 - 1
+    x = torch.rand(batch, 3, size, size) * 2 - 1
     with torch.no_grad():  # spread the codebook over real latents so indices vary
         z = model.encode_latents(x).permute(0, 2, 3, 1).reshape(-1, 256)
         pick = torch.randint(0, z.shape[0], (1024,))
@@ -214,7 +237,7 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--only", default="a,b,c,d,e")
     ap.add_argument("--markdown", help="append the result table to this file")
     a = ap.parse_args()
     os.environ["BENCH_THREADS"] = str(a.threads)
@@ -277,6 +300,7 @@ def main():
         rec_err = ((ro["reconstruction"] - to["reconstruction"]).abs().max() /
                    to["reconstruction"].abs().max()).item()
         row("a VQGAN f16-1024 enc+dec 384²", "batch 1", 883e9, t, r)
+        row("a f32, PyTorch channels_last", "batch 1", 883e9, torch_child("vq", d, 1 if a.quick else 2, "cl"), r)
         print(f"   token agreement with PyTorch {100 * agreement:.2f}%, reconstruction max rel diff {rec_err:.2e}")
         # Reduced precision: imgseq bf16 against PyTorch autocast(bf16) + channels_last.
         r16 = rust(a.bin, "vq", d, 1 if a.quick else 2, "bf16")
@@ -291,10 +315,18 @@ def main():
         print(f"   bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
               f"PyTorch {100 * bf16_agreement[1]:.2f}%")
 
+    if "e" in only:
+        d = os.path.join(tmp, "vq-encode")
+        os.makedirs(d)
+        setup_vq(d, 256, 8)
+        reps = 1 if a.quick else 2
+        row("e VQGAN f16-1024 encode 256² (many images)", "batch 8", None,
+            torch_child("vq-encode", d, reps), rust(a.bin, "vq-encode", d, reps), unit_imgs=8)
+
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "
              f"PyTorch {torch.__version__}; peak f32 {peak / 1e9:.0f} GFLOP/s "
-             f"({a.threads} cores x 2 FMA x {lanes} lanes x 2 x {mhz:.0f} MHz)", "",
+             f"({a.threads} cores x 2 FMA x {lanes} lanes x 2 x {mhz:.0f} MHz); SIMD: {simd_flags()}", "",
              "| workload | PyTorch ms | imgseq ms | imgseq/PyTorch time | speed-up | GFLOP/s imgseq (% peak) | GFLOP/s PyTorch (% peak) | peak RSS PyTorch | peak RSS imgseq |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -124,6 +124,18 @@ fn main() -> anyhow::Result<()> {
             }
             t
         }
+        "vq-encode" => {
+            // Encoding many images: images → tokens only (the encoder is f32 at every
+            // precision), the batch as the script wrote it.
+            let reps = num(2, 2);
+            let model = imgseq_vqgan::load::load_model(
+                dir.join("model.safetensors"),
+                Some(&dir.join("config.json")),
+                &dev,
+            )?;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?["x"].clone();
+            time(1, reps, || model.encode(&x).map(|_| ()))?
+        }
         "conv" => {
             let reps = num(2, 10);
             let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
