@@ -333,7 +333,8 @@ def main():
         g = lambda v: f"{v:.0f} ({100 * v * 1e9 / peak:.0f}%)" if v else "–"
         extra = ""
         if r["imgs"]:
-            extra = f" ({r['imgs'] / r['torch_ms'] * 1e3:.0f} vs {r['imgs'] / r['rust_ms'] * 1e3:.0f} img/s)"
+            ips = lambda ms: f"{r['imgs'] / ms * 1e3:.{0 if r['imgs'] / ms * 1e3 >= 10 else 2}f}"
+            extra = f" ({ips(r['torch_ms'])} vs {ips(r['rust_ms'])} img/s)"
         lines.append(f"| {r['name']} ({r['work']}) | {r['torch_ms']:.1f} | {r['rust_ms']:.1f} | {r['ratio']:.2f} | "
                      f"{1 / r['ratio']:.2f}x{extra} | {g(r['rust_gflops'])} | {g(r['torch_gflops'])} | "
                      f"{r['torch_rss']:.0f} MB | {r['rust_rss']:.0f} MB |")

@@ -230,25 +230,44 @@ pub fn luma(p: &[u8]) -> u8 {
 /// Loads an image as 8-bit gray: gray files are taken as they are, colour files are converted
 /// with [`rgb_to_gray`].
 pub fn load_gray(path: impl AsRef<Path>) -> Result<GrayImage> {
-    Ok(match load_dynamic(path)? {
+    Ok(to_gray(load_dynamic(path)?))
+}
+
+/// Gray as [`load_gray`] makes it: gray images keep their levels, colour ones go through
+/// [`rgb_to_gray`] (PIL's `convert("L")`).
+fn to_gray(img: DynamicImage) -> GrayImage {
+    match img {
         DynamicImage::ImageLuma8(i) => i,
         i @ (DynamicImage::ImageLuma16(_)
         | DynamicImage::ImageLumaA8(_)
         | DynamicImage::ImageLumaA16(_)) => i.to_luma8(),
         other => rgb_to_gray(&other.to_rgb8()),
-    })
+    }
 }
 
-/// Loads an image with `channels` = 1 ([`DynamicImage::ImageLuma8`]) or 3
-/// ([`DynamicImage::ImageRgb8`]).
-pub fn load_image(path: impl AsRef<Path>, channels: usize) -> Result<DynamicImage> {
-    match channels {
-        1 => Ok(DynamicImage::ImageLuma8(load_gray(path)?)),
-        3 => Ok(DynamicImage::ImageRgb8(load_rgb(path)?)),
-        c => Err(Error::invalid(format!(
+/// `img` with `channels` = 1 ([`DynamicImage::ImageLuma8`], as [`load_gray`]) or 3
+/// ([`DynamicImage::ImageRgb8`]: gray replicated into three equal channels, as PIL's
+/// `convert("RGB")` and so HF's image pipeline do).
+pub fn with_channels(img: DynamicImage, channels: usize) -> Result<DynamicImage> {
+    match (channels, img) {
+        (1, i @ DynamicImage::ImageLuma8(_)) | (3, i @ DynamicImage::ImageRgb8(_)) => Ok(i),
+        (1, i) => Ok(DynamicImage::ImageLuma8(to_gray(i))),
+        (3, i) => Ok(DynamicImage::ImageRgb8(i.to_rgb8())),
+        (c, _) => Err(Error::invalid(format!(
             "images can be loaded with 1 or 3 channels, not {c}"
         ))),
     }
+}
+
+/// Loads an image with `channels` = 1 ([`DynamicImage::ImageLuma8`]) or 3
+/// ([`DynamicImage::ImageRgb8`]) ([`with_channels`]).
+pub fn load_image(path: impl AsRef<Path>, channels: usize) -> Result<DynamicImage> {
+    if channels != 1 && channels != 3 {
+        return Err(Error::invalid(format!(
+            "images can be loaded with 1 or 3 channels, not {channels}"
+        )));
+    }
+    with_channels(load_dynamic(path)?, channels)
 }
 
 /// Whether an image of `width`×`height` must be upscaled to give a `size`×`size` crop.

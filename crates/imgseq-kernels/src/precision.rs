@@ -89,6 +89,14 @@ impl fmt::Display for PrecisionChoice {
     }
 }
 
+/// The least measured bf16-over-f32 conv speed-up ([`bf16_speedup`]) at which `auto` takes
+/// bf16. Well above 1 so that run-to-run timing noise (±15% here) cannot flip the choice, and
+/// with it the decoded pixels, between two runs on one machine: on the AMD EPYC (Zen 4) this
+/// was measured on, the f32 path (Winograd) and the bf16 convs measured 1.08× apart, and bf16
+/// lost end to end on taming's f16-1024 (4.24 s vs 3.54 s at 384²), so `auto` stays f32
+/// there; on an Intel Xeon bf16 ran at about half the f32 speed.
+pub const MIN_BF16_SPEEDUP: f64 = 1.5;
+
 /// Whether this CPU runs bf16 natively (AVX512-BF16 `vdpbf16ps`).
 pub fn bf16_native() -> bool {
     Kernel::native_available()
@@ -180,7 +188,7 @@ impl PrecisionRequest {
                 "auto: this CPU has no AVX512-BF16".into(),
             ),
             Self::Auto => match speedup() {
-                Some(x) if x > 1.0 => {
+                Some(x) if x >= MIN_BF16_SPEEDUP => {
                     let a = check()?;
                     if a.passed {
                         choice(
@@ -205,7 +213,7 @@ impl PrecisionRequest {
                     false,
                     format!(
                         "auto: AVX512-BF16 present, but bf16 convs run at {x:.2}x the f32 \
-                         speed on this CPU"
+                         speed on this CPU (bf16 from {MIN_BF16_SPEEDUP}x)"
                     ),
                 ),
                 None => choice(

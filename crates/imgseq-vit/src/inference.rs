@@ -8,7 +8,7 @@
 use candle_core::{Device, Tensor};
 use image::DynamicImage;
 use imgseq_core::data::Split;
-use imgseq_core::image_io::{fit_dynamic, load_image, AsChw, Fit};
+use imgseq_core::image_io::{fit_dynamic, load_image, with_channels, AsChw, Fit};
 use imgseq_core::resample::resize_bilinear_pil;
 use imgseq_core::{Error, Result};
 use std::path::Path;
@@ -72,15 +72,27 @@ impl Classifier {
         self.input_size * size / self.cfg.image_size
     }
 
-    /// One image as `(c, content, content)` bytes: letterboxed to `content` pixels (black fill,
-    /// white when inverting) and, with `invert`, gray levels inverted. The image must have the
-    /// model's channels (as [`load_image`] gives them).
+    /// One image as `(c, content, content)` bytes: brought to the model's channels
+    /// ([`with_channels`]: gray → three equal channels, colour → luma, as [`load_image`] does
+    /// for files), letterboxed to `content` pixels (black fill, white when inverting) and, with
+    /// `invert`, gray levels inverted.
     ///
     /// A model trained on whole-canvas inputs (`input_size == image_size`, e.g. Fashion-MNIST
     /// resized 28→32) takes any image as HF's `ViTImageProcessor` does: resized to the square
     /// with Pillow's bilinear filter, aspect ratio not kept ([`resize_bilinear_pil`]), so
     /// `transformers.pipeline` with the shipped `preprocessor_config.json` sees the same pixels.
     pub fn image_bytes(&self, img: &DynamicImage, content: usize, invert: bool) -> Result<Vec<u8>> {
+        let converted;
+        let img = if img.color().channel_count() as usize == self.cfg.num_channels
+            && matches!(
+                img,
+                DynamicImage::ImageLuma8(_) | DynamicImage::ImageRgb8(_)
+            ) {
+            img
+        } else {
+            converted = with_channels(img.clone(), self.cfg.num_channels)?;
+            &converted
+        };
         let (c, _, _, mut chw) = if self.hf_resize() {
             let (c, h, w, chw) = img.to_chw_u8();
             let chw = resize_bilinear_pil(&chw, (c, h, w), (content, content))?;
@@ -425,10 +437,27 @@ mod tests {
     }
 
     #[test]
-    fn wrong_channel_count_is_an_error() {
-        let m = classifier(3);
-        let gray = DynamicImage::ImageLuma8(GrayImage::new(8, 8));
-        assert!(m.image_bytes(&gray, 28, false).is_err());
+    fn images_are_brought_to_the_models_channels() {
+        // Gray into a 3-channel model: three equal channels (PIL's convert("RGB"), what HF's
+        // pipeline feeds); colour into a gray model: the luma load_gray gives a file.
+        let g = GrayImage::from_fn(28, 28, |x, y| image::Luma([(x * 9 + y) as u8]));
+        let rgb3 = classifier(3)
+            .image_bytes(&DynamicImage::ImageLuma8(g.clone()), 28, false)
+            .unwrap();
+        assert_eq!(rgb3.len(), 3 * 28 * 28);
+        for c in 0..3 {
+            assert_eq!(
+                &rgb3[c * 784..(c + 1) * 784],
+                g.as_raw().as_slice(),
+                "channel {c}"
+            );
+        }
+        let rgb =
+            image::RgbImage::from_fn(28, 28, |x, y| image::Rgb([x as u8 * 9, y as u8 * 9, 77]));
+        let gray = classifier(1)
+            .image_bytes(&DynamicImage::ImageRgb8(rgb.clone()), 28, false)
+            .unwrap();
+        assert_eq!(gray, imgseq_core::image_io::rgb_to_gray(&rgb).into_raw());
     }
 
     #[test]

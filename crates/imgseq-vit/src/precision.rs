@@ -219,7 +219,8 @@ mod tests {
             "the check keeps the precision"
         );
         let choice = c.choose_precision(PrecisionRequest::Auto).unwrap();
-        let faster = imgseq_kernels::precision::bf16_speedup().is_some_and(|x| x > 1.0);
+        let faster = imgseq_kernels::precision::bf16_speedup()
+            .is_some_and(|x| x >= imgseq_kernels::precision::MIN_BF16_SPEEDUP);
         let want = if faster {
             Precision::Bf16
         } else {

@@ -161,7 +161,8 @@ fn auto_precision_takes_bf16_where_the_cpu_has_it_and_the_check_passes() {
     );
     let c = model.choose_precision(PrecisionRequest::Auto).unwrap();
     // bf16 only where it is native and faster than f32 here (the check passed above).
-    let faster = imgseq_kernels::precision::bf16_speedup().is_some_and(|x| x > 1.0);
+    let faster = imgseq_kernels::precision::bf16_speedup()
+        .is_some_and(|x| x >= imgseq_kernels::precision::MIN_BF16_SPEEDUP);
     let want = if faster {
         Precision::Bf16
     } else {

@@ -174,7 +174,7 @@ fn parquet_shards_hold_what_webdataset_shards_hold() {
     let pics = d.path().join("pics");
     ok(&args(
         &["vq", "detokenize", pq.to_str().unwrap()],
-        &m[..4],
+        &m[..6],
         &["--limit", "1", "-o", pics.to_str().unwrap()],
     ));
     assert_eq!(files(&pics)[0].0, "even__000.png");

@@ -205,7 +205,7 @@ fn gray_tokenizer_in_every_vq_command_and_idx_as_a_source() {
     // difference of the two figures.
     let vit = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../weights/vit-fashion-mnist"
+        "/../../weights/vit-fashion-mnist-gray"
     );
     let out = ok(&[
         "vq",
