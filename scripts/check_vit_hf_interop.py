@@ -37,7 +37,9 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         np.save(os.path.join(d, "x.npy"), x.numpy())
         out = os.path.join(d, "logits.npy")
-        subprocess.run([a.bin, "vit", "forward", os.path.join(d, "x.npy"), "--weights", a.checkpoint, "-o", out],
+        # f32: a parity check of the weights and the arithmetic (bf16 is ~0.5% off by design).
+        subprocess.run([a.bin, "vit", "forward", os.path.join(d, "x.npy"), "--weights", a.checkpoint, "-o", out,
+                        "--precision", "f32"],
                        check=True, stdout=subprocess.DEVNULL)
         got = np.load(out)
     err = np.abs(got - ref).max() / np.abs(ref).max()

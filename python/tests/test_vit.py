@@ -28,7 +28,7 @@ def garment(seed: int, h: int = 28, w: int = 28) -> np.ndarray:
 
 def test_properties(vit):
     assert vit.labels[:2] == ["T-shirt/top", "Trouser"] and len(vit.labels) == 10
-    assert vit.image_size == 32 and vit.num_channels == 1 and vit.hidden_size == 48
+    assert vit.image_size == 32 and vit.num_channels == 3 and vit.hidden_size == 48
     assert "ViT" in repr(vit)
 
 
@@ -37,7 +37,8 @@ def test_embed_shapes(vit):
     e = vit.embed(gray)
     assert e.dtype == np.float32 and e.shape == (3, 65, 48)
     assert np.isfinite(e).all()
-    # RGB input is converted to the model's gray; (n, h, w, 1) is gray too.
+    # Gray input becomes three equal channels for the 3-channel model (as HF's pipeline
+    # makes of a gray PNG), so an RGB of three equal channels is the same; (n, h, w, 1) is gray.
     rgb = np.repeat(gray[..., None], 3, axis=-1)
     np.testing.assert_allclose(vit.embed(rgb), e, rtol=0, atol=0)
     np.testing.assert_array_equal(vit.embed(gray[..., None]), e)

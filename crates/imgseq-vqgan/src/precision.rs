@@ -2,8 +2,8 @@
 //!
 //! bf16 ([`Precision::Bf16`]) runs the decoding convs on bf16 weights and activations with
 //! f32 accumulation; the encoder stays f32, so the tokens are the f32 tokens
-//! ([`VqModel::set_precision`] says why). `auto` takes bf16 only where it is native and
-//! faster than f32 ([`PrecisionRequest::resolve`]) and the model decodes a built-in picture
+//! ([`VqModel::set_precision`] says why). `auto` takes bf16 only where it is native
+//! ([`PrecisionRequest::resolve`]: no timing decides it) and the model decodes a built-in picture
 //! ([`check_image`]) within [`MIN_CHECK_PSNR`] of its f32 decode
 //! ([`VqModel::bf16_agreement`]).
 

@@ -160,10 +160,8 @@ fn auto_precision_takes_bf16_where_the_cpu_has_it_and_the_check_passes() {
         "the check keeps the precision"
     );
     let c = model.choose_precision(PrecisionRequest::Auto).unwrap();
-    // bf16 only where it is native and faster than f32 here (the check passed above).
-    let faster = imgseq_kernels::precision::bf16_speedup()
-        .is_some_and(|x| x >= imgseq_kernels::precision::MIN_BF16_SPEEDUP);
-    let want = if faster {
+    // bf16 exactly where it is native (the check passed above): no timing decides it.
+    let want = if imgseq_kernels::precision::bf16_native() {
         Precision::Bf16
     } else {
         Precision::F32
