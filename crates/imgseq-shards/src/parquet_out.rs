@@ -13,7 +13,7 @@
 //! complete; the same samples give the same bytes. `pyarrow.parquet.read_table` reads them.
 
 use crate::parquet_in::{Cell, ParquetFile};
-use crate::wds::{hex, Finished, HashingWriter, TokenSample};
+use crate::wds::{Finished, HashingWriter, TokenSample};
 use imgseq_core::{Error, Result};
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
@@ -218,19 +218,7 @@ impl ShardWriter {
         let sink = w
             .into_inner()
             .map_err(|e| Error::format(&self.tmp, format!("cannot write Parquet: {e}")))?;
-        let res = (|| -> std::io::Result<Finished> {
-            let HashingWriter { inner, hash, len } = sink;
-            let f = inner.into_inner().map_err(|e| e.into_error())?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&self.tmp, &self.path)?;
-            Ok(Finished {
-                samples: self.samples,
-                bytes: len,
-                sha256: hex(&hash.finalize()),
-            })
-        })();
-        res.map_err(|e| Error::io(&self.path, e))
+        sink.commit(&self.tmp, &self.path, self.samples)
     }
 }
 

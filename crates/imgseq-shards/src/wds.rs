@@ -65,6 +65,26 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
+impl HashingWriter<BufWriter<File>> {
+    /// Completes a shard written to `tmp`: flushes, fsyncs, renames it to `path` (so a shard
+    /// that exists is whole) and says what it holds. The one commit step of both formats.
+    pub(crate) fn commit(self, tmp: &Path, path: &Path, samples: usize) -> Result<Finished> {
+        let res = (|| -> std::io::Result<Finished> {
+            let HashingWriter { inner, hash, len } = self;
+            let f = inner.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(tmp, path)?;
+            Ok(Finished {
+                samples,
+                bytes: len,
+                sha256: hex(&hash.finalize()),
+            })
+        })();
+        res.map_err(|e| Error::io(path, e))
+    }
+}
+
 /// What a finished shard holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
@@ -127,20 +147,8 @@ impl ShardWriter {
     /// Closes the archive, fsyncs and renames it into place; returns what it holds.
     pub fn finish(mut self) -> Result<Finished> {
         let b = self.builder.take().expect("finish once");
-        let res = (|| -> std::io::Result<Finished> {
-            let hw = b.into_inner()?;
-            let HashingWriter { inner, hash, len } = hw;
-            let f = inner.into_inner().map_err(|e| e.into_error())?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&self.tmp, &self.path)?;
-            Ok(Finished {
-                samples: self.samples,
-                bytes: len,
-                sha256: hex(&hash.finalize()),
-            })
-        })();
-        res.map_err(|e| Error::io(&self.path, e))
+        let hw = b.into_inner().map_err(|e| Error::io(&self.tmp, e))?;
+        hw.commit(&self.tmp, &self.path, self.samples)
     }
 }
 
