@@ -109,23 +109,14 @@ impl AdamW {
         done
     }
 
-    /// Moment tensors by name (`<var>.exp_avg`, `<var>.exp_avg_sq`) plus the step count
-    /// (`step`, i64 of shape (1)), all on the CPU.
+    /// Moment tensors by name plus the step count, in [`state_format`], on the CPU.
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
-        let dev = candle_core::Device::Cpu;
         for s in &self.slots {
-            let shape = s.var.as_tensor().shape();
-            out.insert(
-                format!("{}.exp_avg", s.name),
-                Tensor::from_slice(&s.m, shape, &dev)?,
-            );
-            out.insert(
-                format!("{}.exp_avg_sq", s.name),
-                Tensor::from_slice(&s.v, shape, &dev)?,
-            );
+            let shape = s.var.as_tensor().dims();
+            state_format::put_moments(&mut out, &s.name, shape, &s.m, &s.v)?;
         }
-        out.insert("step".into(), Tensor::new(&[self.step as i64], &dev)?);
+        state_format::put_step(&mut out, self.step)?;
         Ok(out)
     }
 
@@ -137,34 +128,90 @@ impl AdamW {
     ) -> std::result::Result<(), String> {
         for s in self.slots.iter_mut() {
             let dims = s.var.as_tensor().dims().to_vec();
-            for (suffix, dst) in [("exp_avg", &mut s.m), ("exp_avg_sq", &mut s.v)] {
-                let key = format!("{}.{suffix}", s.name);
-                let t = state
-                    .get(&key)
-                    .ok_or_else(|| format!("missing optimizer tensor `{key}`"))?;
-                if t.dims() != dims.as_slice() {
-                    return Err(format!(
-                        "optimizer tensor `{key}` has shape {:?}, expected {:?}",
-                        t.dims(),
-                        dims
-                    ));
-                }
-                *dst = t
-                    .flatten_all()
-                    .and_then(|t| t.to_dtype(DType::F32)?.to_vec1::<f32>())
-                    .map_err(|e| e.to_string())?;
-            }
+            state_format::take_moments(state, &s.name, &dims, &mut s.m, &mut s.v)?;
         }
+        self.step = state_format::take_step(state)?;
+        Ok(())
+    }
+}
+
+/// The one saved form of AdamW's state, for every AdamW here (this one and the ViT's fused
+/// engine, so a run can switch engines on resume): torch's names — `<param>.exp_avg` and
+/// `<param>.exp_avg_sq` with the parameter's shape (f32), and `step` (i64, shape (1)).
+pub mod state_format {
+    use super::Result;
+    use candle_core::{DType, Device, Tensor};
+    use std::collections::HashMap;
+
+    /// Adds a parameter's two moment tensors.
+    pub fn put_moments(
+        out: &mut HashMap<String, Tensor>,
+        name: &str,
+        shape: &[usize],
+        m: &[f32],
+        v: &[f32],
+    ) -> Result<()> {
+        for (suffix, x) in [("exp_avg", m), ("exp_avg_sq", v)] {
+            let t = Tensor::from_slice(x, shape, &Device::Cpu)?;
+            out.insert(format!("{name}.{suffix}"), t);
+        }
+        Ok(())
+    }
+
+    /// Adds the step count.
+    pub fn put_step(out: &mut HashMap<String, Tensor>, step: usize) -> Result<()> {
+        out.insert("step".into(), Tensor::new(&[step as i64], &Device::Cpu)?);
+        Ok(())
+    }
+
+    /// Reads a parameter's moments (of shape `dims`) into `m` and `v` (each `dims`' element
+    /// count long). The error is one line naming the tensor.
+    pub fn take_moments(
+        state: &HashMap<String, Tensor>,
+        name: &str,
+        dims: &[usize],
+        m: &mut [f32],
+        v: &mut [f32],
+    ) -> std::result::Result<(), String> {
+        for (suffix, dst) in [("exp_avg", m), ("exp_avg_sq", v)] {
+            let key = format!("{name}.{suffix}");
+            let t = state
+                .get(&key)
+                .ok_or_else(|| format!("missing optimizer tensor `{key}`"))?;
+            if t.dims() != dims {
+                return Err(format!(
+                    "optimizer tensor `{key}` has shape {:?}, expected {:?}",
+                    t.dims(),
+                    dims
+                ));
+            }
+            let x = t
+                .flatten_all()
+                .and_then(|t| t.to_dtype(DType::F32)?.to_vec1::<f32>())
+                .map_err(|e| e.to_string())?;
+            if x.len() != dst.len() {
+                return Err(format!(
+                    "optimizer tensor `{key}`: {} values, expected {}",
+                    x.len(),
+                    dst.len()
+                ));
+            }
+            dst.copy_from_slice(&x);
+        }
+        Ok(())
+    }
+
+    /// Reads the step count.
+    pub fn take_step(state: &HashMap<String, Tensor>) -> std::result::Result<usize, String> {
         let step = state.get("step").ok_or("missing optimizer `step`")?;
         let step = step
             .flatten_all()
             .and_then(|t| t.to_dtype(DType::I64)?.to_vec1::<i64>())
             .map_err(|e| e.to_string())?;
         match step.first() {
-            Some(&s) if s >= 0 => self.step = s as usize,
-            _ => return Err("optimizer `step` is empty or negative".into()),
+            Some(&s) if s >= 0 => Ok(s as usize),
+            _ => Err("optimizer `step` is empty or negative".into()),
         }
-        Ok(())
     }
 }
 

@@ -24,6 +24,7 @@
 //! of PyTorch.
 
 use candle_core::{Device, Tensor};
+use imgseq_core::optim::state_format;
 use imgseq_core::{Error, Result};
 use imgseq_kernels::cpu::{dot, dot3, fast_exp_f32, sum, sum_sq_dev};
 use rayon::prelude::*;
@@ -1753,22 +1754,15 @@ impl FlatAdamW {
         Ok(())
     }
 
-    /// Moment tensors by name plus the step count (`step`, i64 of shape (1)).
+    /// Moment tensors by name plus the step count, in `imgseq_core::optim::state_format`
+    /// (the candle-side AdamW's form too).
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
-        let dev = Device::Cpu;
         for s in &self.layout.specs {
-            let shape = s.shape.as_slice();
-            out.insert(
-                format!("{}.exp_avg", s.name),
-                Tensor::from_slice(&self.m[s.range()], shape, &dev)?,
-            );
-            out.insert(
-                format!("{}.exp_avg_sq", s.name),
-                Tensor::from_slice(&self.v[s.range()], shape, &dev)?,
-            );
+            let (m, v) = (&self.m[s.range()], &self.v[s.range()]);
+            state_format::put_moments(&mut out, &s.name, &s.shape, m, v)?;
         }
-        out.insert("step".into(), Tensor::new(&[self.step as i64], &dev)?);
+        state_format::put_step(&mut out, self.step)?;
         Ok(out)
     }
 
@@ -1779,34 +1773,10 @@ impl FlatAdamW {
         state: &HashMap<String, Tensor>,
     ) -> std::result::Result<(), String> {
         for s in &self.layout.specs {
-            for (suffix, dst) in [("exp_avg", &mut self.m), ("exp_avg_sq", &mut self.v)] {
-                let key = format!("{}.{suffix}", s.name);
-                let t = state
-                    .get(&key)
-                    .ok_or_else(|| format!("missing optimizer tensor `{key}`"))?;
-                if t.dims() != s.shape.as_slice() {
-                    return Err(format!(
-                        "optimizer tensor `{key}` has shape {:?}, expected {:?}",
-                        t.dims(),
-                        s.shape
-                    ));
-                }
-                let v = t
-                    .flatten_all()
-                    .and_then(|t| t.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>())
-                    .map_err(|e| e.to_string())?;
-                dst[s.range()].copy_from_slice(&v);
-            }
+            let (m, v) = (&mut self.m[s.range()], &mut self.v[s.range()]);
+            state_format::take_moments(state, &s.name, &s.shape, m, v)?;
         }
-        let step = state.get("step").ok_or("missing optimizer `step`")?;
-        let step = step
-            .flatten_all()
-            .and_then(|t| t.to_dtype(candle_core::DType::I64)?.to_vec1::<i64>())
-            .map_err(|e| e.to_string())?;
-        match step.first() {
-            Some(&s) if s >= 0 => self.step = s as usize,
-            _ => return Err("optimizer `step` is empty or negative".into()),
-        }
+        self.step = state_format::take_step(state)?;
         Ok(())
     }
 }

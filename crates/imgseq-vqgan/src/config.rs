@@ -379,6 +379,43 @@ impl VqConfig {
     pub fn to_json_string(&self) -> String {
         serde_json::to_string_pretty(self).expect("config serialises")
     }
+
+    /// taming's `model.yaml` for this model, or `None` when taming's code cannot express it
+    /// (another family's variant, or `num_res_blocks` 0: taming sizes its levels from the
+    /// ResnetBlocks). `lossconfig` is `torch.nn.Identity`, so `VQModel(**params)` builds
+    /// without taming's LPIPS/discriminator (which would download VGG weights) and
+    /// `load_state_dict(strict=True)` has exactly the model's keys.
+    pub fn to_taming_yaml_string(&self) -> Option<String> {
+        let d = &self.ddconfig;
+        if !self.variant.is_taming() || d.num_res_blocks == 0 {
+            return None;
+        }
+        let list = |v: &[usize]| {
+            let items: Vec<String> = v.iter().map(ToString::to_string).collect();
+            format!("[{}]", items.join(", "))
+        };
+        Some(format!(
+            "# taming-transformers config (configs/*.yaml layout), written by imgseq\n\
+             model:\n  target: taming.models.vqgan.VQModel\n  params:\n    \
+             embed_dim: {}\n    n_embed: {}\n    ddconfig:\n      \
+             double_z: {}\n      z_channels: {}\n      resolution: {}\n      \
+             in_channels: {}\n      out_ch: {}\n      ch: {}\n      ch_mult: {}\n      \
+             num_res_blocks: {}\n      attn_resolutions: {}\n      dropout: {:?}\n    \
+             lossconfig:\n      target: torch.nn.Identity  # inference only\n",
+            self.embed_dim,
+            self.n_embed,
+            if d.double_z { "True" } else { "False" },
+            d.z_channels,
+            d.resolution,
+            d.in_channels,
+            d.out_ch,
+            d.ch,
+            list(&d.ch_mult),
+            d.num_res_blocks,
+            list(&d.attn_resolutions),
+            d.dropout,
+        ))
+    }
 }
 
 fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
@@ -466,6 +503,27 @@ model:
         disc_num_layers: 2
         codebook_weight: 1.0
 "#;
+
+    #[test]
+    fn taming_yaml_written_reads_back_as_the_same_config() {
+        let p = Path::new("model.yaml");
+        let mut photo = crate::presets::preset("photo").unwrap();
+        photo.variant.l2_norm = false; // what `weights convert --fold-l2-norm` leaves
+        for c in [photo, VqConfig::vqgan_imagenet_f16_1024()] {
+            let y = c.to_taming_yaml_string().unwrap();
+            assert_eq!(VqConfig::from_taming_yaml_str(&y, p).unwrap(), c, "{y}");
+            assert!(y.contains("torch.nn.Identity"), "{y}");
+        }
+        // Not expressible in taming's code: l2-normalised search, no ResnetBlocks.
+        assert!(crate::presets::preset("photo")
+            .unwrap()
+            .to_taming_yaml_string()
+            .is_none());
+        assert!(crate::presets::preset("small")
+            .unwrap()
+            .to_taming_yaml_string()
+            .is_none());
+    }
 
     #[test]
     fn taming_yaml_gives_the_preset() {

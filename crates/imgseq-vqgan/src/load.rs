@@ -470,23 +470,56 @@ pub fn fuzz_safetensors_bytes(data: &[u8], cfg: &VqConfig) {
 #[derive(Debug, Clone)]
 pub struct ConvertReport {
     pub config_path: PathBuf,
+    /// taming's `model.yaml`, when [`ConvertOptions::taming_yaml`] asked for it.
+    pub yaml_path: Option<PathBuf>,
     pub written: usize,
     pub dropped: usize,
     pub params: usize,
     /// The family of the model (recorded in the written config's `variant`).
     pub family: Family,
+    /// Whether the codebook was written l2-normalised ([`ConvertOptions::fold_l2_norm`]).
+    pub folded_l2_norm: bool,
 }
 
-/// Converts a taming `.ckpt`, a LlamaGen `.pt` / `model.safetensors` or a diffusers
-/// `VQModel` to safetensors in our layout (taming's names) holding only the model tensors
-/// (`loss.*` and the family's ignored tensors dropped) in their original dtype, plus our
-/// `config.json` beside the output (with the family's `variant`). The model is built from
-/// the input first, so an input that does not fit its config is an error and nothing is
-/// written. Both files are written atomically.
+/// How [`convert_checkpoint`] may change the model on the way (all off by default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvertOptions {
+    /// Store the codebook l2-normalised and clear the config's `l2_norm`
+    /// ([`fold_l2_norm`]); the input must have `l2_norm`.
+    pub fold_l2_norm: bool,
+    /// Also write taming's `model.yaml` beside the output
+    /// ([`VqConfig::to_taming_yaml_string`]); the model must be one taming's code builds.
+    pub taming_yaml: bool,
+}
+
+/// An l2-normalised codebook search (LlamaGen's `codebook_l2_norm`, imgseq's photo VQGAN)
+/// rewritten as a plain one, in place: every row of `codebook` (n_embed, embed_dim) divided
+/// by its length.
+///
+/// Why the tokens stay the same: with unit entries, taming's ‖z‖² + ‖e‖² − 2·z·e =
+/// ‖z‖² + 1 − 2·z·e is least for the entry with the largest z·e, which is the entry nearest
+/// to z/‖z‖ — the l2 search's answer (cdist's √ of the same expression is monotone, so the
+/// same holds there). And the decoder gets the normalised entry either way. So the folded
+/// model, with `l2_norm` false, tokenizes and decodes like the original — up to float
+/// rounding in near-ties — and is a plain model that taming's own `VectorQuantizer` runs.
+pub fn fold_l2_norm(codebook: &candle_core::Tensor) -> Result<candle_core::Tensor> {
+    let dt = codebook.dtype();
+    let rows = codebook.to_dtype(DType::F32)?;
+    Ok(crate::quantize::l2_normalize_rows(&rows)?.to_dtype(dt)?)
+}
+
+/// Converts a taming `.ckpt`, a LlamaGen `.pt` / `model.safetensors`, a diffusers
+/// `VQModel` or an imgseq run's `model.safetensors` to safetensors in our layout (taming's
+/// names) holding only the model tensors (`loss.*` and the family's ignored tensors dropped)
+/// in their original dtype, plus our `config.json` beside the output (with the family's
+/// `variant`) and, when asked, taming's `model.yaml`. The model is built from the input
+/// first, so an input that does not fit its config is an error and nothing is written.
+/// Every file is written atomically.
 pub fn convert_checkpoint(
     input: &Path,
     config: Option<&Path>,
     output: &Path,
+    options: ConvertOptions,
 ) -> Result<ConvertReport> {
     let input = &resolve_weights(input)?;
     let cfg_path = match config {
@@ -548,6 +581,39 @@ pub fn convert_checkpoint(
             }
         }
     }
+    let mut config = d.config.clone();
+    if options.fold_l2_norm {
+        if !config.variant.l2_norm {
+            let msg = "cannot fold the l2 normalisation: the model's codes are not l2-normalised \
+                       (its config has no `l2_norm`)";
+            return Err(Error::invalid(format!("{}: {msg}", input.display())));
+        }
+        let Some((_, cb)) = keep
+            .iter_mut()
+            .find(|(k, _)| k == crate::quantize::CODEBOOK)
+        else {
+            let msg = format!("no `{}` tensor to fold", crate::quantize::CODEBOOK);
+            return Err(Error::format(input, msg));
+        };
+        *cb = fold_l2_norm(cb)?;
+        config.variant.l2_norm = false;
+    }
+    let yaml = match options.taming_yaml {
+        false => None,
+        true => Some(config.to_taming_yaml_string().ok_or_else(|| {
+            let why = if config.variant.l2_norm {
+                "its codes are l2-normalised (fold them first)"
+            } else if config.ddconfig.num_res_blocks == 0 {
+                "it has no ResnetBlocks (`num_res_blocks` 0)"
+            } else {
+                "it is another family's model"
+            };
+            Error::invalid(format!(
+                "{}: taming's code cannot build this model for a model.yaml: {why}",
+                input.display()
+            ))
+        })?),
+    };
     keep.sort_by(|a, b| a.0.cmp(&b.0));
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
@@ -555,7 +621,7 @@ pub fn convert_checkpoint(
         "source".to_string(),
         format!(
             "{}, converted by imgseq",
-            match d.config.variant.family {
+            match config.variant.family {
                 Family::Taming => "taming-transformers VQGAN",
                 f => f.label(),
             }
@@ -569,12 +635,22 @@ pub fn convert_checkpoint(
         .unwrap_or(Path::new("."))
         .join("config.json");
     imgseq_core::fsutil::write_bytes_atomic(output, &bytes)?;
-    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, d.config.to_json_string().as_bytes())?;
+    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, config.to_json_string().as_bytes())?;
+    let yaml_path = match yaml {
+        Some(y) => {
+            let p = cfg_out.with_file_name("model.yaml");
+            imgseq_core::fsutil::write_bytes_atomic(&p, y.as_bytes())?;
+            Some(p)
+        }
+        None => None,
+    };
     Ok(ConvertReport {
         config_path: cfg_out,
+        yaml_path,
         written: keep.len(),
         dropped,
         params,
-        family: d.config.variant.family,
+        family: config.variant.family,
+        folded_l2_norm: options.fold_l2_norm,
     })
 }

@@ -505,7 +505,8 @@ pub enum Bottleneck {
 /// What [`VqModel::forward`] computed.
 #[derive(Debug, Clone)]
 pub struct Forward {
-    /// Continuous latents `quant_conv(encoder(x))`: (b, embed_dim, h, w).
+    /// Continuous latents `quant_conv(encoder(x))`: (b, embed_dim, h, w) (before the l2
+    /// normalisation of an l2 codebook: [`VectorQuantizer::search_space`]).
     pub latents: Tensor,
     /// The quantizer's output (indices, codebook loss); `None` with [`Bottleneck::Bypass`].
     pub quantized: Option<Quantized>,
@@ -614,7 +615,8 @@ impl VqModel {
                 let r = self.decode(&q.quantized)?;
                 (Some(q), r)
             }
-            Bottleneck::Bypass => (None, self.decode(&latents)?),
+            // Unit-length latents with an l2 codebook: what the decoder gets once quantizing.
+            Bottleneck::Bypass => (None, self.decode(&self.quantize.search_space(&latents)?)?),
         };
         Ok(Forward {
             latents,

@@ -4,17 +4,43 @@ use crate::config::{DdConfig, VqConfig};
 use crate::family::Variant;
 
 /// The names [`preset`] knows.
-pub const PRESETS: &[&str] = &["small", "f16_1024", "fmnist_f4", "fmnist_f2"];
+pub const PRESETS: &[&str] = &["photo", "small", "f16_1024", "fmnist_f4", "fmnist_f2"];
 
-/// A named architecture: `small` (the shipped default: taming layout, f16, 1024 codes of
-/// 64 values, ch 32, `num_res_blocks` 0 — the encoder only has its strided convs before the
-/// middle block, the decoder one ResnetBlock per level —, attention only in the middle
-/// blocks; ~10 MB of f32 weights) or `f16_1024` (taming's `vqgan_imagenet_f16_1024`).
-///
-/// Why so small: training cost on a 2-core CPU is dominated by the full-resolution 3×3 convs;
-/// `num_res_blocks` 1 → 0 halves them (7 → 3 per crop) and so doubles the steps a run gets.
+/// A named architecture:
+/// - `photo` (the shipped default since session 7, `vq train`'s default): taming layout, f16,
+///   ch 32, `ch_mult` [1, 1, 2, 2, 4], one ResnetBlock per level (so taming's own code builds
+///   it), attention only in the middle blocks, `z_channels` 64, and 1,024 codes of **8**
+///   values searched **l2-normalised** (LlamaGen's `codebook_l2_norm`: low-dimensional unit
+///   codes keep the whole codebook in use). 3.2 M parameters, 13 MB of f32.
+///   `weights convert --fold-l2-norm` turns a trained one into a plain taming model.
+/// - `small` (the default before): the same levels with `num_res_blocks` 0 and 64-value
+///   codes; training cost on a 2-core CPU is dominated by the full-resolution 3×3 convs, and
+///   `num_res_blocks` 0 halves them — but taming's code cannot build such a model.
+/// - `f16_1024`: taming's `vqgan_imagenet_f16_1024`.
 pub fn preset(name: &str) -> Option<VqConfig> {
     match name {
+        "photo" => Some(VqConfig {
+            ddconfig: DdConfig {
+                ch: 32,
+                ch_mult: vec![1, 1, 2, 2, 4],
+                num_res_blocks: 1,
+                attn_resolutions: vec![],
+                z_channels: 64,
+                double_z: false,
+                resolution: 256,
+                in_channels: 3,
+                out_ch: 3,
+                dropout: 0.0,
+            },
+            embed_dim: 8,
+            n_embed: 1024,
+            beta: 0.25,
+            legacy: true,
+            variant: Variant {
+                l2_norm: true,
+                ..Variant::default()
+            },
+        }),
         "small" => Some(VqConfig {
             ddconfig: DdConfig {
                 ch: 32,
@@ -75,9 +101,14 @@ mod tests {
 
     #[test]
     fn presets() {
-        let s = preset("small").unwrap();
-        s.validate(Path::new("small")).unwrap();
-        assert_eq!((s.downsample_factor(), s.n_embed), (16, 1024));
+        for name in ["photo", "small"] {
+            let s = preset(name).unwrap();
+            s.validate(Path::new(name)).unwrap();
+            assert_eq!((s.downsample_factor(), s.n_embed), (16, 1024), "{name}");
+        }
+        let p = preset("photo").unwrap();
+        assert!(p.variant.l2_norm && p.ddconfig.num_res_blocks >= 1);
+        assert_eq!(p.variant.family, crate::family::Family::Taming);
         assert_eq!(
             preset("f16_1024").unwrap(),
             VqConfig::vqgan_imagenet_f16_1024()

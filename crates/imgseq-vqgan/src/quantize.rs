@@ -80,6 +80,26 @@ impl VectorQuantizer {
         &self.embedding
     }
 
+    /// Whether z and the entries are l2-normalised before the search (LlamaGen's way).
+    pub fn l2_norm(&self) -> bool {
+        self.l2_norm
+    }
+
+    /// The latents as the search (and, after it, the decoder) sees them: z itself, or with
+    /// `l2_norm` each position's vector scaled to unit length (`F.normalize(z, dim=1)`).
+    /// Training's autoencoder warm-up decodes this, and the k-means init and dead-code
+    /// restarts draw from it, so the decoder and the codebook never meet another scale.
+    ///
+    /// # Shapes
+    /// z: (b, c, h, w) → (b, c, h, w)
+    pub fn search_space(&self, z: &Tensor) -> Result<Tensor> {
+        if !self.l2_norm {
+            return Ok(z.clone());
+        }
+        let norm = z.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?; // (b, 1, h, w)
+        z.broadcast_div(&norm)
+    }
+
     pub fn n_embed(&self) -> usize {
         self.embedding.dims()[0]
     }
@@ -96,7 +116,7 @@ impl VectorQuantizer {
         let rows = z.permute((0, 2, 3, 1))?.reshape((b * h * w, c))?; // (bhw, c), raster order
         let (rows, z) = if self.l2_norm {
             // LlamaGen: z itself is replaced by its normalised self (the loss and the
-            // straight-through path use it too).
+            // straight-through path use it too); = `search_space(z)`.
             let rows = l2_normalize_rows(&rows)?;
             let zn = rows
                 .reshape((b, h, w, c))?
@@ -324,6 +344,40 @@ mod tests {
             .to_vec1::<f32>()
             .unwrap();
         assert!((back[1] - 1.0).abs() < 1e-6, "{back:?}");
+    }
+
+    #[test]
+    fn search_space_is_the_z_that_the_l2_quantizer_uses() {
+        let z = z();
+        let q = vq(true).with_search(true, Distance::Expanded);
+        let s = q.search_space(z.as_tensor()).unwrap(); // (b, c, h, w)
+        let len = s.sqr().unwrap().sum(1).unwrap().sqrt().unwrap();
+        for n in len.flatten_all().unwrap().to_vec1::<f32>().unwrap() {
+            assert!((n - 1.0).abs() < 1e-5, "{n}");
+        }
+        // The l2 quantizer's straight-through output is its entries; its loss is measured
+        // from the normalised z: the same entries as a plain search over search_space(z)
+        // with unit entries.
+        let a = q.quantize(z.as_tensor()).unwrap();
+        let plain = VectorQuantizer::from_codebook(q.entries().unwrap(), 0.25, true);
+        let b = plain.quantize(&s).unwrap();
+        assert_eq!(as_u32(&a.indices), as_u32(&b.indices));
+        let d = (a.loss - b.loss)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-6, "{d}");
+        // Without l2_norm it is z itself.
+        let s0 = vq(true).search_space(z.as_tensor()).unwrap();
+        let d0 = (s0 - z.as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap();
+        assert_eq!(d0.to_scalar::<f32>().unwrap(), 0.0);
     }
 
     #[test]

@@ -23,11 +23,12 @@ pub struct TrainArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Run folder for checkpoints.
-    #[arg(long, default_value = "runs/vq-small")]
+    #[arg(long, default_value = "runs/vq-photo")]
     out: PathBuf,
-    /// Architecture: a preset (`small`, `f16_1024`, `fmnist_f4`, `fmnist_f2`) or a config file
-    /// (our config.json or taming's model.yaml).
-    #[arg(long, default_value = "small")]
+    /// Architecture: a preset (`photo`: the shipped default, 1,024 l2-normalised 8-value
+    /// codes; `small`, `f16_1024`, `fmnist_f4`, `fmnist_f2`) or a config file (our
+    /// config.json or taming's model.yaml).
+    #[arg(long, default_value = "photo")]
     config: String,
     /// Continue the run in --out from its last checkpoint (there must be one).
     #[arg(long, conflicts_with = "overwrite")]

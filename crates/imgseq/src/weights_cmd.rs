@@ -30,6 +30,15 @@ pub enum WeightsCmd {
         /// Output `.safetensors` path; `config.json` goes into the same folder.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+        /// Write the codebook l2-normalised and drop the config's `l2_norm` (LlamaGen's
+        /// `codebook_l2_norm`, or an imgseq run trained with it): the same tokens with the
+        /// plain nearest-entry search, so a taming-family model loads in taming's own code.
+        #[arg(long)]
+        fold_l2_norm: bool,
+        /// Also write taming's `model.yaml` beside the output (for `VQModel(**params)` in
+        /// taming's code); refused for a model taming's code cannot build.
+        #[arg(long)]
+        taming_yaml: bool,
     },
 }
 
@@ -40,6 +49,8 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             input,
             config,
             output,
+            fold_l2_norm,
+            taming_yaml,
         } => {
             // Both outputs (the weights and config.json beside them) go through the one
             // output check: never an input, never a device, FIFO, link or folder.
@@ -57,26 +68,43 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(std::path::Path::new("."))
                 .join("config.json");
+            let yaml_out = cfg_out.with_file_name("model.yaml");
             outs.check(&output)?;
             outs.check(&cfg_out)?;
+            if taming_yaml {
+                outs.check(&yaml_out)?;
+            }
             // The converter writes both files (each atomically); should it fail after the
             // first, the guard removes what this command created.
-            for p in [&output, &cfg_out] {
+            let yaml = taming_yaml.then_some(&yaml_out);
+            for p in [Some(&output), Some(&cfg_out), yaml].into_iter().flatten() {
                 if std::fs::symlink_metadata(p).is_err() {
                     outs.record(p);
                 }
             }
-            let r = load::convert_checkpoint(&input, config.as_deref(), &output)?;
+            let opts = load::ConvertOptions {
+                fold_l2_norm,
+                taming_yaml,
+            };
+            let r = load::convert_checkpoint(&input, config.as_deref(), &output, opts)?;
             outs.finish();
             println!(
-                "wrote {} ({}: {} tensors, {} parameters; dropped {} training-only tensors) and {}",
+                "wrote {} ({}: {} tensors, {} parameters; dropped {} training-only tensors{}) and {}",
                 output.display(),
                 r.family.label(),
                 r.written,
                 r.params,
                 r.dropped,
+                if r.folded_l2_norm {
+                    "; codebook l2-normalised, plain search"
+                } else {
+                    ""
+                },
                 r.config_path.display()
             );
+            if let Some(y) = &r.yaml_path {
+                println!("wrote {} (taming's config layout)", y.display());
+            }
             Ok(())
         }
     }

@@ -87,17 +87,19 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// The recipe of the shipped `small` model.
+    /// The recipe of the shipped `photo` model (`weights/vqgan/README.md`): 96² crops in
+    /// batches of 8, the first 700 steps as a plain autoencoder, then 256² crops in batches
+    /// of 2 from step 1,401 (eval-size latents for attention and GroupNorm), 5,600 steps.
     pub fn default_for(data: impl Into<PathBuf>) -> Self {
         Self {
             data: data.into(),
             crop: 96,
             resize: 384,
             batch_size: 8,
-            context_from: 4100,
+            context_from: 1400,
             context_crop: 256,
             context_batch_size: 2,
-            steps: 7000,
+            steps: 5600,
             lr: 1e-3,
             min_lr: 1e-4,
             warmup: 100,
@@ -113,7 +115,7 @@ impl TrainConfig {
             extra_scales: vec![512, 640],
             kmeans_rows: 8192,
             kmeans_iters: 10,
-            ae_warmup: 2000,
+            ae_warmup: 700,
             dead_after: 200,
             restart_every: 25,
             checkpoint_every: 250,

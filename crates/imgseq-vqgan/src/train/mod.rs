@@ -169,7 +169,7 @@ pub fn train(
             && state.step.is_multiple_of(tc.restart_every)
         {
             let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, state.step as u64, 0xdead]));
-            let (rows, _) = codebook::latent_rows(&f.latents)?;
+            let (rows, _) = codebook::latent_rows(&model.quantizer().search_space(&f.latents)?)?;
             let (last_used, s) = (&mut state.last_used, state.step);
             let dead = codebook::restart_dead_codes(
                 &codebook_var,
@@ -274,7 +274,8 @@ fn init_codebook(
                 cfg.ddconfig.in_channels,
                 seed,
             )?;
-            model.encode_latents(&x).map_err(Error::from)
+            let z = model.encode_latents(&x)?;
+            model.quantizer().search_space(&z).map_err(Error::from)
         })
         .collect::<Result<Vec<_>>>()?;
     let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, 0x6b6d]));

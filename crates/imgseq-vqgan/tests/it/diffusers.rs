@@ -120,7 +120,7 @@ fn amused_like_model_reads_zero_one_pixels_and_has_no_mid_attention() {
 fn convert_keeps_the_family_options() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("model.safetensors");
-    let r = load::convert_checkpoint(&fx("amused/vqvae"), None, &out).unwrap();
+    let r = load::convert_checkpoint(&fx("amused/vqvae"), None, &out, Default::default()).unwrap();
     assert_eq!(r.family, Family::Diffusers);
     assert_eq!(r.dropped, 0);
     let st = candle_core::safetensors::load(&out, &Device::Cpu).unwrap();
@@ -137,6 +137,7 @@ fn convert_keeps_the_family_options() {
         &fx("vq/legacy.safetensors"),
         Some(&fx("vq/config.json")),
         &out,
+        Default::default(),
     )
     .unwrap();
     assert_eq!(r.family, Family::Diffusers);

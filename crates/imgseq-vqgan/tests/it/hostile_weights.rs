@@ -32,7 +32,7 @@ fn inspect_of_a_bare_pickle_says_so_like_convert() {
         let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/vqgan/tiny_config.json");
         let out = d.path().join("o.safetensors");
-        let c = load::convert_checkpoint(&p, Some(&cfg), &out).unwrap_err();
+        let c = load::convert_checkpoint(&p, Some(&cfg), &out, Default::default()).unwrap_err();
         assert_eq!(one_line(c, &p), e);
         let e2 = one_line(load::load_weights(&p, &Device::Cpu).err().unwrap(), &p);
         assert_eq!(e, e2);

@@ -142,7 +142,7 @@ fn convert_writes_our_layout_with_the_family_recorded() {
     let (d, p) = pt_alone();
     let out = d.path().join("conv/model.safetensors");
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let r = load::convert_checkpoint(&p, None, &out).unwrap();
+    let r = load::convert_checkpoint(&p, None, &out, Default::default()).unwrap();
     assert_eq!(r.family, Family::Llamagen);
     assert_eq!(r.dropped, 1, "only quantize.codebook_used is dropped");
     let cfg = VqConfig::from_file(&r.config_path).unwrap();
@@ -165,6 +165,47 @@ fn convert_writes_our_layout_with_the_family_recorded() {
     assert_eq!(as_i64(&q.indices), as_i64(&io()["indices"]));
     let rec = m.decode_indices(&io()["indices"]).unwrap();
     assert!(rel_diff(&rec, &io()["recon"]) < 1e-4);
+}
+
+/// `--fold-l2-norm`: LlamaGen's l2-normalised search becomes taming's plain one over a
+/// unit-length codebook, and gives LlamaGen's own tokens and reconstructions.
+#[test]
+fn folding_the_l2_norm_keeps_llamagens_tokens_with_the_plain_search() {
+    let (d, p) = pt_alone();
+    let out = d.path().join("fold/model.safetensors");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let fold = load::ConvertOptions {
+        fold_l2_norm: true,
+        ..Default::default()
+    };
+    let r = load::convert_checkpoint(&p, None, &out, fold).unwrap();
+    assert!(r.folded_l2_norm);
+    let cfg = VqConfig::from_file(&r.config_path).unwrap();
+    assert!(!cfg.variant.l2_norm, "the written config searches plainly");
+    let st = candle_core::safetensors::load(&out, &Device::Cpu).unwrap();
+    let cb = st["quantize.embedding.weight"]
+        .to_dtype(DType::F32)
+        .unwrap();
+    let norms = cb.sqr().unwrap().sum(1).unwrap().sqrt().unwrap();
+    for n in norms.to_vec1::<f32>().unwrap() {
+        assert!((n - 1.0).abs() < 2e-3, "row length {n} (f16 storage)");
+    }
+    let m = load_model(&out, None, &Device::Cpu).unwrap();
+    let q = m.encode(&io()["x"]).unwrap();
+    assert_eq!(as_i64(&q.indices), as_i64(&io()["indices"]));
+    let rec = m.decode_indices(&io()["indices"]).unwrap();
+    assert!(rel_diff(&rec, &io()["recon"]) < 1e-3);
+    // A model without l2_norm has nothing to fold: an error naming the file, nothing written.
+    let out2 = d.path().join("again/model.safetensors");
+    std::fs::create_dir_all(out2.parent().unwrap()).unwrap();
+    let e = load::convert_checkpoint(&out, None, &out2, fold)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("not l2-normalised") && e.contains("model.safetensors"),
+        "{e}"
+    );
+    assert!(!out2.exists());
 }
 
 #[test]

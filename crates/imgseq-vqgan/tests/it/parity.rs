@@ -313,7 +313,13 @@ fn inspect_lists_both_formats() {
 fn convert_drops_loss_and_roundtrips() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model.safetensors");
-    let r = load::convert_checkpoint(&fx("tiny.ckpt"), Some(&fx("tiny_model.yaml")), &out).unwrap();
+    let r = load::convert_checkpoint(
+        &fx("tiny.ckpt"),
+        Some(&fx("tiny_model.yaml")),
+        &out,
+        Default::default(),
+    )
+    .unwrap();
     assert_eq!(r.dropped, 3);
     assert_eq!(r.config_path, dir.path().join("config.json"));
     let conv = candle_core::safetensors::load(&out, &Device::Cpu).unwrap();
@@ -349,10 +355,31 @@ fn convert_drops_loss_and_roundtrips() {
     let mut cfg = VqConfig::from_file(fx("tiny_config.json")).unwrap();
     cfg.n_embed = 64;
     std::fs::write(&bad, cfg.to_json_string()).unwrap();
-    assert!(load::convert_checkpoint(&fx("tiny.ckpt"), Some(&bad), &out2).is_err());
+    assert!(
+        load::convert_checkpoint(&fx("tiny.ckpt"), Some(&bad), &out2, Default::default()).is_err()
+    );
     assert_eq!(
         std::fs::read_dir(out2.parent().unwrap()).unwrap().count(),
         0
+    );
+}
+
+/// `weights convert --taming-yaml`: the model.yaml written beside reads back as the config.
+#[test]
+fn convert_writes_a_taming_model_yaml_that_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.safetensors");
+    let opts = load::ConvertOptions {
+        taming_yaml: true,
+        ..Default::default()
+    };
+    let r = load::convert_checkpoint(&fx("tiny.ckpt"), Some(&fx("tiny_model.yaml")), &out, opts)
+        .unwrap();
+    let yaml = r.yaml_path.expect("model.yaml written");
+    assert_eq!(yaml, dir.path().join("model.yaml"));
+    assert_eq!(
+        VqConfig::from_taming_yaml_file(&yaml).unwrap(),
+        VqConfig::from_file(&r.config_path).unwrap()
     );
 }
 

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""PSNR of a VQGAN run against the CPU time it trained: the curve to plan the next run from.
+
+    # every snapshot: held-out PSNR / SSIM / usage, measured once with the run's own binary
+    python3 scripts/vq_curve.py eval  runs/vq-photo-snap [--imgseq target/release/imgseq]
+    # the plot (PNG) from the run's state.json history and the snapshots' eval.json files
+    python3 scripts/vq_curve.py plot  runs/vq-photo runs/vq-photo-snap -o weights/vqgan/curve.png
+
+A snapshot folder holds `step-NNNNN/{model.safetensors, config.json, state.json}` copies of the
+run taken while it trained (the run folder itself only keeps its last checkpoint). `eval`
+writes `eval.json` (the photos of data/photos/test.txt) and `coffee.json` (assets/coffee.png)
+into each, with `imgseq vq eval --json --precision f32`; the figures are measurements only —
+no choice of the run (steps, checkpoint, recipe) was made from them, so the held-out list stays
+held out. `plot` draws training-crop PSNR (the run's 25-step windows, smoothed) and the
+held-out / coffee PSNR of every snapshot against hours of training on the run's machine,
+with CPU-hours (hours × threads) on the top axis. Needs matplotlib (plot only).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def snapshots(folder):
+    out = []
+    for name in sorted(os.listdir(folder)):
+        p = os.path.join(folder, name)
+        if name.startswith("step-") and os.path.isfile(os.path.join(p, "model.safetensors")):
+            with open(os.path.join(p, "state.json")) as fh:
+                st = json.load(fh)
+            out.append((st["step"], st["seconds"], p))
+    return out
+
+
+def run_eval(imgseq, weights, data, out):
+    cmd = [imgseq, "vq", "eval", data, "--weights", weights, "--precision", "f32", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)}: {r.stderr.strip()}")
+    with open(out + ".tmp", "w") as fh:
+        fh.write(r.stdout)
+    os.replace(out + ".tmp", out)
+    return json.loads(r.stdout)
+
+
+def cmd_eval(a):
+    with tempfile.TemporaryDirectory() as tmp:
+        coffee = os.path.join(tmp, "coffee.txt")
+        with open(coffee, "w") as fh:
+            fh.write(os.path.join(ROOT, "assets", "coffee.png") + "\n")
+        for step, _, p in snapshots(a.snapshots):
+            w = os.path.join(p, "model.safetensors")
+            for name, data in [("eval.json", a.data), ("coffee.json", coffee)]:
+                out = os.path.join(p, name)
+                if os.path.exists(out) and not a.again:
+                    continue
+                r = run_eval(a.imgseq, w, data, out)
+                print(f"step {step:5d} {name:11s} PSNR {summary(r)[0]:.2f} dB  "
+                      f"SSIM {summary(r)[1]:.3f}  codes {summary(r)[2]}", flush=True)
+
+
+def summary(r):
+    """(mean PSNR, mean SSIM, codes used) from `vq eval --json`."""
+    return r["psnr"], r["ssim"], r["codes_used"]
+
+
+def smooth(ys, k):
+    out, acc = [], []
+    for y in ys:
+        acc.append(y)
+        if len(acc) > k:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def cmd_plot(a):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(os.path.join(a.run, "state.json")) as fh:
+        hist = json.load(fh)["history"]
+    with open(os.path.join(a.run, "train.json")) as fh:
+        train = json.load(fh)
+    threads = a.threads
+    # history points carry images/s, not seconds: rebuild the time axis from them.
+    t, last_step, xs, ys = 0.0, 0, [], []
+    for p in hist:
+        steps = p["step"] - last_step
+        crop, batch = ((train["context_crop"], train["context_batch_size"])
+                       if train["context_from"] and p["step"] > train["context_from"]
+                       else (train["crop"], train["batch_size"]))
+        t += steps * batch / max(p["img_per_s"], 1e-9)
+        last_step = p["step"]
+        xs.append(t / 3600)
+        ys.append(p["psnr"])
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    ax.plot(xs, smooth(ys, 8), color="#bbbbbb", lw=1.2, label="training crops (smoothed)")
+    snaps = snapshots(a.snapshots)
+    for name, colour, label in [("eval.json", "#1f77b4", "held-out photos (data/photos/test.txt)"),
+                                ("coffee.json", "#d62728", "assets/coffee.png")]:
+        pts = []
+        for step, secs, p in snaps:
+            f = os.path.join(p, name)
+            if os.path.exists(f):
+                with open(f) as fh:
+                    pts.append((secs / 3600, summary(json.load(fh))[0], step))
+        if pts:
+            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "o-", color=colour,
+                    ms=3.5, lw=1.5, label=label)
+            x, y, s = pts[-1]
+            ax.annotate(f"{y:.2f} dB (step {s})", (x, y), textcoords="offset points",
+                        xytext=(-10, 6), ha="right", color=colour, fontsize=8)
+    for target, colour in [(23.0, "#1f77b4"), (21.0, "#d62728")]:
+        ax.axhline(target, color=colour, ls=":", lw=0.9)
+    if train["context_from"]:
+        ctx = [x for x, p in zip(xs, hist) if p["step"] > train["context_from"]]
+        if ctx:
+            ax.axvline(ctx[0], color="#888888", ls="--", lw=0.8)
+            ax.text(ctx[0], ax.get_ylim()[0] + 0.3,
+                    f" {train['context_crop']}² crops from step {train['context_from'] + 1}",
+                    fontsize=8, color="#666666")
+    ax.set_xlabel(f"hours of training on {threads} CPU cores")
+    ax.set_ylabel("PSNR (dB), 384² reconstructions")
+    ax.set_title(a.title or f"{os.path.basename(os.path.normpath(a.run))}: PSNR against training time")
+    top = ax.secondary_xaxis("top", functions=(lambda h: h * threads, lambda c: c / threads))
+    top.set_xlabel("CPU-hours")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = a.output + ".tmp.png"
+    fig.savefig(tmp)
+    os.replace(tmp, a.output)
+    print(f"wrote {a.output}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("eval", help="held-out PSNR of every snapshot")
+    e.add_argument("snapshots")
+    e.add_argument("--imgseq", default=os.path.join(ROOT, "target", "release", "imgseq"))
+    e.add_argument("--data", default=os.path.join(ROOT, "data", "photos", "test.txt"))
+    e.add_argument("--again", action="store_true", help="re-measure snapshots already measured")
+    p = sub.add_parser("plot", help="the PNG")
+    p.add_argument("run")
+    p.add_argument("snapshots")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--title")
+    a = ap.parse_args()
+    {"eval": cmd_eval, "plot": cmd_plot}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
