@@ -124,6 +124,75 @@ fn a_few_steps_reduce_the_loss() {
     assert_eq!(m.config(), &cfg);
 }
 
+/// The shipped recipe's path at tiny size: an l2-normalised codebook (the `photo` preset's
+/// quantizer), a plain-autoencoder warm-up that decodes unit-length latents, k-means of unit
+/// rows, then quantized steps. The loss falls, the codes stay in use, and the run folds into
+/// a plain taming model (`weights convert --fold-l2-norm --taming-yaml`) with the same tokens.
+#[test]
+fn an_l2_codebook_trains_and_folds_into_a_plain_model() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let mut cfg = VqConfig::from_json_file(cfg).unwrap();
+    cfg.variant.l2_norm = true;
+    let mut tc = tiny_tc(&imgs, 40);
+    tc.ae_warmup = 10;
+    let run = d.path().join("run");
+    let st = train::train(&cfg, &tc, &run, false, false).unwrap();
+    let mean = |s: &[train::LogPoint]| s.iter().map(|p| p.loss).sum::<f64>() / s.len() as f64;
+    let (first, last) = (mean(&st.history[..5]), mean(&st.history[35..]));
+    assert!(last < 0.8 * first, "loss {first:.4} → {last:.4}");
+    let used = st.history.last().unwrap().codes_used;
+    assert!(used >= 8, "only {used} of 32 codes in use at the end");
+    // The warm-up's k-means ran on unit rows: the codebook's rows are all but unit length.
+    let cb = &tensors(&run.join("model.safetensors"))["quantize.embedding.weight"];
+    let long = cb
+        .chunks(8)
+        .filter(|r| (r.iter().map(|x| x * x).sum::<f32>().sqrt() - 1.0).abs() > 0.5)
+        .count();
+    assert!(long <= 4, "{long} of 32 codes far from unit length");
+    let out = d.path().join("folded/model.safetensors");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let s = ok(&[
+        "weights",
+        "convert",
+        run.join("model.safetensors").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--fold-l2-norm",
+        "--taming-yaml",
+    ]);
+    assert!(
+        s.contains("codebook l2-normalised") && s.contains("model.yaml"),
+        "{s}"
+    );
+    let folded = VqConfig::from_taming_yaml_file(out.with_file_name("model.yaml")).unwrap();
+    assert!(!folded.variant.l2_norm);
+    let x =
+        candle_core::Tensor::rand(-1f32, 1., (2, 3, 16, 16), &candle_core::Device::Cpu).unwrap();
+    let dev = &candle_core::Device::Cpu;
+    let a = imgseq_vqgan::load_model(run.join("model.safetensors"), None, dev).unwrap();
+    let b = imgseq_vqgan::load_model(&out, None, dev).unwrap();
+    let ids = |m: &imgseq_vqgan::VqModel| {
+        let q = m.encode(&x).unwrap().indices;
+        q.flatten_all().unwrap().to_vec1::<u32>().unwrap()
+    };
+    assert_eq!(ids(&a), ids(&b));
+    // Refused for a model taming's code cannot express: one line, nothing written.
+    std::fs::create_dir_all(d.path().join("no")).unwrap();
+    let e = fails(&[
+        "weights",
+        "convert",
+        run.join("model.safetensors").to_str().unwrap(),
+        "-o",
+        d.path().join("no/model.safetensors").to_str().unwrap(),
+        "--taming-yaml",
+    ]);
+    assert!(
+        e.contains("l2-normalised") && !e.trim().contains('\n'),
+        "{e}"
+    );
+}
+
 #[test]
 fn resume_continues_exactly() {
     let d = tempfile::tempdir().unwrap();
