@@ -3,15 +3,15 @@
 
     # every snapshot: held-out PSNR / SSIM / usage, measured once with the run's own binary
     python3 scripts/vq_curve.py eval  runs/vq-photo-snap [--imgseq target/release/imgseq]
-    # the plot (PNG) from the run's state.json history and the snapshots' eval.json files
-    python3 scripts/vq_curve.py plot  runs/vq-photo runs/vq-photo-snap -o weights/vqgan/curve.png
+    # the plot (PNG): each run's state.json history and its snapshots' eval.json files
+    python3 scripts/vq_curve.py plot  RUN[:SNAPSHOTS[:LABEL]] ... -o weights/vqgan/curve.png
 
 A snapshot folder holds `step-NNNNN/{model.safetensors, config.json, state.json}` copies of the
 run taken while it trained (the run folder itself only keeps its last checkpoint). `eval`
 writes `eval.json` (the photos of data/photos/test.txt) and `coffee.json` (assets/coffee.png)
 into each, with `imgseq vq eval --json --precision f32`; the figures are measurements only —
 no choice of the run (steps, checkpoint, recipe) was made from them, so the held-out list stays
-held out. `plot` draws training-crop PSNR (the run's 25-step windows, smoothed) and the
+held out. `plot` draws, for each run, training-crop PSNR (its history windows, smoothed) and the
 held-out / coffee PSNR of every snapshot against hours of training on the run's machine,
 with CPU-hours (hours × threads) on the top axis. Needs matplotlib (plot only).
 """
@@ -78,61 +78,83 @@ def smooth(ys, k):
     return out
 
 
+def training_line(run):
+    """(hours, PSNR) of a run's training windows. History points carry images/s, not
+    seconds: the time axis is rebuilt from them (crop and batch by the saved recipe) and
+    scaled so that the last point lands on the run's measured `seconds`."""
+    with open(os.path.join(run, "state.json")) as fh:
+        st = json.load(fh)
+    with open(os.path.join(run, "train.json")) as fh:
+        train = json.load(fh)
+    t, last_step, xs, ys = 0.0, 0, [], []
+    for p in st["history"]:
+        steps = p["step"] - last_step
+        ctx = train["context_from"] and p["step"] > train["context_from"]
+        batch = train["context_batch_size"] if ctx else train["batch_size"]
+        t += steps * batch / max(p["img_per_s"], 1e-9)
+        last_step = p["step"]
+        xs.append(t)
+        ys.append(p["psnr"])
+    scale = st["seconds"] / xs[-1] if xs and xs[-1] > 0 else 1.0
+    return [x * scale / 3600 for x in xs], ys
+
+
+def snapshot_points(folder, name, after=0):
+    """(hours, PSNR, step) of the measured snapshots past step `after` (the autoencoder
+    warm-up: before its k-means init the codebook is not the model's, so eval means nothing)."""
+    pts = []
+    for step, secs, p in snapshots(folder):
+        if step <= after:
+            continue
+        f = os.path.join(p, name)
+        if os.path.exists(f):
+            with open(f) as fh:
+                pts.append((secs / 3600, summary(json.load(fh))[0], step))
+    return pts
+
+
 def cmd_plot(a):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(os.path.join(a.run, "state.json")) as fh:
-        hist = json.load(fh)["history"]
-    with open(os.path.join(a.run, "train.json")) as fh:
-        train = json.load(fh)
     threads = a.threads
-    # history points carry images/s, not seconds: rebuild the time axis from them.
-    t, last_step, xs, ys = 0.0, 0, [], []
-    for p in hist:
-        steps = p["step"] - last_step
-        crop, batch = ((train["context_crop"], train["context_batch_size"])
-                       if train["context_from"] and p["step"] > train["context_from"]
-                       else (train["crop"], train["batch_size"]))
-        t += steps * batch / max(p["img_per_s"], 1e-9)
-        last_step = p["step"]
-        xs.append(t / 3600)
-        ys.append(p["psnr"])
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-    ax.plot(xs, smooth(ys, 8), color="#bbbbbb", lw=1.2, label="training crops (smoothed)")
-    snaps = snapshots(a.snapshots)
-    for name, colour, label in [("eval.json", "#1f77b4", "held-out photos (data/photos/test.txt)"),
-                                ("coffee.json", "#d62728", "assets/coffee.png")]:
-        pts = []
-        for step, secs, p in snaps:
-            f = os.path.join(p, name)
-            if os.path.exists(f):
-                with open(f) as fh:
-                    pts.append((secs / 3600, summary(json.load(fh))[0], step))
-        if pts:
-            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "o-", color=colour,
-                    ms=3.5, lw=1.5, label=label)
+    fig, ax = plt.subplots(figsize=(8.5, 4.8), dpi=110)
+    styles = ["-", "--", ":"]
+    for i, spec in enumerate(a.runs):
+        run, snaps, label = (spec.split(":", 2) + ["", ""])[:3]
+        label = label or os.path.basename(os.path.normpath(run))
+        ls = styles[i % len(styles)]
+        xs, ys = training_line(run)
+        ax.plot(xs, smooth(ys, 8), color="#aaaaaa", lw=1.1, ls=ls,
+                label=f"{label}: training crops (smoothed)")
+        if not snaps:
+            continue
+        for name, colour, what in [("eval.json", "#1f77b4", "held-out photos"),
+                                   ("coffee.json", "#d62728", "coffee")]:
+            with open(os.path.join(run, "train.json")) as fh:
+                warm = json.load(fh).get("ae_warmup", 0)
+            pts = snapshot_points(snaps, name, warm)
+            if not pts:
+                continue
+            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "o", ls=ls, color=colour,
+                    ms=3.5, lw=1.4, label=f"{label}: {what}")
             x, y, s = pts[-1]
             ax.annotate(f"{y:.2f} dB (step {s})", (x, y), textcoords="offset points",
-                        xytext=(-10, 6), ha="right", color=colour, fontsize=8)
-    for target, colour in [(23.0, "#1f77b4"), (21.0, "#d62728")]:
+                        xytext=(-6, 6), ha="right", color=colour, fontsize=8)
+    for target, colour, what in [(23.0, "#1f77b4", "target, held-out"),
+                                 (21.0, "#d62728", "target, coffee")]:
         ax.axhline(target, color=colour, ls=":", lw=0.9)
-    if train["context_from"]:
-        ctx = [x for x, p in zip(xs, hist) if p["step"] > train["context_from"]]
-        if ctx:
-            ax.axvline(ctx[0], color="#888888", ls="--", lw=0.8)
-            ax.text(ctx[0], ax.get_ylim()[0] + 0.3,
-                    f" {train['context_crop']}² crops from step {train['context_from'] + 1}",
-                    fontsize=8, color="#666666")
+        ax.text(0.01, target + 0.1, what, color=colour, fontsize=7,
+                transform=ax.get_yaxis_transform())
     ax.set_xlabel(f"hours of training on {threads} CPU cores")
     ax.set_ylabel("PSNR (dB), 384² reconstructions")
-    ax.set_title(a.title or f"{os.path.basename(os.path.normpath(a.run))}: PSNR against training time")
+    ax.set_title(a.title or "VQGAN: PSNR against training time")
     top = ax.secondary_xaxis("top", functions=(lambda h: h * threads, lambda c: c / threads))
     top.set_xlabel("CPU-hours")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     tmp = a.output + ".tmp.png"
     fig.savefig(tmp)
@@ -149,8 +171,9 @@ def main():
     e.add_argument("--data", default=os.path.join(ROOT, "data", "photos", "test.txt"))
     e.add_argument("--again", action="store_true", help="re-measure snapshots already measured")
     p = sub.add_parser("plot", help="the PNG")
-    p.add_argument("run")
-    p.add_argument("snapshots")
+    p.add_argument("runs", nargs="+", metavar="RUN[:SNAPSHOTS[:LABEL]]",
+                   help="a run folder (its state.json / train.json), optionally its snapshots "
+                        "folder and a legend label")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--title")

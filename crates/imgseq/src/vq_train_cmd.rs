@@ -23,12 +23,12 @@ pub struct TrainArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Run folder for checkpoints.
-    #[arg(long, default_value = "runs/vq-photo")]
+    #[arg(long, default_value = "runs/vq-small")]
     out: PathBuf,
-    /// Architecture: a preset (`photo`: the shipped default, 1,024 l2-normalised 8-value
-    /// codes; `small`, `f16_1024`, `fmnist_f4`, `fmnist_f2`) or a config file (our
-    /// config.json or taming's model.yaml).
-    #[arg(long, default_value = "photo")]
+    /// Architecture: a preset (`small`: the shipped default's; `photo`: one ResnetBlock per
+    /// level, 1,024 l2-normalised 8-value codes, loadable by taming's code; `f16_1024`,
+    /// `fmnist_f4`, `fmnist_f2`) or a config file (our config.json or taming's model.yaml).
+    #[arg(long, default_value = "small")]
     config: String,
     /// Continue the run in --out from its last checkpoint (there must be one).
     #[arg(long, conflicts_with = "overwrite")]
