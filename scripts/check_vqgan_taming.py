@@ -27,6 +27,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from taming.modules.diffusionmodules.model import Decoder, Encoder
 from taming.modules.vqvae.quantize import VectorQuantizer
+from vq_bicubic_baseline import load_square  # shorter side to SIZE (bicubic), centre crop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,16 +49,6 @@ class TamingVQ(torch.nn.Module):
 
     def decode(self, q):
         return self.decoder(self.post_quant_conv(q))
-
-
-def centre_crop(path, side):
-    im = Image.open(path).convert("RGB")
-    w, h = im.size
-    s = side / min(w, h)
-    im = im.resize((max(side, round(w * s)), max(side, round(h * s))), Image.BICUBIC)
-    w, h = im.size
-    l, t = (w - side) // 2, (h - side) // 2
-    return im.crop((l, t, l + side, t + side))
 
 
 def psnr(a, b):
@@ -88,7 +79,7 @@ def main():
             if not os.path.exists(path):
                 print(f"skip (not installed): {path}")
                 continue
-            im = centre_crop(path, a.size)
+            im = load_square(path, a.size)
             png = os.path.join(tmp, "x.png")
             im.save(png)
             x = torch.from_numpy(np.asarray(im, dtype=np.float32) / 127.5 - 1).permute(2, 0, 1)[None]

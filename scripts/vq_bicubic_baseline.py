@@ -14,7 +14,6 @@ import os
 
 import numpy as np
 from PIL import Image
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 
 def load_square(path, size):
@@ -28,6 +27,9 @@ def load_square(path, size):
 
 
 def main():
+    # here, not at the top: scripts/check_vqgan_taming.py imports load_square without it
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
     ap = argparse.ArgumentParser()
     ap.add_argument("data", nargs="?", default="data/photos/test.txt")
     ap.add_argument("--size", type=int, default=384)

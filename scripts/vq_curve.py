@@ -58,9 +58,9 @@ def cmd_eval(a):
                 out = os.path.join(p, name)
                 if os.path.exists(out) and not a.again:
                     continue
-                r = run_eval(a.imgseq, w, data, out)
-                print(f"step {step:5d} {name:11s} PSNR {summary(r)[0]:.2f} dB  "
-                      f"SSIM {summary(r)[1]:.3f}  codes {summary(r)[2]}", flush=True)
+                psnr, ssim, codes = summary(run_eval(a.imgseq, w, data, out))
+                print(f"step {step:5d} {name:11s} PSNR {psnr:.2f} dB  SSIM {ssim:.3f}  "
+                      f"codes {codes}", flush=True)
 
 
 def summary(r):
@@ -131,10 +131,10 @@ def cmd_plot(a):
                 label=f"{label}: training crops (smoothed)")
         if not snaps:
             continue
+        with open(os.path.join(run, "train.json")) as fh:
+            warm = json.load(fh).get("ae_warmup", 0)
         for name, colour, what in [("eval.json", "#1f77b4", "held-out photos"),
                                    ("coffee.json", "#d62728", "coffee")]:
-            with open(os.path.join(run, "train.json")) as fh:
-                warm = json.load(fh).get("ae_warmup", 0)
             pts = snapshot_points(snaps, name, warm)
             if not pts:
                 continue

@@ -380,21 +380,27 @@ impl VqConfig {
         serde_json::to_string_pretty(self).expect("config serialises")
     }
 
-    /// taming's `model.yaml` for this model, or `None` when taming's code cannot express it
-    /// (another family's variant, or `num_res_blocks` 0: taming sizes its levels from the
-    /// ResnetBlocks). `lossconfig` is `torch.nn.Identity`, so `VQModel(**params)` builds
-    /// without taming's LPIPS/discriminator (which would download VGG weights) and
-    /// `load_state_dict(strict=True)` has exactly the model's keys.
-    pub fn to_taming_yaml_string(&self) -> Option<String> {
+    /// taming's `model.yaml` for this model, or why taming's code cannot build it (an
+    /// l2-normalised search, `num_res_blocks` 0 — taming sizes its levels from the
+    /// ResnetBlocks —, or another family's variant). `lossconfig` is `torch.nn.Identity`, so
+    /// `VQModel(**params)` builds without taming's LPIPS/discriminator (which would download
+    /// VGG weights) and `load_state_dict(strict=True)` has exactly the model's keys.
+    pub fn to_taming_yaml_string(&self) -> std::result::Result<String, &'static str> {
         let d = &self.ddconfig;
-        if !self.variant.is_taming() || d.num_res_blocks == 0 {
-            return None;
+        if self.variant.l2_norm {
+            return Err("its codes are l2-normalised (fold them first)");
+        }
+        if d.num_res_blocks == 0 {
+            return Err("it has no ResnetBlocks (`num_res_blocks` 0)");
+        }
+        if !self.variant.is_taming() {
+            return Err("it is another family's model");
         }
         let list = |v: &[usize]| {
             let items: Vec<String> = v.iter().map(ToString::to_string).collect();
             format!("[{}]", items.join(", "))
         };
-        Some(format!(
+        Ok(format!(
             "# taming-transformers config (configs/*.yaml layout), written by imgseq\n\
              model:\n  target: taming.models.vqgan.VQModel\n  params:\n    \
              embed_dim: {}\n    n_embed: {}\n    ddconfig:\n      \
@@ -518,11 +524,11 @@ model:
         assert!(crate::presets::preset("photo")
             .unwrap()
             .to_taming_yaml_string()
-            .is_none());
+            .is_err());
         assert!(crate::presets::preset("small")
             .unwrap()
             .to_taming_yaml_string()
-            .is_none());
+            .is_err());
     }
 
     #[test]

@@ -481,6 +481,15 @@ pub struct ConvertReport {
     pub folded_l2_norm: bool,
 }
 
+/// The files [`convert_checkpoint`] writes beside `output`: (`config.json`, `model.yaml`).
+pub fn convert_outputs(output: &Path) -> (PathBuf, PathBuf) {
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    (dir.join("config.json"), dir.join("model.yaml"))
+}
+
 /// How [`convert_checkpoint`] may change the model on the way (all off by default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConvertOptions {
@@ -581,7 +590,7 @@ pub fn convert_checkpoint(
             }
         }
     }
-    let mut config = d.config.clone();
+    let mut config = d.config;
     if options.fold_l2_norm {
         if !config.variant.l2_norm {
             let msg = "cannot fold the l2 normalisation: the model's codes are not l2-normalised \
@@ -600,14 +609,7 @@ pub fn convert_checkpoint(
     }
     let yaml = match options.taming_yaml {
         false => None,
-        true => Some(config.to_taming_yaml_string().ok_or_else(|| {
-            let why = if config.variant.l2_norm {
-                "its codes are l2-normalised (fold them first)"
-            } else if config.ddconfig.num_res_blocks == 0 {
-                "it has no ResnetBlocks (`num_res_blocks` 0)"
-            } else {
-                "it is another family's model"
-            };
+        true => Some(config.to_taming_yaml_string().map_err(|why| {
             Error::invalid(format!(
                 "{}: taming's code cannot build this model for a model.yaml: {why}",
                 input.display()
@@ -629,18 +631,13 @@ pub fn convert_checkpoint(
     );
     let bytes = safetensors::serialize(keep.iter().map(|(k, t)| (k.as_str(), t)), Some(meta))
         .map_err(|e| Error::format(output, format!("cannot serialise safetensors ({e})")))?;
-    let cfg_out = output
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .join("config.json");
+    let (cfg_out, yaml_out) = convert_outputs(output);
     imgseq_core::fsutil::write_bytes_atomic(output, &bytes)?;
     imgseq_core::fsutil::write_bytes_atomic(&cfg_out, config.to_json_string().as_bytes())?;
     let yaml_path = match yaml {
         Some(y) => {
-            let p = cfg_out.with_file_name("model.yaml");
-            imgseq_core::fsutil::write_bytes_atomic(&p, y.as_bytes())?;
-            Some(p)
+            imgseq_core::fsutil::write_bytes_atomic(&yaml_out, y.as_bytes())?;
+            Some(yaml_out)
         }
         None => None,
     };

@@ -22,28 +22,13 @@ pub const PRESETS: &[&str] = &["photo", "small", "f16_1024", "fmnist_f4", "fmnis
 /// - `f16_1024`: taming's `vqgan_imagenet_f16_1024`.
 pub fn preset(name: &str) -> Option<VqConfig> {
     match name {
-        "photo" => Some(VqConfig {
-            ddconfig: DdConfig {
-                ch: 32,
-                ch_mult: vec![1, 1, 2, 2, 4],
-                num_res_blocks: 1,
-                attn_resolutions: vec![],
-                z_channels: 64,
-                double_z: false,
-                resolution: 256,
-                in_channels: 3,
-                out_ch: 3,
-                dropout: 0.0,
-            },
-            embed_dim: 8,
-            n_embed: 1024,
-            beta: 0.25,
-            legacy: true,
-            variant: Variant {
-                l2_norm: true,
-                ..Variant::default()
-            },
-        }),
+        "photo" => {
+            let mut c = preset("small")?;
+            c.ddconfig.num_res_blocks = 1;
+            c.embed_dim = 8;
+            c.variant.l2_norm = true;
+            Some(c)
+        }
         "small" => Some(VqConfig {
             ddconfig: DdConfig {
                 ch: 32,

@@ -80,15 +80,11 @@ impl VectorQuantizer {
         &self.embedding
     }
 
-    /// Whether z and the entries are l2-normalised before the search (LlamaGen's way).
-    pub fn l2_norm(&self) -> bool {
-        self.l2_norm
-    }
-
     /// The latents as the search (and, after it, the decoder) sees them: z itself, or with
     /// `l2_norm` each position's vector scaled to unit length (`F.normalize(z, dim=1)`).
-    /// Training's autoencoder warm-up decodes this, and the k-means init and dead-code
-    /// restarts draw from it, so the decoder and the codebook never meet another scale.
+    /// [`Self::quantize`] searches this; training's autoencoder warm-up decodes it, and the
+    /// k-means init and dead-code restarts draw from it, so the decoder and the codebook
+    /// never meet another scale.
     ///
     /// # Shapes
     /// z: (b, c, h, w) → (b, c, h, w)
@@ -113,20 +109,10 @@ impl VectorQuantizer {
     /// z: (b, c, h, w), c = embed_dim → quantized (b, c, h, w), loss (), indices (b, h, w) u32
     pub fn quantize(&self, z: &Tensor) -> Result<Quantized> {
         let (b, c, h, w) = z.dims4()?;
+        // LlamaGen: z itself is replaced by its normalised self (the loss and the
+        // straight-through path use it too).
+        let z = &self.search_space(z)?;
         let rows = z.permute((0, 2, 3, 1))?.reshape((b * h * w, c))?; // (bhw, c), raster order
-        let (rows, z) = if self.l2_norm {
-            // LlamaGen: z itself is replaced by its normalised self (the loss and the
-            // straight-through path use it too); = `search_space(z)`.
-            let rows = l2_normalize_rows(&rows)?;
-            let zn = rows
-                .reshape((b, h, w, c))?
-                .permute((0, 3, 1, 2))?
-                .contiguous()?;
-            (rows, zn)
-        } else {
-            (rows, z.clone())
-        };
-        let z = &z;
         let entries = self.entries()?; // (n, c)
         let idx = match self.distance {
             Distance::Expanded => ops::nearest_codebook(&rows, &entries)?, // (bhw) u32

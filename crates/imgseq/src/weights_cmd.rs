@@ -63,12 +63,7 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
                 }
                 outs.add_input(file);
             }
-            let cfg_out = output
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(std::path::Path::new("."))
-                .join("config.json");
-            let yaml_out = cfg_out.with_file_name("model.yaml");
+            let (cfg_out, yaml_out) = load::convert_outputs(&output);
             outs.check(&output)?;
             outs.check(&cfg_out)?;
             if taming_yaml {
