@@ -26,7 +26,7 @@
 use candle_core::{Device, Tensor};
 use imgseq_core::optim::state_format;
 use imgseq_core::{Error, Result};
-use imgseq_kernels::cpu::{dot, dot3, fast_exp_f32, sum, sum_sq_dev};
+use imgseq_kernels::cpu::{dot, dot3, fast_exp_f32, max, sum, sum_sq_dev};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -325,7 +325,7 @@ struct Workspace {
     ln1: Vec<f32>, // L × (cap·n, d)
     st1: Vec<f32>, // L × (cap·n, 2): mean, 1/std
     qkv: Vec<f32>, // L × (cap·n, 3d)
-    /// L × (cap·h, n, padded(n)): softmax probabilities, transposed (row j: P[·, j]).
+    /// L × (cap·h, n, n): softmax probabilities.
     att: Vec<f32>,
     ctx: Vec<f32>,    // L × (cap·n, d)
     ln2: Vec<f32>,    // L × (cap·n, d)
@@ -339,7 +339,7 @@ struct Workspace {
     dt: Vec<f32>,     // (cap·n, d): dL/d LayerNorm outputs, dL/d ctx
     dqkv: Vec<f32>,   // (cap·n, 3d)
     dfc: Vec<f32>,    // (cap·n, m)
-    at: Vec<f32>,     // attention scratch: 3 × (n, padded(n)) + (head width, padded(n))
+    at: Vec<f32>,     // attention scratch: (n, n)
     row: Vec<f32>,    // (d): x̂ of one row
 }
 
@@ -355,7 +355,7 @@ impl Workspace {
             ln1: z(l * rows * dm.d),
             st1: z(l * rows * 2),
             qkv: z(l * rows * 3 * dm.d),
-            att: z(l * cap * dm.h * dm.n * padded(dm.n)),
+            att: z(l * cap * dm.h * dm.n * dm.n),
             ctx: z(l * rows * dm.d),
             ln2: z(l * rows * dm.d),
             st2: z(l * rows * 2),
@@ -368,7 +368,7 @@ impl Workspace {
             dt: z(rows * dm.d),
             dqkv: z(rows * 3 * dm.d),
             dfc: z(rows * dm.m),
-            at: z((3 * dm.n + dm.hd) * padded(dm.n)),
+            at: z(dm.n * dm.n),
             row: z(dm.d),
         }
     }
@@ -667,7 +667,7 @@ fn forward_shard(
     } = *dm;
     let cap = ws.cap;
     let r = nb * n;
-    let (d3, rd, npad) = (3 * d, cap * n * d, padded(n));
+    let (d3, rd, nn) = (3 * d, cap * n * d, n * n);
     // Patches in (c, py, px) order, raster over the grid: (nb·np, kp).
     for b in 0..nb {
         for gy in 0..grid {
@@ -740,7 +740,7 @@ fn forward_shard(
             (1, d),
             1.0,
         );
-        let att = &mut ws.att[li * cap * h * n * npad..][..nb * h * n * npad];
+        let att = &mut ws.att[li * cap * h * nn..][..nb * h * nn];
         let ctx = &mut ws.ctx[li * rd..][..r * d];
         for b in 0..nb {
             for hh in 0..h {
@@ -758,8 +758,7 @@ fn forward_shard(
                     simd,
                     qkv,
                     hc,
-                    &mut att[(b * h + hh) * n * npad..][..n * npad],
-                    &mut ws.at[..hd * npad],
+                    &mut att[(b * h + hh) * nn..][..nn],
                     &mut ctx[b * n * d + hh * hd..],
                     d,
                 );
@@ -878,7 +877,7 @@ fn backward_shard(
     } = *dm;
     let cap = ws.cap;
     let r = nb * n;
-    let (d3, rd, npad) = (3 * d, cap * n * d, padded(n));
+    let (d3, rd, nn) = (3 * d, cap * n * d, n * n);
     let Workspace {
         patches,
         xs,
@@ -960,7 +959,7 @@ fn backward_shard(
         let (ln1, st1) = (&ln1[li * rd..][..r * d], &st1[li * cap * n * 2..][..r * 2]);
         let (ln2, st2) = (&ln2[li * rd..][..r * d], &st2[li * cap * n * 2..][..r * 2]);
         let qkv = &qkv[li * cap * n * d3..][..r * d3];
-        let att = &att[li * cap * h * n * npad..][..nb * h * n * npad];
+        let att = &att[li * cap * h * nn..][..nb * h * nn];
         let ctx = &ctx[li * rd..][..r * d];
         let fch = &fch[li * cap * n * m..][..r * m];
         let fcg = &fcg[li * cap * n * m..][..r * m];
@@ -1062,7 +1061,7 @@ fn backward_shard(
                     simd,
                     qkv,
                     hc,
-                    &att[(b * h + hh) * n * npad..][..n * npad],
+                    &att[(b * h + hh) * nn..][..nn],
                     &dt[b * n * d + hh * hd..],
                     d,
                     dqkv,
@@ -1443,162 +1442,6 @@ simd_kernel! {
 
 // ------------------------------------------------------------------ attention
 
-/// Lanes of the attention kernels (one AVX-512 register of f32): token counts are padded to
-/// a multiple of this.
-const LANES: usize = 16;
-
-/// `n` rounded up to whole lane blocks.
-fn padded(n: usize) -> usize {
-    n.div_ceil(LANES) * LANES
-}
-
-/// xt (w × np) = the transpose of `n` rows of `w` values at row stride `ld`; zero past `n`.
-#[inline(always)]
-fn pack_t(x: &[f32], ld: usize, n: usize, w: usize, xt: &mut [f32], np: usize) {
-    for c in 0..w {
-        let row = &mut xt[c * np..][..np];
-        for (i, v) in row[..n].iter_mut().enumerate() {
-            *v = x[i * ld + c];
-        }
-        row[n..].fill(0.0);
-    }
-}
-
-/// dst (n × np) = the transpose of the top-left n × n of src (n × np); zero past `n`.
-#[inline(always)]
-fn transpose_sq(src: &[f32], dst: &mut [f32], n: usize, np: usize) {
-    for i in 0..n {
-        let row = &mut dst[i * np..][..np];
-        for (j, v) in row[..n].iter_mut().enumerate() {
-            *v = src[j * np + i];
-        }
-        row[n..].fill(0.0);
-    }
-}
-
-/// out[t·np + i] = alpha·Σ_c b[t·ldb + c]·xt[c·np + i], for t < tn and every lane i < np:
-/// one row of scores per t, lanes along i.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn scores(
-    b: &[f32],
-    ldb: usize,
-    tn: usize,
-    w: usize,
-    xt: &[f32],
-    np: usize,
-    alpha: f32,
-    out: &mut [f32],
-) {
-    for i0 in (0..np).step_by(LANES) {
-        let mut t = 0;
-        while t + 4 <= tn {
-            let mut acc = [[0f32; LANES]; 4];
-            let rows: [&[f32]; 4] = std::array::from_fn(|q| &b[(t + q) * ldb..][..w]);
-            for c in 0..w {
-                let x: &[f32; LANES] = xt[c * np + i0..][..LANES].try_into().expect("lanes");
-                for q in 0..4 {
-                    let bv = rows[q][c];
-                    for l in 0..LANES {
-                        acc[q][l] += bv * x[l];
-                    }
-                }
-            }
-            for (q, acc) in acc.iter().enumerate() {
-                let o = &mut out[(t + q) * np + i0..][..LANES];
-                for l in 0..LANES {
-                    o[l] = acc[l] * alpha;
-                }
-            }
-            t += 4;
-        }
-        for t in t..tn {
-            let mut acc = [0f32; LANES];
-            let row = &b[t * ldb..][..w];
-            for (c, bv) in row.iter().enumerate() {
-                let x: &[f32; LANES] = xt[c * np + i0..][..LANES].try_into().expect("lanes");
-                for l in 0..LANES {
-                    acc[l] += bv * x[l];
-                }
-            }
-            let o = &mut out[t * np + i0..][..LANES];
-            for l in 0..LANES {
-                o[l] = acc[l] * alpha;
-            }
-        }
-    }
-}
-
-/// out[r·ld + c] = Σ_{t < tn} a[t·lda + r]·b[t·ldb + c] for r < rows, c < w: lanes along r
-/// (`a`'s rows hold `padded(rows)` values), `CT` columns of accumulators.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn outer_tile<const CT: usize>(
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    tn: usize,
-    r0: usize,
-    rows: usize,
-    c0: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let mut acc = [[0f32; LANES]; CT];
-    for t in 0..tn {
-        let av: &[f32; LANES] = a[t * lda + r0..][..LANES].try_into().expect("lanes");
-        let bt: &[f32; CT] = b[t * ldb + c0..][..CT].try_into().expect("tile");
-        for cc in 0..CT {
-            let bv = bt[cc];
-            for l in 0..LANES {
-                acc[cc][l] += av[l] * bv;
-            }
-        }
-    }
-    // Transposed through a fixed-size tile, so that `acc` can live in registers.
-    let mut tile = [[0f32; CT]; LANES];
-    for cc in 0..CT {
-        for l in 0..LANES {
-            tile[l][cc] = acc[cc][l];
-        }
-    }
-    for (l, row) in tile.iter().enumerate().take(LANES.min(rows - r0)) {
-        out[(r0 + l) * ld + c0..][..CT].copy_from_slice(row);
-    }
-}
-
-/// out (rows × w, row stride ld) = aᵀ·b with a (tn × padded(rows)) and b (tn × w, stride ldb).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn outer(
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    tn: usize,
-    rows: usize,
-    w: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    for r0 in (0..rows).step_by(LANES) {
-        let mut c0 = 0;
-        while c0 + 8 <= w {
-            outer_tile::<8>(a, lda, b, ldb, tn, r0, rows, c0, out, ld);
-            c0 += 8;
-        }
-        if c0 + 4 <= w {
-            outer_tile::<4>(a, lda, b, ldb, tn, r0, rows, c0, out, ld);
-            c0 += 4;
-        }
-        while c0 < w {
-            outer_tile::<1>(a, lda, b, ldb, tn, r0, rows, c0, out, ld);
-            c0 += 1;
-        }
-    }
-}
-
 /// Where one head's q, k and v columns are in the (rows, 3·hidden) qkv buffer.
 #[derive(Debug, Clone, Copy)]
 struct HeadCols {
@@ -1614,76 +1457,158 @@ struct HeadCols {
 }
 
 simd_kernel! {
-    /// One head's attention: pt (n × np) ← Pᵀ, P = softmax(scale·Q·Kᵀ) (row j of pt holds
-    /// P[·, j], lanes along queries), ctx rows (stride ldc) ← P·V. `xt`: hd × np scratch.
-    fn attn_fwd_head(qkv: &[f32], hc: HeadCols, pt: &mut [f32], xt: &mut [f32], ctx: &mut [f32], ldc: usize) {
-        let HeadCols { q, k, v, ld, n, hd, scale } = hc;
-        let np = padded(n);
-        pack_t(&qkv[q..], ld, n, hd, xt, np); // Qᵀ
-        scores(&qkv[k..], ld, n, hd, xt, np, scale, pt); // Sᵀ[j][i] = scale·K[j]·Q[i]
-        // Softmax over j for every query i (a column of pt): lane-parallel.
-        for i0 in (0..np).step_by(LANES) {
-            let mut m = [f32::NEG_INFINITY; LANES];
-            for j in 0..n {
-                let r = &pt[j * np + i0..][..LANES];
-                for l in 0..LANES {
-                    m[l] = if r[l] > m[l] { r[l] } else { m[l] };
-                }
+    /// Row softmax of the n×n scores `s`, in place.
+    fn softmax_rows(s: &mut [f32], n: usize) {
+        for row in s.chunks_exact_mut(n) {
+            let m = max(row);
+            for x in row.iter_mut() {
+                *x = fast_exp_f32(*x - m);
             }
-            let mut s = [0f32; LANES];
-            for j in 0..n {
-                let r = &mut pt[j * np + i0..][..LANES];
-                for l in 0..LANES {
-                    r[l] = fast_exp_f32(r[l] - m[l]);
-                    s[l] += r[l];
-                }
-            }
-            let inv: [f32; LANES] = std::array::from_fn(|l| 1.0 / s[l]);
-            for j in 0..n {
-                let r = &mut pt[j * np + i0..][..LANES];
-                for l in 0..LANES {
-                    r[l] *= inv[l];
-                }
+            let inv = 1.0 / sum(row);
+            for x in row.iter_mut() {
+                *x *= inv;
             }
         }
-        outer(pt, np, &qkv[v..], ld, n, n, hd, ctx, ldc); // ctx[i] = Σ_j P[i][j]·V[j]
     }
 }
 
 simd_kernel! {
-    /// Backward of [`attn_fwd_head`] given dL/dctx `d_o` (rows at stride ldo): writes dQ, dK,
-    /// dV into dqkv's head columns. `sc`: 3 × (n × np) + hd × np scratch.
-    fn attn_bwd_head(qkv: &[f32], hc: HeadCols, pt: &[f32], d_o: &[f32], ldo: usize, dqkv: &mut [f32], sc: &mut [f32]) {
-        let HeadCols { q, k, v, ld, n, hd, scale } = hc;
-        let np = padded(n);
-        let (p, rest) = sc.split_at_mut(n * np);
-        let (dst, rest) = rest.split_at_mut(n * np);
-        let (ds, xt) = rest.split_at_mut(n * np);
-        transpose_sq(pt, p, n, np); // P[i][j]
-        outer(p, np, d_o, ldo, n, n, hd, &mut dqkv[v..], ld); // dV[j] = Σ_i P[i][j]·dO[i]
-        pack_t(d_o, ldo, n, hd, xt, np); // dOᵀ
-        scores(&qkv[v..], ld, n, hd, xt, np, 1.0, dst); // dPᵀ[j][i] = V[j]·dO[i]
-        // dSᵀ = Pᵀ ⊙ (dPᵀ − r)·scale with r[i] = Σ_j P[i][j]·dP[i][j]: lane-parallel.
-        for i0 in (0..np).step_by(LANES) {
-            let mut r = [0f32; LANES];
-            for j in 0..n {
-                let (a, b) = (&pt[j * np + i0..][..LANES], &dst[j * np + i0..][..LANES]);
-                for l in 0..LANES {
-                    r[l] += a[l] * b[l];
-                }
-            }
-            for j in 0..n {
-                let a = &pt[j * np + i0..][..LANES];
-                let b = &mut dst[j * np + i0..][..LANES];
-                for l in 0..LANES {
-                    b[l] = a[l] * (b[l] - r[l]) * scale;
-                }
+    /// dS ← P ⊙ (dP − rowsum(P ⊙ dP)) · scale, row by row (dP in `ds`).
+    fn softmax_bwd_rows(p: &[f32], ds: &mut [f32], n: usize, scale: f32) {
+        for (p, ds) in p.chunks_exact(n).zip(ds.chunks_exact_mut(n)) {
+            let r = dot(p, ds);
+            for (g, p) in ds.iter_mut().zip(p) {
+                *g = *p * (*g - r) * scale;
             }
         }
-        outer(dst, np, &qkv[k..], ld, n, n, hd, &mut dqkv[q..], ld); // dQ[i] = Σ_j dS[i][j]·K[j]
-        transpose_sq(dst, ds, n, np); // dS[i][j]
-        outer(ds, np, &qkv[q..], ld, n, n, hd, &mut dqkv[k..], ld); // dK[j] = Σ_i dS[i][j]·Q[i]
     }
+}
+
+/// One head's attention: `p` (n × n) ← P = softmax(scale·Q·Kᵀ) (kept for the backward),
+/// ctx rows (stride ldc) ← P·V. The two products are GEMMs.
+fn attn_fwd_head(
+    simd: Simd,
+    qkv: &[f32],
+    hc: HeadCols,
+    p: &mut [f32],
+    ctx: &mut [f32],
+    ldc: usize,
+) {
+    let HeadCols {
+        q,
+        k,
+        v,
+        ld,
+        n,
+        hd,
+        scale,
+    } = hc;
+    // S = scale · Q·Kᵀ: Kᵀ's (row, col) strides are (1, ld).
+    mm(
+        n,
+        n,
+        hd,
+        p,
+        n,
+        false,
+        &qkv[q..],
+        (ld, 1),
+        &qkv[k..],
+        (1, ld),
+        scale,
+    );
+    softmax_rows(simd, &mut p[..n * n], n);
+    mm(
+        n,
+        hd,
+        n,
+        ctx,
+        ldc,
+        false,
+        p,
+        (n, 1),
+        &qkv[v..],
+        (ld, 1),
+        1.0,
+    ); // P·V
+}
+
+/// Backward of [`attn_fwd_head`] given P and dL/dctx `d_o` (rows at stride ldo): writes dQ,
+/// dK, dV into dqkv's head columns. `ds`: n × n scratch.
+#[allow(clippy::too_many_arguments)]
+fn attn_bwd_head(
+    simd: Simd,
+    qkv: &[f32],
+    hc: HeadCols,
+    p: &[f32],
+    d_o: &[f32],
+    ldo: usize,
+    dqkv: &mut [f32],
+    ds: &mut [f32],
+) {
+    let HeadCols {
+        q,
+        k,
+        v,
+        ld,
+        n,
+        hd,
+        scale,
+    } = hc;
+    let ds = &mut ds[..n * n];
+    mm(
+        n,
+        hd,
+        n,
+        &mut dqkv[v..],
+        ld,
+        false,
+        p,
+        (1, n),
+        d_o,
+        (ldo, 1),
+        1.0,
+    ); // dV = Pᵀ·dO
+    mm(
+        n,
+        n,
+        hd,
+        ds,
+        n,
+        false,
+        d_o,
+        (ldo, 1),
+        &qkv[v..],
+        (1, ld),
+        1.0,
+    ); // dP = dO·Vᵀ
+    softmax_bwd_rows(simd, &p[..n * n], ds, n, scale); // dS
+    mm(
+        n,
+        hd,
+        n,
+        &mut dqkv[q..],
+        ld,
+        false,
+        ds,
+        (n, 1),
+        &qkv[k..],
+        (ld, 1),
+        1.0,
+    ); // dQ = dS·K
+    mm(
+        n,
+        hd,
+        n,
+        &mut dqkv[k..],
+        ld,
+        false,
+        ds,
+        (1, n),
+        &qkv[q..],
+        (ld, 1),
+        1.0,
+    ); // dK = dSᵀ·Q
 }
 
 // ------------------------------------------------------------------ optimizer and EMA
