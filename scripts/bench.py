@@ -285,8 +285,11 @@ def main():
         d = os.path.join(tmp, "vit")
         os.makedirs(d)
         setup_vit(d, 256)
-        row("c ViT inference", "batch 256", None, torch_child("vit-infer", d, 256, reps * 2),
+        t = torch_child("vit-infer", d, 256, reps * 2)
+        row("c ViT inference (Classifier: fused forward)", "batch 256", None, t,
             rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
+        row("c ViT inference (candle model)", "batch 256", None, t,
+            rust(a.bin, "vit-infer", d, 256, reps * 2, "candle"), unit_imgs=256)
     agreement = bf16_agreement = None
     if "a" in only:
         d = os.path.join(tmp, "vq")

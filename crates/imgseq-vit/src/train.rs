@@ -408,7 +408,7 @@ fn tensor_err(e: candle_core::Error) -> Error {
 }
 
 /// The confusion matrix of `predict` (a batch (b, c, h, w) → one class per image) over `set`.
-fn evaluate_with(
+pub(crate) fn evaluate_with(
     k: usize,
     set: &ImageSet,
     norm: &Normalize,

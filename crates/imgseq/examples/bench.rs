@@ -2,7 +2,7 @@
 //! script and prints one JSON line with the mean time per iteration and the peak RSS.
 //!
 //!   bench vit-train DIR BATCH STEPS    DIR: config.json, model.safetensors, inputs.safetensors
-//!   bench vit-infer DIR BATCH STEPS
+//!   bench vit-infer DIR BATCH STEPS [candle]   (default: `Classifier::logits`; candle: the model's forward)
 //!   bench vq DIR REPS [f32|bf16]       DIR: config.json, model.safetensors, inputs.safetensors (x)
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
 //!
@@ -83,11 +83,21 @@ fn main() -> anyhow::Result<()> {
             })?
         }
         "vit-infer" => {
+            // What `imgseq vit eval` / `predict` run: `Classifier::logits` (f32 at the model's
+            // size: the fused engine's forward); `candle`: the candle model's forward.
             let (batch, steps) = (num(2, 256), num(3, 10));
-            let (_cfg, model) = imgseq_vit::checkpoint::load_classifier(dir, &dev)?;
+            let c = imgseq_vit::inference::Classifier::load(dir)?;
             let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].narrow(0, 0, batch)?;
-            time(2, steps, || model.forward(&x, false).map(|_| ()))?
+            if args.get(4).map(String::as_str) == Some("candle") {
+                time(2, steps, || c.model.forward(&x, false).map(|_| ()))?
+            } else {
+                time(2, steps, || {
+                    c.logits(&x, false)
+                        .map(|_| ())
+                        .map_err(candle_core::Error::wrap)
+                })?
+            }
         }
         "vq" => {
             let reps = num(2, 2);

@@ -133,10 +133,11 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
-    /// Which implementation runs the steps: `autograd` (candle's autograd, the reference and
-    /// the faster one today) or `fused` (hand-written forward + backward). Both write the same
-    /// run files and give the same losses.
-    #[arg(long, value_enum, default_value = "autograd")]
+    /// Which implementation runs the steps: `fused` (the forward and backward written by hand
+    /// over preallocated buffers; the faster one) or `autograd` (candle's autograd, the
+    /// reference). Both write the same run files and give the same losses (within rounding),
+    /// so a run started on one resumes on the other.
+    #[arg(long, value_enum, default_value = "fused")]
     engine: EngineArg,
     /// Keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 =
     /// off): it is what each epoch evaluates and what model.safetensors holds.
