@@ -206,6 +206,10 @@ pub struct Bf16Conv2d {
 }
 
 impl Bf16Conv2d {
+    /// Packs the weights for the algorithm `auto` picks: Winograd F(2×2, 3×3) with bf16
+    /// products for 3×3 stride-1 convs of ≥ 32 channels in and out
+    /// ([`crate::cpu::winograd::auto_bf16`]), else the direct conv.
+    ///
     /// # Shapes
     /// weight: (c_out, c_in, kh, kw), bias: (c_out)
     pub fn new(
@@ -214,6 +218,41 @@ impl Bf16Conv2d {
         stride: usize,
         pad: Padding,
         kernel: Bf16Kernel,
+    ) -> Result<Self> {
+        Self::build(weight, bias, stride, pad, kernel, None)
+    }
+
+    /// [`Bf16Conv2d::new`] with the algorithm chosen: `winograd` F(2×2, 3×3) (3×3 stride-1
+    /// convs only), else the direct conv.
+    pub fn with_winograd(
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        stride: usize,
+        pad: Padding,
+        kernel: Bf16Kernel,
+        winograd: bool,
+    ) -> Result<Self> {
+        let (_, _, kh, kw) = weight.dims4()?;
+        if winograd && (kh, kw, stride) != (3, 3, 1) {
+            candle_core::bail!(
+                "conv2d_bf16: Winograd needs a 3x3 stride-1 conv, got {kh}x{kw} stride {stride}"
+            );
+        }
+        Self::build(weight, bias, stride, pad, kernel, Some(winograd))
+    }
+
+    /// Whether this conv runs Winograd F(2×2, 3×3) (else direct).
+    pub fn winograd(&self) -> bool {
+        self.weights.winograd()
+    }
+
+    fn build(
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        stride: usize,
+        pad: Padding,
+        kernel: Bf16Kernel,
+        algo: Option<bool>,
     ) -> Result<Self> {
         let (co, ci, kh, kw) = weight.dims4()?;
         if stride == 0 {
@@ -227,13 +266,19 @@ impl Bf16Conv2d {
             None => None,
         };
         let w = cpu_f32(weight, "conv2d_bf16")?;
-        let weights = crate::cpu::bf16::ConvWeights::new(
-            &w,
-            b.as_deref(),
-            (co, ci, kh, kw),
-            stride,
-            (pad.left, pad.right, pad.top, pad.bottom),
-        );
+        let pads = (pad.left, pad.right, pad.top, pad.bottom);
+        let dims = (co, ci, kh, kw);
+        let weights = match algo {
+            None => crate::cpu::bf16::ConvWeights::new(&w, b.as_deref(), dims, stride, pads),
+            Some(wino) => crate::cpu::bf16::ConvWeights::with_winograd(
+                &w,
+                b.as_deref(),
+                dims,
+                stride,
+                pads,
+                wino,
+            ),
+        };
         Ok(Self {
             weights: std::sync::Arc::new(weights),
             kernel,

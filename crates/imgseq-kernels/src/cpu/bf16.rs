@@ -27,7 +27,9 @@
 //! * linear: A = the input rows `[rows / MR][pair][MR]`; B = weights `[pair][out rounded up to
 //!   NB]`.
 
+use super::conv::Geom;
 use super::threads;
+use super::winograd;
 use rayon::prelude::*;
 
 /// Rows of a micro-tile (output channels of a conv, input rows of a linear).
@@ -35,7 +37,7 @@ pub const MR: usize = 8;
 /// Columns of a micro-tile: three 16-lane vectors.
 pub const NB: usize = 48;
 /// Reduction words per block: a block of B (KC × NB words, 24 KiB) stays in L1.
-const KC: usize = 128;
+pub(crate) const KC: usize = 128;
 
 /// Which code path runs the products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +71,7 @@ impl Kernel {
     }
 
     /// Native falls back to portable on a CPU without the instruction.
-    fn checked(self) -> Self {
+    pub(crate) fn checked(self) -> Self {
         match self {
             Self::Native if Self::native_available() => Self::Native,
             _ => Self::Portable,
@@ -115,7 +117,7 @@ pub fn round_bf16(x: f32) -> f32 {
 
 /// A word of two bf16: `lo` in the low half, `hi` in the high half.
 #[inline(always)]
-fn word(lo: f32, hi: f32) -> u32 {
+pub(crate) fn word(lo: f32, hi: f32) -> u32 {
     bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16
 }
 
@@ -130,7 +132,7 @@ fn ftz(v: f32) -> f32 {
 }
 
 /// dst[i] = word(lo[i], hi[i]) (hi = 0 when absent). Vectorised per CPU.
-fn pack_pairs(dst: &mut [u32], lo: &[f32], hi: Option<&[f32]>) {
+pub(crate) fn pack_pairs(dst: &mut [u32], lo: &[f32], hi: Option<&[f32]>) {
     #[inline(always)]
     fn body(dst: &mut [u32], lo: &[f32], hi: Option<&[f32]>) {
         match hi {
@@ -285,7 +287,7 @@ unsafe fn ukernel_portable(
 /// # Safety
 /// As [`ukernel_native`]; `kernel` must have been [`Kernel::checked`].
 #[inline(always)]
-unsafe fn ukernel(
+pub(crate) unsafe fn ukernel(
     kernel: Kernel,
     kc: usize,
     a: *const u32,
@@ -343,24 +345,72 @@ pub struct ConvWeights {
     ci2: usize,
     /// co rounded up to MR.
     co_pad: usize,
-    /// `[co_pad / MR][tap][pair][MR]` words.
+    /// `[co_pad / MR][tap][pair][MR]` words (empty when `wino` is set).
     data: Vec<u32>,
     /// (co_pad)
     bias: Vec<f32>,
+    /// Winograd F(2×2, 3×3) instead of the direct conv: the transformed weights
+    /// ([`super::winograd::pack_weights_bf16`]).
+    wino: Option<Vec<u32>>,
 }
 
 impl ConvWeights {
-    /// Packs `w` (co, ci, kh, kw) and `bias` (co). The caller checks the sizes.
-    #[allow(clippy::too_many_arguments)]
+    /// Packs `w` (co, ci, kh, kw) and `bias` (co) for the algorithm `auto` picks: Winograd
+    /// F(2×2, 3×3) ([`winograd::auto_bf16`]) for 3×3 stride-1 convs with enough channels, else
+    /// the direct conv. The caller checks the sizes.
     pub fn new(
+        w: &[f32],
+        bias: Option<&[f32]>,
+        dims: (usize, usize, usize, usize),
+        stride: usize,
+        pad: (usize, usize, usize, usize),
+    ) -> Self {
+        let (co, ci, kh, kw) = dims;
+        let g = Geom {
+            b: 1,
+            ci,
+            h: 1,
+            w: 1,
+            co,
+            kh,
+            kw,
+            s: stride,
+            pad,
+        };
+        Self::with_winograd(w, bias, dims, stride, pad, winograd::auto_bf16(&g))
+    }
+
+    /// [`ConvWeights::new`] with the algorithm chosen: `winograd` (a 3×3 stride-1 conv only)
+    /// runs Winograd F(2×2, 3×3) with its products in bf16, else the direct conv.
+    pub fn with_winograd(
         w: &[f32],
         bias: Option<&[f32]>,
         (co, ci, kh, kw): (usize, usize, usize, usize),
         stride: usize,
         pad: (usize, usize, usize, usize),
+        winograd: bool,
     ) -> Self {
         assert_eq!(w.len(), co * ci * kh * kw, "conv weight size");
         let (ci2, co_pad, kk) = (ci.div_ceil(2), round_up(co, MR), kh * kw);
+        if winograd {
+            assert!(
+                kh == 3 && kw == 3 && stride == 1,
+                "winograd: not a stride-1 3×3 conv"
+            );
+            return Self {
+                co,
+                ci,
+                kh,
+                kw,
+                stride,
+                pad,
+                ci2,
+                co_pad,
+                data: Vec::new(),
+                bias: padded_bias(bias, co_pad),
+                wino: Some(winograd::pack_weights_bf16(w, ci, co)),
+            };
+        }
         let mut data = vec![0u32; co_pad * kk * ci2];
         let at = |o: usize, c: usize, t: usize| {
             if c < ci {
@@ -389,7 +439,13 @@ impl ConvWeights {
             co_pad,
             data,
             bias: padded_bias(bias, co_pad),
+            wino: None,
         }
+    }
+
+    /// Whether this conv runs Winograd F(2×2, 3×3) (else direct).
+    pub fn winograd(&self) -> bool {
+        self.wino.is_some()
     }
 
     /// Output size for an h × w input (the caller checks that the kernel fits).
@@ -496,6 +552,30 @@ pub fn conv2d(
     kernel: Kernel,
 ) -> Vec<f32> {
     let kernel = kernel.checked();
+    if let Some(ua) = &wt.wino {
+        if h == 0 || w == 0 {
+            // Only padding under the kernel: every output is the bias.
+            let (ho, wo) = wt.out_hw(h, w);
+            let plane = ho * wo;
+            let mut out = vec![0f32; b * wt.co * plane];
+            for (i, ch) in out.chunks_mut(plane.max(1)).enumerate() {
+                ch.fill(wt.bias[i % wt.co]);
+            }
+            return out;
+        }
+        let g = Geom {
+            b,
+            ci: wt.ci,
+            h,
+            w,
+            co: wt.co,
+            kh: 3,
+            kw: 3,
+            s: 1,
+            pad: wt.pad,
+        };
+        return winograd::conv2d_bf16(x, ua, Some(&wt.bias[..wt.co]), &g, kernel);
+    }
     let g = wt.plan(h, w);
     let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
     if out.is_empty() {

@@ -25,6 +25,7 @@
 // The transforms index small fixed-size arrays the way the matrices are written.
 #![allow(clippy::needless_range_loop)]
 
+use super::bf16::{self, Kernel, KC, MR, NB};
 use super::conv::Geom;
 use super::gemm::mm;
 use gemm::Parallelism;
@@ -251,6 +252,10 @@ mod x86 {
 /// The largest vector length: buffers are padded to a multiple of it.
 const MAX_L: usize = 16;
 
+/// Over-read room past the last tile row of a polyphase plane: a task's tile columns are
+/// rounded up to MAX_L (f32) or to the bf16 micro-tile width [`bf16::NB`] (48).
+const SLACK: usize = bf16::NB;
+
 /// A piece of work written once over [`Simd`] and compiled per instruction set.
 trait Job {
     fn run<S: Simd>(&self);
@@ -382,7 +387,7 @@ fn plan<const M: usize>(g: &Geom) -> Plan {
     let (ho, wo) = g.out_hw();
     let (nty, ntx) = (ho.div_ceil(M), wo.div_ceil(M));
     let w1 = ntx + 1;
-    let pl = (nty + 1) * w1 + MAX_L + 1;
+    let pl = (nty + 1) * w1 + SLACK + 1;
     Plan {
         ho,
         wo,
@@ -641,6 +646,32 @@ impl<const M: usize, const A: usize, K: Wino<M, A>> Job for OutputJob<'_, M, A, 
 // ---------------------------------------------------------------------------------------------
 // Driver
 
+/// U = G g Gᵀ of every (co, ci) kernel into `u` (α², co, ci), output channels in parallel.
+fn transform_weights<const M: usize, const A: usize, K: Wino<M, A>>(
+    w: &[f32],
+    ci: usize,
+    co: usize,
+    u: &mut [f32],
+    isa: Isa,
+) {
+    assert!(u.len() >= A * A * co * ci);
+    let up = Ptr(u.as_mut_ptr());
+    ranges(co, super::threads() * 4)
+        .into_par_iter()
+        .for_each(|(o0, o1)| {
+            let job = WeightJob::<M, A, K> {
+                w,
+                ci,
+                co,
+                o0,
+                o1,
+                u: up,
+                k: Default::default(),
+            };
+            dispatch(isa, &job)
+        });
+}
+
 /// Contiguous ranges covering 0..n in about `parts` pieces.
 fn ranges(n: usize, parts: usize) -> Vec<(usize, usize)> {
     let step = n.div_ceil(parts.max(1)).max(1);
@@ -713,22 +744,7 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
     let outp = Ptr(out.as_mut_ptr());
 
     with_scratch(&WEIGHTS, aa * co * ci, |u| {
-        // Transformed weights (α², co, ci).
-        let up = Ptr(u.as_mut_ptr());
-        ranges(co, threads * 4)
-            .into_par_iter()
-            .for_each(|(o0, o1)| {
-                let job = WeightJob::<M, A, K> {
-                    w,
-                    ci,
-                    co,
-                    o0,
-                    o1,
-                    u: up,
-                    k: Default::default(),
-                };
-                dispatch(isa, &job)
-            });
+        transform_weights::<M, A, K>(w, ci, co, u, isa);
         let u: &[f32] = u;
         let task = |t: usize| {
             let (bi, blk) = (t / nblk, t % nblk);
@@ -812,5 +828,229 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
             (0..g.b * nblk).for_each(task);
         }
     });
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16: the α² products on bf16 words (vdpbf16ps), transforms in f32
+
+thread_local! {
+    /// Per-thread bf16 words: a task's packed transformed input.
+    static WORDS_V: Cell<Vec<u32>> = const { Cell::new(Vec::new()) };
+}
+
+/// [`with_scratch`] for words.
+fn with_words<R>(
+    slot: &'static std::thread::LocalKey<Cell<Vec<u32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [u32]) -> R,
+) -> R {
+    let mut buf = slot.with(Cell::take);
+    if buf.len() < len {
+        buf = vec![0; len];
+    }
+    let r = f(&mut buf[..len]);
+    slot.with(|s| {
+        let old = s.take();
+        s.set(if old.len() > buf.len() { old } else { buf });
+    });
+    r
+}
+
+/// Whether [`conv2d_bf16`] runs this bf16 convolution when `auto` picks: 3×3, stride 1, and
+/// enough channels for the transforms to pay (as [`auto_tile`]).
+pub fn auto_bf16(g: &Geom) -> bool {
+    supports(g) && g.ci >= 32 && g.co >= 32
+}
+
+/// Winograd F(2×2, 3×3) in bf16: the input and weight transforms in f32 (as [`conv2d`]),
+/// their results rounded to bf16 and paired along c_in, the 16 products (co × ci)·(ci × tiles)
+/// summed in f32 by the bf16 micro-kernel of [`bf16`] (`vdpbf16ps`, or its portable twin —
+/// same bits), the output transform in f32. x (b, ci, h, w) → (b, co, ho, wo); `ua`: the
+/// weights from [`pack_weights_bf16`].
+///
+/// Only F(2,3): its transforms add and subtract (and halve the weights), so bf16 rounding of
+/// the transformed operands costs about twice the direct bf16 conv's error (4.6e-3 vs 2.3e-3
+/// relative, 64 channels at 24²); F(4,3)'s (×4, ×5, ×8, 1/24) made it 7.5e-2.
+pub fn conv2d_bf16(
+    x: &[f32],
+    ua: &[u32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    kernel: Kernel,
+) -> Vec<f32> {
+    assert!(supports(g), "winograd: not a stride-1 3×3 conv: {g:?}");
+    assert_eq!(x.len(), g.b * g.ci * g.h * g.w, "winograd: input size");
+    let words = 16 * g.co.next_multiple_of(MR) * g.ci.div_ceil(2);
+    assert_eq!(ua.len(), words, "winograd: packed weight size");
+    run_bf16::<2, 4, F2x3>(x, ua, bias, g, Isa::best(), kernel.checked())
+}
+
+/// The transformed weights U = G g Gᵀ of F(2×2, 3×3) of w (co, ci, 3, 3), rounded to bf16
+/// and packed as the micro-kernel's A per transformed element: [16][co_pad / MR][⌈ci/2⌉][MR]
+/// words (co_pad = co rounded up to MR; zero past co and ci). Done once per model, at load.
+pub fn pack_weights_bf16(w: &[f32], ci: usize, co: usize) -> Vec<u32> {
+    assert_eq!(w.len(), co * ci * 9, "winograd: weight size");
+    let aa = 16;
+    let mut u = vec![0f32; aa * co * ci];
+    transform_weights::<2, 4, F2x3>(w, ci, co, &mut u, Isa::best());
+    let (ci2, blocks) = (ci.div_ceil(2), co.div_ceil(MR));
+    let mut ua = vec![0u32; aa * blocks * MR * ci2];
+    ua.par_chunks_mut(ci2 * MR)
+        .enumerate()
+        .for_each(|(eb, dst)| {
+            let (e, blk) = (eb / blocks, eb % blocks);
+            for r in 0..MR {
+                let o = blk * MR + r;
+                if o >= co {
+                    continue;
+                }
+                let row = &u[(e * co + o) * ci..][..ci];
+                for k in 0..ci2 {
+                    let hi = row.get(2 * k + 1).copied().unwrap_or(0.0);
+                    dst[k * MR + r] = bf16::word(row[2 * k], hi);
+                }
+            }
+        });
+    ua
+}
+
+fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
+    x: &[f32],
+    ua: &[u32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    isa: Isa,
+    kernel: Kernel,
+) -> Vec<f32> {
+    let p = plan::<M>(g);
+    let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
+    if out.is_empty() {
+        return out;
+    }
+    let threads = super::threads();
+    let (ci, co, aa) = (g.ci, g.co, A * A);
+    let (ci2, co_pad) = (ci.div_ceil(2), co.next_multiple_of(MR));
+    let blocks = co_pad / MR;
+
+    // Task blocks as in `run` (f32 bytes of transformed input + products).
+    let target = (TASK_BYTES / (4 * aa * (ci + co_pad))).clamp(128, 4096);
+    let mut rpt = target.div_ceil(p.w1).clamp(1, p.nty);
+    let mut nblk = p.nty.div_ceil(rpt);
+    let outer = g.b * nblk >= 2 * threads;
+    if outer {
+        let ntasks = (g.b * nblk).div_ceil(threads) * threads;
+        rpt = p.nty.div_ceil(ntasks.div_ceil(g.b).min(p.nty));
+        nblk = p.nty.div_ceil(rpt);
+    }
+    let tp_max = (rpt * p.w1).next_multiple_of(NB);
+    let xp = polyphase::<M>(x, g, &p);
+    let outp = Ptr(out.as_mut_ptr());
+
+    let task = |t: usize| {
+        let (bi, blk) = (t / nblk, t % nblk);
+        let ty0 = blk * rpt;
+        let rows = rpt.min(p.nty - ty0);
+        let tp = (rows * p.w1).next_multiple_of(NB);
+        let img = &xp[bi * ci * p.chan..(bi + 1) * ci * p.chan];
+        with_scratch(&TILES, aa * (ci + co_pad) * tp_max, |buf| {
+            let (vb, mb) = buf.split_at_mut(aa * ci * tp_max);
+            let vp = Ptr(vb.as_mut_ptr());
+            let input = |(c0, c1): (usize, usize)| {
+                let job = InputJob::<M, A, K> {
+                    img,
+                    p,
+                    ci,
+                    c0,
+                    c1,
+                    k0: ty0 * p.w1,
+                    tp,
+                    v: vp,
+                    k: Default::default(),
+                };
+                dispatch(isa, &job)
+            };
+            if outer {
+                input((0, ci));
+            } else {
+                ranges(ci, threads * 4).into_par_iter().for_each(input);
+            }
+            let vb: &[f32] = vb;
+            with_words(&WORDS_V, aa * ci2 * tp_max, |vw| {
+                // V as the micro-kernel's B: (e, ci2, tp) words, channels paired.
+                let pack = |(e, k): (usize, usize), dst: &mut [u32]| {
+                    let row = |c: usize| &vb[(e * ci + c) * tp..][..tp];
+                    let hi = (2 * k + 1 < ci).then(|| row(2 * k + 1));
+                    bf16::pack_pairs(dst, row(2 * k), hi);
+                };
+                let rows_v = vw[..aa * ci2 * tp].chunks_mut(tp).enumerate();
+                if outer {
+                    rows_v.for_each(|(i, d)| pack((i / ci2, i % ci2), d));
+                } else {
+                    vw[..aa * ci2 * tp]
+                        .par_chunks_mut(tp)
+                        .enumerate()
+                        .for_each(|(i, d)| pack((i / ci2, i % ci2), d));
+                }
+                let vw: &[u32] = vw;
+                let mp = Ptr(mb.as_mut_ptr());
+                let product = |e: usize| {
+                    // SAFETY: every e writes its own (co_pad × tp) slice of mb, which
+                    // holds α²·co_pad·tp_max floats.
+                    let c = unsafe {
+                        std::slice::from_raw_parts_mut(mp.get().add(e * co_pad * tp), co_pad * tp)
+                    };
+                    c.fill(0.0);
+                    for k0 in (0..ci2).step_by(KC) {
+                        let kc = KC.min(ci2 - k0);
+                        for nb in (0..tp).step_by(NB) {
+                            let bptr = vw[(e * ci2 + k0) * tp + nb..].as_ptr();
+                            for blk in 0..blocks {
+                                let a = ua[((e * blocks + blk) * ci2 + k0) * MR..].as_ptr();
+                                let cp = c[blk * MR * tp + nb..].as_mut_ptr();
+                                // SAFETY: a covers kc·MR words; b's kc rows of NB
+                                // words lie in vw (tp is a multiple of NB); c is an
+                                // MR × NB corner of this e's products.
+                                unsafe { bf16::ukernel(kernel, kc, a, bptr, tp, cp, tp) };
+                            }
+                        }
+                    }
+                };
+                if outer {
+                    (0..aa).for_each(product);
+                } else {
+                    (0..aa).into_par_iter().for_each(product);
+                }
+            });
+            let mb: &[f32] = mb;
+            let output = |(o0, o1): (usize, usize)| {
+                let job = OutputJob::<M, A, K> {
+                    mb,
+                    bias,
+                    p,
+                    co: co_pad,
+                    o0,
+                    o1,
+                    tp,
+                    ty0,
+                    rows,
+                    // SAFETY: image bi's output starts there.
+                    out: Ptr(unsafe { outp.get().add(bi * co * p.ho * p.wo) }),
+                    k: Default::default(),
+                };
+                dispatch(isa, &job)
+            };
+            if outer {
+                output((0, co));
+            } else {
+                ranges(co, threads * 4).into_par_iter().for_each(output);
+            }
+        })
+    };
+    if outer {
+        (0..g.b * nblk).into_par_iter().for_each(task);
+    } else {
+        (0..g.b * nblk).for_each(task);
+    }
     out
 }

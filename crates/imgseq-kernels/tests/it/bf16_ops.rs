@@ -140,7 +140,9 @@ fn bf16_conv_is_the_exact_sum_of_bf16_rounded_operands() {
         let b = rand(&[c.co], 13, 0.5, DType::F32);
         let want = conv_rounded_f64(&x, &w, &b, c.stride, c.pad);
         for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
-            let p = Bf16Conv2d::new(&w, Some(&b), c.stride, c.pad, kernel).unwrap();
+            // The direct conv (`new` would pick Winograd for the 300 -> 40 case).
+            let p =
+                Bf16Conv2d::with_winograd(&w, Some(&b), c.stride, c.pad, kernel, false).unwrap();
             let y = ops::conv2d_bf16(&x, &p).unwrap();
             // Only the f32 accumulation differs from the f64 sum.
             assert_close(&y, &want, 1e-5, &format!("{} ({kernel:?})", c.what));
@@ -149,6 +151,91 @@ fn bf16_conv_is_the_exact_sum_of_bf16_rounded_operands() {
             assert_close(&y, &f, 1.5e-2, &format!("{} vs f32 ({kernel:?})", c.what));
         }
     }
+}
+
+/// 3×3 stride-1 convs of the sizes the bf16 Winograd runs on (≥ 32 channels), with odd
+/// channel counts, co not a multiple of the micro-tile, odd image sides and batches.
+struct WinoCase {
+    x: [usize; 4],
+    co: usize,
+    pad: Padding,
+    what: &'static str,
+}
+
+impl WinoCase {
+    fn tensors(&self) -> (Tensor, Tensor, Tensor) {
+        let ci = self.x[1];
+        // Weights at the scale of a trained conv (He init), inputs like activations.
+        let scale = (2.0 / (9.0 * ci as f64)).sqrt();
+        (
+            rand(&self.x, 41, 1.0, DType::F32),
+            rand(&[self.co, ci, 3, 3], 42, scale, DType::F32),
+            rand(&[self.co], 43, 0.1, DType::F32),
+        )
+    }
+}
+
+fn winograd_cases() -> Vec<WinoCase> {
+    let c = |x, co, pad, what| WinoCase { x, co, pad, what };
+    vec![
+        c([1, 64, 24, 24], 64, Padding::same(1), "64 -> 64 at 24x24"),
+        c(
+            [2, 33, 13, 11],
+            40,
+            Padding::same(1),
+            "odd c_in, 2 images, odd sides",
+        ),
+        c([1, 48, 7, 9], 35, Padding::same(1), "co % 8 != 0"),
+        c([3, 32, 5, 5], 32, Padding::same(0), "no padding, 3 images"),
+        c(
+            [1, 260, 10, 12],
+            48,
+            Padding::same(1),
+            "c_in over two reduction blocks",
+        ),
+    ]
+}
+
+/// The bf16 Winograd conv against the f32 direct conv: only the bf16 rounding of the
+/// transformed operands separates them (F(2,3)'s transforms add, subtract and halve, so the
+/// error stays within ~2.5× the direct bf16 conv's), and `new` picks it for these sizes.
+#[test]
+fn bf16_winograd_is_close_to_the_f32_conv() {
+    for c in winograd_cases() {
+        let (x, w, b) = c.tensors();
+        let f = ops::conv2d(&x, &w, Some(&b), 1, c.pad).unwrap();
+        let k = Bf16Kernel::best();
+        let err = |wino| {
+            let p = Bf16Conv2d::with_winograd(&w, Some(&b), 1, c.pad, k, wino).unwrap();
+            let y = ops::conv2d_bf16(&x, &p).unwrap();
+            assert_eq!(y.dims(), f.dims());
+            rel_err(&y, &f)
+        };
+        let (direct, wino) = (err(false), err(true));
+        println!(
+            "{}: relative error {wino:.2e} (bf16 direct {direct:.2e})",
+            c.what
+        );
+        assert!(
+            wino <= 1e-2 && wino <= 2.5 * direct,
+            "{}: {wino:e} (direct {direct:e})",
+            c.what
+        );
+        assert!(
+            Bf16Conv2d::new(&w, Some(&b), 1, c.pad, k)
+                .unwrap()
+                .winograd(),
+            "{}",
+            c.what
+        );
+    }
+    // Few channels: `new` keeps the direct conv; Winograd refuses a stride-2 conv.
+    let w = rand(&[16, 8, 3, 3], 1, 0.3, DType::F32);
+    let k = Bf16Kernel::best();
+    assert!(!Bf16Conv2d::new(&w, None, 1, Padding::same(1), k)
+        .unwrap()
+        .winograd());
+    assert!(Bf16Conv2d::with_winograd(&w, None, 2, Padding::same(1), k, true).is_err());
 }
 
 #[test]
@@ -162,7 +249,7 @@ fn bf16_native_conv_and_linear_equal_the_portable_reference_bit_for_bit() {
         let w = rand(&[c.co, c.x[1], c.k, c.k], 22, 0.5, DType::F32);
         let b = rand(&[c.co], 23, 0.5, DType::F32);
         let run = |k| {
-            let p = Bf16Conv2d::new(&w, Some(&b), c.stride, c.pad, k).unwrap();
+            let p = Bf16Conv2d::with_winograd(&w, Some(&b), c.stride, c.pad, k, false).unwrap();
             vec32(&ops::conv2d_bf16(&x, &p).unwrap())
         };
         let (n, p) = (run(Bf16Kernel::Native), run(Bf16Kernel::Portable));
@@ -172,6 +259,20 @@ fn bf16_native_conv_and_linear_equal_the_portable_reference_bit_for_bit() {
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
         assert_eq!(diff, 0, "{}: {diff} of {} outputs differ", c.what, n.len());
+    }
+    for c in winograd_cases() {
+        let (x, w, b) = c.tensors();
+        let run = |k| {
+            let p = Bf16Conv2d::with_winograd(&w, Some(&b), 1, c.pad, k, true).unwrap();
+            vec32(&ops::conv2d_bf16(&x, &p).unwrap())
+        };
+        let (n, p) = (run(Bf16Kernel::Native), run(Bf16Kernel::Portable));
+        let diff = n
+            .iter()
+            .zip(&p)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(diff, 0, "winograd {}: {diff} of {} differ", c.what, n.len());
     }
     for (shape, out) in [
         (vec![130, 47], 10),
