@@ -4,7 +4,9 @@
 //!
 //! Each row: best of ≥ 3 timed runs (≥ 0.5 s in all) of the f32 op (`ops::conv2d` /
 //! `ops::linear`) and of the bf16 op on weights packed beforehand (`ops::conv2d_bf16` /
-//! `ops::linear_bf16`, `vdpbf16ps` where the CPU has it), with GMAC/s and the speed-up.
+//! `ops::linear_bf16`, `vdpbf16ps` where the CPU has it), with GMAC/s (of the direct conv's
+//! multiply-adds, so Winograd shows above the peak) and the speed-up. Where the bf16 conv runs
+//! Winograd F(2,3), the bf16 direct conv is timed beside it.
 
 use candle_core::{DType, Device, Result, Tensor};
 use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Bf16Linear, Padding};
@@ -27,9 +29,10 @@ fn best_ms(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(best * 1e3)
 }
 
-fn row(name: &str, macs: f64, f32_ms: f64, bf16_ms: f64) {
+fn row(name: &str, macs: f64, f32_ms: f64, bf16_ms: f64, direct_ms: Option<f64>) {
+    let direct = direct_ms.map_or("–".to_string(), |d| format!("{d:.2}"));
     println!(
-        "| {name} | {f32_ms:.2} | {bf16_ms:.2} | {:.1} | {:.1} | {:.2}x |",
+        "| {name} | {f32_ms:.2} | {bf16_ms:.2} | {direct} | {:.1} | {:.1} | {:.2}x |",
         macs / f32_ms / 1e6,
         macs / bf16_ms / 1e6,
         f32_ms / bf16_ms
@@ -51,9 +54,11 @@ fn main() -> Result<()> {
         Bf16Kernel::native_available(),
         rayon::current_num_threads()
     );
-    println!("| layer | f32 ms | bf16 ms | f32 GMAC/s | bf16 GMAC/s | bf16 speed-up |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let convs: [ConvRow; 10] = [
+    println!(
+        "| layer | f32 ms | bf16 ms | bf16 direct ms | f32 GMAC/s | bf16 GMAC/s | bf16 speed-up |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let convs: [ConvRow; 12] = [
         (
             "conv3x3 128->128 @32²",
             [1, 128, 32, 32],
@@ -74,6 +79,22 @@ fn main() -> Result<()> {
             "conv3x3 128->128 @384²",
             [1, 128, 384, 384],
             128,
+            3,
+            1,
+            Padding::same(1),
+        ),
+        (
+            "conv3x3 128->128 @192²",
+            [1, 128, 192, 192],
+            128,
+            3,
+            1,
+            Padding::same(1),
+        ),
+        (
+            "conv3x3 256->256 @96²",
+            [1, 256, 96, 96],
+            256,
             3,
             1,
             Padding::same(1),
@@ -148,7 +169,13 @@ fn main() -> Result<()> {
         let macs = (xs[0] * co * ho * wo * xs[1] * k * k) as f64;
         let f = best_ms(|| ops::conv2d(&x, &w, Some(&b), s, pad).map(|_| ()))?;
         let h = best_ms(|| ops::conv2d_bf16(&x, &packed).map(|_| ()))?;
-        row(name, macs, f, h);
+        let direct = if packed.winograd() {
+            let d = Bf16Conv2d::with_winograd(&w, Some(&b), s, pad, kernel, false)?;
+            Some(best_ms(|| ops::conv2d_bf16(&x, &d).map(|_| ()))?)
+        } else {
+            None
+        };
+        row(name, macs, f, h, direct);
     }
     let lins: [(&str, usize, usize, usize); 3] = [
         ("linear (500·65)x48 -> 192 (ViT MLP in)", 500 * 65, 48, 192),
@@ -166,7 +193,7 @@ fn main() -> Result<()> {
         let macs = (rows * inp * out) as f64;
         let f = best_ms(|| ops::linear(&x, &w, Some(&b)).map(|_| ()))?;
         let h = best_ms(|| ops::linear_bf16(&x, &packed).map(|_| ()))?;
-        row(name, macs, f, h);
+        row(name, macs, f, h, None);
     }
     Ok(())
 }
