@@ -22,6 +22,7 @@ repetitions after warm-up; compare the ratios, not absolute times (shared machin
 """
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -313,10 +314,18 @@ def main():
 
         def same(p, q):
             return (p["indices"].long() == q["indices"].long()).float().mean().item()
-        bf16_agreement = (same(ro16, ro), same(to16, to))
+
+        def psnr(p, q):
+            """Decode of p against q's (f32) decode, peak = q's value range."""
+            a, b = p["reconstruction"].double(), q["reconstruction"].double()
+            mse = ((a - b) ** 2).mean().item()
+            rng = (b.max() - b.min()).item()
+            return float("inf") if mse == 0 else 10 * math.log10(rng * rng / mse)
+        bf16_agreement = (same(ro16, ro), same(to16, to), psnr(ro16, ro), psnr(to16, to))
         row("a bf16: imgseq bf16 vs PyTorch autocast(bf16)+channels_last", "batch 1", 883e9, t16, r16)
         print(f"   bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
-              f"PyTorch {100 * bf16_agreement[1]:.2f}%")
+              f"PyTorch {100 * bf16_agreement[1]:.2f}%; bf16 decode vs the same side's f32 decode: "
+              f"imgseq {bf16_agreement[2]:.1f} dB, PyTorch {bf16_agreement[3]:.1f} dB")
 
     if "e" in only:
         d = os.path.join(tmp, "vq-encode")
@@ -346,7 +355,9 @@ def main():
         lines.append(f"VQGAN token agreement imgseq vs PyTorch: {100 * agreement:.2f}% of 576.")
     if bf16_agreement is not None:
         lines.append(f"bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
-                     f"PyTorch autocast {100 * bf16_agreement[1]:.2f}% of 576.")
+                     f"PyTorch autocast {100 * bf16_agreement[1]:.2f}% of 576; bf16 decode against the same "
+                     f"side's f32 decode (random weights, peak = the f32 decode's range): imgseq "
+                     f"{bf16_agreement[2]:.1f} dB, PyTorch autocast {bf16_agreement[3]:.1f} dB.")
     text = "\n".join(lines)
     print(text)
     if a.markdown:

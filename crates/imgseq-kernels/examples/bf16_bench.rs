@@ -1,6 +1,7 @@
 //! bf16 conv / linear against f32, per layer shape of the taming VQGAN and the ViT.
 //!
-//! `cargo run --release -p imgseq-kernels --example bf16_bench -- [filter] [--portable]`
+//! `cargo run --release -p imgseq-kernels --example bf16_bench -- [filter] [--portable]
+//!  [--conv CI,CO,SIDE ...]` (`--conv`: only these 3×3 stride-1 convs, 1 image).
 //!
 //! Each row: best of ≥ 3 timed runs (≥ 0.5 s in all) of the f32 op (`ops::conv2d` /
 //! `ops::linear`) and of the bf16 op on weights packed beforehand (`ops::conv2d_bf16` /
@@ -9,7 +10,7 @@
 //! Winograd F(2,3), the bf16 direct conv is timed beside it.
 
 use candle_core::{DType, Device, Result, Tensor};
-use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Bf16Linear, Padding};
+use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16ConvAlgo, Bf16Kernel, Bf16Linear, Padding};
 use std::time::Instant;
 
 /// (name, input shape (b, c, h, w), output channels, kernel, stride, padding).
@@ -47,7 +48,11 @@ fn main() -> Result<()> {
     } else {
         Bf16Kernel::best()
     };
-    let filter = args.iter().find(|a| !a.starts_with("--")).cloned();
+    let filter = args
+        .iter()
+        .enumerate()
+        .find(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--conv"))
+        .map(|(_, a)| a.clone());
     let dev = Device::Cpu;
     println!(
         "bf16 path: {kernel:?} (AVX512-BF16 present: {}), {} threads",
@@ -156,7 +161,26 @@ fn main() -> Result<()> {
             Padding::same(1),
         ),
     ];
-    for (name, xs, co, k, s, pad) in convs {
+    let custom: Vec<(String, [usize; 4], usize, usize, usize, Padding)> = args
+        .windows(2)
+        .filter(|w| w[0] == "--conv")
+        .map(|w| {
+            let v: Vec<usize> = w[1].split(',').filter_map(|t| t.parse().ok()).collect();
+            assert_eq!(v.len(), 3, "--conv CI,CO,SIDE");
+            let name = format!("conv3x3 {}->{} @{}²", v[0], v[1], v[2]);
+            (name, [1, v[0], v[2], v[2]], v[1], 3, 1, Padding::same(1))
+        })
+        .collect();
+    let rows: Vec<(String, [usize; 4], usize, usize, usize, Padding)> = if custom.is_empty() {
+        convs
+            .iter()
+            .map(|c| (c.0.to_string(), c.1, c.2, c.3, c.4, c.5))
+            .collect()
+    } else {
+        custom
+    };
+    for (name, xs, co, k, s, pad) in rows {
+        let name = name.as_str();
         if filter.as_deref().is_some_and(|f| !name.contains(f)) {
             continue;
         }
@@ -169,8 +193,8 @@ fn main() -> Result<()> {
         let macs = (xs[0] * co * ho * wo * xs[1] * k * k) as f64;
         let f = best_ms(|| ops::conv2d(&x, &w, Some(&b), s, pad).map(|_| ()))?;
         let h = best_ms(|| ops::conv2d_bf16(&x, &packed).map(|_| ()))?;
-        let direct = if packed.winograd() {
-            let d = Bf16Conv2d::with_winograd(&w, Some(&b), s, pad, kernel, false)?;
+        let direct = if packed.runs_winograd(xs[2], xs[3]) {
+            let d = Bf16Conv2d::with_algo(&w, Some(&b), s, pad, kernel, Bf16ConvAlgo::Direct)?;
             Some(best_ms(|| ops::conv2d_bf16(&x, &d).map(|_| ()))?)
         } else {
             None

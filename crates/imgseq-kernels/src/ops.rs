@@ -188,6 +188,7 @@ pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
 // bf16 inference (Precision::Bf16): weights rounded to bf16 and packed once, inputs rounded on
 // every call, f32 accumulation (`vdpbf16ps`, or its portable emulation). No backward.
 
+pub use crate::cpu::bf16::ConvAlgo as Bf16ConvAlgo;
 pub use crate::cpu::bf16::Kernel as Bf16Kernel;
 
 /// Tensor → contiguous f32 data on the CPU, for packing weights.
@@ -206,8 +207,8 @@ pub struct Bf16Conv2d {
 }
 
 impl Bf16Conv2d {
-    /// Packs the weights for the algorithm `auto` picks: Winograd F(2×2, 3×3) with bf16
-    /// products for 3×3 stride-1 convs of ≥ 32 channels in and out
+    /// Packs the weights for [`Bf16ConvAlgo::Auto`]: Winograd F(2×2, 3×3) with bf16
+    /// products for big 3×3 stride-1 convs of ≥ 128 channels in and out
     /// ([`crate::cpu::winograd::auto_bf16`]), else the direct conv.
     ///
     /// # Shapes
@@ -219,31 +220,31 @@ impl Bf16Conv2d {
         pad: Padding,
         kernel: Bf16Kernel,
     ) -> Result<Self> {
-        Self::build(weight, bias, stride, pad, kernel, None)
+        Self::with_algo(weight, bias, stride, pad, kernel, Bf16ConvAlgo::Auto)
     }
 
-    /// [`Bf16Conv2d::new`] with the algorithm chosen: `winograd` F(2×2, 3×3) (3×3 stride-1
-    /// convs only), else the direct conv.
-    pub fn with_winograd(
+    /// [`Bf16Conv2d::new`] with the algorithm chosen ([`Bf16ConvAlgo::Winograd`]: 3×3
+    /// stride-1 convs only).
+    pub fn with_algo(
         weight: &Tensor,
         bias: Option<&Tensor>,
         stride: usize,
         pad: Padding,
         kernel: Bf16Kernel,
-        winograd: bool,
+        algo: Bf16ConvAlgo,
     ) -> Result<Self> {
         let (_, _, kh, kw) = weight.dims4()?;
-        if winograd && (kh, kw, stride) != (3, 3, 1) {
+        if algo == Bf16ConvAlgo::Winograd && (kh, kw, stride) != (3, 3, 1) {
             candle_core::bail!(
                 "conv2d_bf16: Winograd needs a 3x3 stride-1 conv, got {kh}x{kw} stride {stride}"
             );
         }
-        Self::build(weight, bias, stride, pad, kernel, Some(winograd))
+        Self::build(weight, bias, stride, pad, kernel, algo)
     }
 
-    /// Whether this conv runs Winograd F(2×2, 3×3) (else direct).
-    pub fn winograd(&self) -> bool {
-        self.weights.winograd()
+    /// Whether an h × w input runs Winograd F(2×2, 3×3) (else the direct conv).
+    pub fn runs_winograd(&self, h: usize, w: usize) -> bool {
+        self.weights.runs_winograd(h, w)
     }
 
     fn build(
@@ -252,7 +253,7 @@ impl Bf16Conv2d {
         stride: usize,
         pad: Padding,
         kernel: Bf16Kernel,
-        algo: Option<bool>,
+        algo: Bf16ConvAlgo,
     ) -> Result<Self> {
         let (co, ci, kh, kw) = weight.dims4()?;
         if stride == 0 {
@@ -268,17 +269,8 @@ impl Bf16Conv2d {
         let w = cpu_f32(weight, "conv2d_bf16")?;
         let pads = (pad.left, pad.right, pad.top, pad.bottom);
         let dims = (co, ci, kh, kw);
-        let weights = match algo {
-            None => crate::cpu::bf16::ConvWeights::new(&w, b.as_deref(), dims, stride, pads),
-            Some(wino) => crate::cpu::bf16::ConvWeights::with_winograd(
-                &w,
-                b.as_deref(),
-                dims,
-                stride,
-                pads,
-                wino,
-            ),
-        };
+        let weights =
+            crate::cpu::bf16::ConvWeights::with_algo(&w, b.as_deref(), dims, stride, pads, algo);
         Ok(Self {
             weights: std::sync::Arc::new(weights),
             kernel,

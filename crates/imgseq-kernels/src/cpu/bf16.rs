@@ -345,19 +345,33 @@ pub struct ConvWeights {
     ci2: usize,
     /// co rounded up to MR.
     co_pad: usize,
-    /// `[co_pad / MR][tap][pair][MR]` words (empty when `wino` is set).
+    /// `[co_pad / MR][tap][pair][MR]` words.
     data: Vec<u32>,
     /// (co_pad)
     bias: Vec<f32>,
-    /// Winograd F(2×2, 3×3) instead of the direct conv: the transformed weights
-    /// ([`super::winograd::pack_weights_bf16`]).
+    /// The transformed weights of Winograd F(2×2, 3×3)
+    /// ([`super::winograd::pack_weights_bf16`]), where `algo` may run it.
     wino: Option<Vec<u32>>,
+    algo: ConvAlgo,
+}
+
+/// Which algorithm a bf16 3×3 stride-1 conv runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvAlgo {
+    /// The direct conv: the exact sum of the bf16-rounded operands (f32 accumulation).
+    Direct,
+    /// Winograd F(2×2, 3×3) with bf16 products ([`winograd::conv2d_bf16`]): 2.25× fewer
+    /// multiplies, about twice the direct conv's rounding error.
+    Winograd,
+    /// Winograd where it was measured faster ([`winograd::auto_bf16`]: ≥ 128 channels in and
+    /// out and ≥ 2²⁹ multiply-adds per image), else direct; decided per call from the input
+    /// size (both packings are kept for such convs).
+    Auto,
 }
 
 impl ConvWeights {
-    /// Packs `w` (co, ci, kh, kw) and `bias` (co) for the algorithm `auto` picks: Winograd
-    /// F(2×2, 3×3) ([`winograd::auto_bf16`]) for 3×3 stride-1 convs with enough channels, else
-    /// the direct conv. The caller checks the sizes.
+    /// Packs `w` (co, ci, kh, kw) and `bias` (co) for [`ConvAlgo::Auto`]. The caller checks
+    /// the sizes.
     pub fn new(
         w: &[f32],
         bias: Option<&[f32]>,
@@ -365,52 +379,32 @@ impl ConvWeights {
         stride: usize,
         pad: (usize, usize, usize, usize),
     ) -> Self {
-        let (co, ci, kh, kw) = dims;
-        let g = Geom {
-            b: 1,
-            ci,
-            h: 1,
-            w: 1,
-            co,
-            kh,
-            kw,
-            s: stride,
-            pad,
-        };
-        Self::with_winograd(w, bias, dims, stride, pad, winograd::auto_bf16(&g))
+        Self::with_algo(w, bias, dims, stride, pad, ConvAlgo::Auto)
     }
 
-    /// [`ConvWeights::new`] with the algorithm chosen: `winograd` (a 3×3 stride-1 conv only)
-    /// runs Winograd F(2×2, 3×3) with its products in bf16, else the direct conv.
-    pub fn with_winograd(
+    /// [`ConvWeights::new`] with the algorithm chosen ([`ConvAlgo::Winograd`]: a 3×3
+    /// stride-1 conv only).
+    pub fn with_algo(
         w: &[f32],
         bias: Option<&[f32]>,
         (co, ci, kh, kw): (usize, usize, usize, usize),
         stride: usize,
         pad: (usize, usize, usize, usize),
-        winograd: bool,
+        algo: ConvAlgo,
     ) -> Self {
         assert_eq!(w.len(), co * ci * kh * kw, "conv weight size");
         let (ci2, co_pad, kk) = (ci.div_ceil(2), round_up(co, MR), kh * kw);
-        if winograd {
-            assert!(
-                kh == 3 && kw == 3 && stride == 1,
-                "winograd: not a stride-1 3×3 conv"
-            );
-            return Self {
-                co,
-                ci,
-                kh,
-                kw,
-                stride,
-                pad,
-                ci2,
-                co_pad,
-                data: Vec::new(),
-                bias: padded_bias(bias, co_pad),
-                wino: Some(winograd::pack_weights_bf16(w, ci, co)),
-            };
-        }
+        let pack_wino = match algo {
+            ConvAlgo::Direct => false,
+            ConvAlgo::Winograd => {
+                assert!(
+                    kh == 3 && kw == 3 && stride == 1,
+                    "winograd: not a stride-1 3×3 conv"
+                );
+                true
+            }
+            ConvAlgo::Auto => winograd::bf16_candidate(ci, co, kh, kw, stride),
+        };
         let mut data = vec![0u32; co_pad * kk * ci2];
         let at = |o: usize, c: usize, t: usize| {
             if c < ci {
@@ -439,13 +433,27 @@ impl ConvWeights {
             co_pad,
             data,
             bias: padded_bias(bias, co_pad),
-            wino: None,
+            wino: pack_wino.then(|| winograd::pack_weights_bf16(w, ci, co)),
+            algo,
         }
     }
 
-    /// Whether this conv runs Winograd F(2×2, 3×3) (else direct).
-    pub fn winograd(&self) -> bool {
+    /// Whether an h × w input runs Winograd F(2×2, 3×3) (else the direct conv).
+    pub fn runs_winograd(&self, h: usize, w: usize) -> bool {
+        let g = Geom {
+            b: 1,
+            ci: self.ci,
+            h,
+            w,
+            co: self.co,
+            kh: self.kh,
+            kw: self.kw,
+            s: self.stride,
+            pad: self.pad,
+        };
         self.wino.is_some()
+            && winograd::supports(&g)
+            && (self.algo == ConvAlgo::Winograd || winograd::auto_bf16(&g))
     }
 
     /// Output size for an h × w input (the caller checks that the kernel fits).
@@ -552,17 +560,7 @@ pub fn conv2d(
     kernel: Kernel,
 ) -> Vec<f32> {
     let kernel = kernel.checked();
-    if let Some(ua) = &wt.wino {
-        if h == 0 || w == 0 {
-            // Only padding under the kernel: every output is the bias.
-            let (ho, wo) = wt.out_hw(h, w);
-            let plane = ho * wo;
-            let mut out = vec![0f32; b * wt.co * plane];
-            for (i, ch) in out.chunks_mut(plane.max(1)).enumerate() {
-                ch.fill(wt.bias[i % wt.co]);
-            }
-            return out;
-        }
+    if let Some(ua) = wt.wino.as_ref().filter(|_| wt.runs_winograd(h, w)) {
         let g = Geom {
             b,
             ci: wt.ci,

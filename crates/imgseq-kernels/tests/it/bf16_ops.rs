@@ -5,7 +5,7 @@
 use crate::common::*;
 use candle_core::{DType, Tensor};
 use imgseq_kernels::cpu::bf16::round_bf16;
-use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Bf16Linear};
+use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16ConvAlgo, Bf16Kernel, Bf16Linear};
 use imgseq_kernels::Padding;
 
 fn vec32(t: &Tensor) -> Vec<f32> {
@@ -142,7 +142,8 @@ fn bf16_conv_is_the_exact_sum_of_bf16_rounded_operands() {
         for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
             // The direct conv (`new` would pick Winograd for the 300 -> 40 case).
             let p =
-                Bf16Conv2d::with_winograd(&w, Some(&b), c.stride, c.pad, kernel, false).unwrap();
+                Bf16Conv2d::with_algo(&w, Some(&b), c.stride, c.pad, kernel, Bf16ConvAlgo::Direct)
+                    .unwrap();
             let y = ops::conv2d_bf16(&x, &p).unwrap();
             // Only the f32 accumulation differs from the f64 sum.
             assert_close(&y, &want, 1e-5, &format!("{} ({kernel:?})", c.what));
@@ -198,20 +199,20 @@ fn winograd_cases() -> Vec<WinoCase> {
 
 /// The bf16 Winograd conv against the f32 direct conv: only the bf16 rounding of the
 /// transformed operands separates them (F(2,3)'s transforms add, subtract and halve, so the
-/// error stays within ~2.5× the direct bf16 conv's), and `new` picks it for these sizes.
+/// error stays within ~2.5× the direct bf16 conv's).
 #[test]
 fn bf16_winograd_is_close_to_the_f32_conv() {
     for c in winograd_cases() {
         let (x, w, b) = c.tensors();
         let f = ops::conv2d(&x, &w, Some(&b), 1, c.pad).unwrap();
         let k = Bf16Kernel::best();
-        let err = |wino| {
-            let p = Bf16Conv2d::with_winograd(&w, Some(&b), 1, c.pad, k, wino).unwrap();
+        let err = |algo| {
+            let p = Bf16Conv2d::with_algo(&w, Some(&b), 1, c.pad, k, algo).unwrap();
             let y = ops::conv2d_bf16(&x, &p).unwrap();
             assert_eq!(y.dims(), f.dims());
             rel_err(&y, &f)
         };
-        let (direct, wino) = (err(false), err(true));
+        let (direct, wino) = (err(Bf16ConvAlgo::Direct), err(Bf16ConvAlgo::Winograd));
         println!(
             "{}: relative error {wino:.2e} (bf16 direct {direct:.2e})",
             c.what
@@ -221,21 +222,39 @@ fn bf16_winograd_is_close_to_the_f32_conv() {
             "{}: {wino:e} (direct {direct:e})",
             c.what
         );
+    }
+}
+
+/// `auto` runs Winograd only for ≥ 128 channels and ≥ 2²⁹ multiply-adds per image, deciding
+/// per input size; it then gives exactly the Winograd result, and the direct one below.
+#[test]
+fn bf16_auto_picks_winograd_by_channels_and_size() {
+    let k = Bf16Kernel::best();
+    let w = rand(&[128, 128, 3, 3], 1, 0.03, DType::F32);
+    let auto = Bf16Conv2d::new(&w, None, 1, Padding::same(1), k).unwrap();
+    assert!(auto.runs_winograd(64, 64) && auto.runs_winograd(384, 384));
+    assert!(!auto.runs_winograd(48, 48) && !auto.runs_winograd(0, 0));
+    for (side, algo) in [(64, Bf16ConvAlgo::Winograd), (40, Bf16ConvAlgo::Direct)] {
+        let x = rand(&[1, 128, side, side], 2, 1.0, DType::F32);
+        let forced = Bf16Conv2d::with_algo(&w, None, 1, Padding::same(1), k, algo).unwrap();
+        let (a, f) = (
+            vec32(&ops::conv2d_bf16(&x, &auto).unwrap()),
+            vec32(&ops::conv2d_bf16(&x, &forced).unwrap()),
+        );
         assert!(
-            Bf16Conv2d::new(&w, Some(&b), 1, c.pad, k)
-                .unwrap()
-                .winograd(),
-            "{}",
-            c.what
+            a.iter().zip(&f).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{side}: {algo:?}"
         );
     }
-    // Few channels: `new` keeps the direct conv; Winograd refuses a stride-2 conv.
-    let w = rand(&[16, 8, 3, 3], 1, 0.3, DType::F32);
-    let k = Bf16Kernel::best();
+    // ≤ 64 channels or a stride-2 conv: never Winograd; forcing it on a stride 2 is an error.
+    let w = rand(&[64, 64, 3, 3], 1, 0.03, DType::F32);
     assert!(!Bf16Conv2d::new(&w, None, 1, Padding::same(1), k)
         .unwrap()
-        .winograd());
-    assert!(Bf16Conv2d::with_winograd(&w, None, 2, Padding::same(1), k, true).is_err());
+        .runs_winograd(384, 384));
+    let s2 = Bf16Conv2d::new(&w, None, 2, Padding::same(1), k).unwrap();
+    assert!(!s2.runs_winograd(384, 384));
+    let err = Bf16Conv2d::with_algo(&w, None, 2, Padding::same(1), k, Bf16ConvAlgo::Winograd);
+    assert!(err.is_err());
 }
 
 #[test]
@@ -249,7 +268,8 @@ fn bf16_native_conv_and_linear_equal_the_portable_reference_bit_for_bit() {
         let w = rand(&[c.co, c.x[1], c.k, c.k], 22, 0.5, DType::F32);
         let b = rand(&[c.co], 23, 0.5, DType::F32);
         let run = |k| {
-            let p = Bf16Conv2d::with_winograd(&w, Some(&b), c.stride, c.pad, k, false).unwrap();
+            let p = Bf16Conv2d::with_algo(&w, Some(&b), c.stride, c.pad, k, Bf16ConvAlgo::Direct)
+                .unwrap();
             vec32(&ops::conv2d_bf16(&x, &p).unwrap())
         };
         let (n, p) = (run(Bf16Kernel::Native), run(Bf16Kernel::Portable));
@@ -263,7 +283,8 @@ fn bf16_native_conv_and_linear_equal_the_portable_reference_bit_for_bit() {
     for c in winograd_cases() {
         let (x, w, b) = c.tensors();
         let run = |k| {
-            let p = Bf16Conv2d::with_winograd(&w, Some(&b), 1, c.pad, k, true).unwrap();
+            let p =
+                Bf16Conv2d::with_algo(&w, Some(&b), 1, c.pad, k, Bf16ConvAlgo::Winograd).unwrap();
             vec32(&ops::conv2d_bf16(&x, &p).unwrap())
         };
         let (n, p) = (run(Bf16Kernel::Native), run(Bf16Kernel::Portable));
