@@ -93,8 +93,9 @@ class VQTokenizer:
             model's downsampling factor (16).
         precision: ``"f32"``, ``"bf16"`` or ``"auto"`` (the default), as the CLI's
             ``--precision``: bf16 runs the decoder on bf16 weights and activations with f32
-            sums; the encoder stays f32, so tokens are f32's. ``auto``: bf16 where the CPU has
-            AVX512-BF16 and the model's check agrees, else f32 (no timing decides it).
+            sums; the encoder stays f32, so tokens are f32's. ``auto``: bf16 where the CPU runs
+            AVX512-BF16 faster than f32 (AMD Zen 4; not Intel without AMX, where bf16 is
+            slower) and the model's check agrees, else f32 (no timing decides it).
 
     Raises:
         FileNotFoundError / OSError: a file cannot be read.
@@ -185,8 +186,8 @@ class ViT:
             ``config.json`` beside it; ``None``: the shipped Fashion-MNIST model.
         precision: ``"f32"``, ``"bf16"`` or ``"auto"`` (the default), as the CLI's
             ``--precision`` (bf16: the patch projection and linear layers; ``auto`` takes it
-            where the CPU has AVX512-BF16 and the predictions on built-in check pictures equal
-            f32's). Use ``"f32"`` for embeddings that match HF's to 1e-4.
+            where the CPU runs AVX512-BF16 faster than f32 and the predictions on built-in check
+            pictures equal f32's). Use ``"f32"`` for embeddings that match HF's to 1e-4.
     """
 
     def __init__(self, weights: Optional[PathLike] = None, precision: str = "auto") -> None:

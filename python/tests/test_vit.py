@@ -11,8 +11,8 @@ from conftest import make_image, run_cli, write_png
 
 @pytest.fixture(scope="module")
 def vit():
-    # f32 on both sides of every comparison with the CLI: `auto` is decided by a speed
-    # measurement in each process, and a debug-built CLI measures differently from the wheel.
+    # f32 on both sides of every comparison with the CLI: the embeddings are compared to f32
+    # references, and `auto` takes bf16 on some CPUs (AMD Zen 4).
     return imgseq.ViT(precision="f32")
 
 

@@ -34,8 +34,9 @@ impl fmt::Display for Precision {
     }
 }
 
-/// What was asked for: a precision, or `auto` — bf16 where the CPU has AVX512-BF16 and the
-/// loaded model passes its agreement check against f32, else f32.
+/// What was asked for: a precision, or `auto` — bf16 where the CPU runs AVX512-BF16 faster
+/// than f32 ([`bf16_support`]) and the loaded model passes its agreement check against f32,
+/// else f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PrecisionRequest {
     F32,
@@ -94,31 +95,78 @@ pub fn bf16_native() -> bool {
     Kernel::native_available()
 }
 
+/// What bf16 is worth on a CPU: absent, present but slower than f32, or faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Support {
+    /// No AVX512-BF16: bf16 is the portable emulation (several times slower than f32).
+    Absent,
+    /// `vdpbf16ps` exists but does fewer multiply-adds per cycle than the f32 FMA.
+    SlowerThanF32,
+    /// `vdpbf16ps` does more multiply-adds per cycle than the f32 FMA.
+    FasterThanF32,
+}
+
+/// This CPU's [`Bf16Support`], from its instructions and vendor — known per CPU kind, never
+/// timed (one machine always makes the same choice).
+///
+/// Measured (2 threads, `examples/bf16_bench.rs` per layer, `examples/dot_rate.rs` per
+/// instruction): on AMD Zen 4 our bf16 convs and linears ran 1.4–4.2× the f32 ones; on Intel
+/// Xeon (Sapphire Rapids, 2026-12-02) `vdpbf16ps` issues at a quarter of the FMA rate — half
+/// f32's multiply-adds per cycle — and every bf16 layer ran 0.36–1.0× the f32 one. Intel's
+/// fast bf16 unit is AMX, which imgseq does not use; so Intel counts as slower, AMD as faster.
+pub fn bf16_support() -> Bf16Support {
+    if !bf16_native() {
+        Bf16Support::Absent
+    } else if cpu_vendor() == "AuthenticAMD" {
+        Bf16Support::FasterThanF32
+    } else {
+        Bf16Support::SlowerThanF32
+    }
+}
+
+/// The CPUID vendor string ("AuthenticAMD", "GenuineIntel", …; "" off x86-64).
+pub fn cpu_vendor() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let r = std::arch::x86_64::__cpuid(0); // leaf 0: the vendor string
+
+        let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        String::new()
+    }
+}
+
 impl PrecisionRequest {
     /// Resolves the request on this CPU: `f32` and `bf16` as asked (bf16 without AVX512-BF16
-    /// is the slow emulation); `auto` bf16 when the CPU has AVX512-BF16 and the model's
-    /// agreement `check` passes, else f32.
+    /// is the slow emulation); `auto` bf16 when the CPU runs `vdpbf16ps` faster than f32
+    /// ([`bf16_support`]) and the model's agreement `check` passes, else f32.
     ///
-    /// The choice depends on the CPU's instructions and the model only — never on a timing —
-    /// so every run on one machine decodes the same tokens to the same pixels. (A speed probe
+    /// The choice depends on the CPU's kind and the model only — never on a timing — so every
+    /// run on one machine decodes the same tokens to the same pixels. (A speed probe of a conv
     /// decided it before: on one AMD EPYC it measured bf16 at 1.1× to 4.7× the f32 conv from
-    /// run to run, flipping the choice.) Speed is not always bf16's (`vdpbf16ps` issues at a
-    /// quarter of the FMA rate on some Xeons; on Zen 4 our f32 Winograd beats the bf16 direct
-    /// convs on large models): where f32 is faster, `--precision f32` says so (README;
-    /// `examples/bf16_bench.rs` measures it per layer).
+    /// run to run, flipping the choice.) On a CPU where bf16 is faster per layer, f32 can still
+    /// win a whole model (our f32 Winograd F(4,3) against bf16 convs): `--precision f32` is
+    /// the user's override (`examples/bf16_bench.rs` measures each layer).
     pub fn resolve<E>(
         self,
         check: impl FnOnce() -> Result<Agreement, E>,
     ) -> Result<PrecisionChoice, E> {
-        self.resolve_with(bf16_native(), check)
+        self.resolve_with(bf16_support(), check)
     }
 
-    /// [`Self::resolve`] for a CPU with (`native`) or without AVX512-BF16.
+    /// [`Self::resolve`] for a CPU with the given [`Bf16Support`].
     pub fn resolve_with<E>(
         self,
-        native: bool,
+        support: Bf16Support,
         check: impl FnOnce() -> Result<Agreement, E>,
     ) -> Result<PrecisionChoice, E> {
+        let native = support != Bf16Support::Absent;
         let choice = |precision, native, reason: String| PrecisionChoice {
             precision,
             native,
@@ -142,6 +190,13 @@ impl PrecisionRequest {
                 Precision::F32,
                 false,
                 "auto: this CPU has no AVX512-BF16".into(),
+            ),
+            Self::Auto if support == Bf16Support::SlowerThanF32 => choice(
+                Precision::F32,
+                false,
+                "auto: this CPU's vdpbf16ps does fewer multiply-adds per cycle than its f32 \
+                 FMA (Intel without AMX), so f32 is faster"
+                    .into(),
             ),
             Self::Auto => {
                 let a = check()?;
@@ -185,16 +240,24 @@ mod tests {
                 })
             }
         };
-        for native in [false, true] {
-            let c = PrecisionRequest::F32.resolve_with(native, never).unwrap();
+        use Bf16Support::*;
+        for support in [Absent, SlowerThanF32, FasterThanF32] {
+            let c = PrecisionRequest::F32.resolve_with(support, never).unwrap();
             assert_eq!((c.precision, c.native), (Precision::F32, false));
-            let c = PrecisionRequest::Bf16.resolve_with(native, never).unwrap();
-            assert_eq!((c.precision, c.native), (Precision::Bf16, native));
+            let c = PrecisionRequest::Bf16.resolve_with(support, never).unwrap();
+            assert_eq!(
+                (c.precision, c.native),
+                (Precision::Bf16, support != Absent)
+            );
         }
-        let c = PrecisionRequest::Auto.resolve_with(false, never).unwrap();
+        let c = PrecisionRequest::Auto.resolve_with(Absent, never).unwrap();
         assert!(c.precision == Precision::F32 && c.reason.contains("no AVX512-BF16"));
         let c = PrecisionRequest::Auto
-            .resolve_with(true, ag(false))
+            .resolve_with(SlowerThanF32, never)
+            .unwrap();
+        assert!(c.precision == Precision::F32 && c.reason.contains("so f32 is faster"));
+        let c = PrecisionRequest::Auto
+            .resolve_with(FasterThanF32, ag(false))
             .unwrap();
         assert_eq!(c.precision, Precision::F32);
         assert!(
@@ -202,7 +265,9 @@ mod tests {
             "{}",
             c.reason
         );
-        let c = PrecisionRequest::Auto.resolve_with(true, ag(true)).unwrap();
+        let c = PrecisionRequest::Auto
+            .resolve_with(FasterThanF32, ag(true))
+            .unwrap();
         assert_eq!((c.precision, c.native), (Precision::Bf16, true));
         assert!(
             c.reason.contains("check passed: 3/64 differ"),

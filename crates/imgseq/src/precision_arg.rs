@@ -9,9 +9,11 @@ use imgseq_kernels::{PrecisionChoice, PrecisionRequest};
 pub struct PrecisionArg {
     /// Arithmetic of the model's layers: f32; bf16 (bf16 weights and activations, f32 sums:
     /// AVX512-BF16's vdpbf16ps, else a slow emulation; the ViT's linear layers, the VQGAN's
-    /// decoder — its encoder stays f32, so tokens are f32's); auto: bf16 where the CPU has
-    /// AVX512-BF16 and the model's check on built-in pictures agrees with f32, else f32 (the
-    /// same choice on every run; on some CPUs and large models f32 is the faster: see README). Norms, softmax, attention and the codebook search stay f32.
+    /// decoder — its encoder stays f32, so tokens are f32's); auto: bf16 where the CPU runs
+    /// AVX512-BF16 faster than f32 (AMD Zen 4 yes; Intel without AMX no: its vdpbf16ps does
+    /// half f32's multiply-adds per cycle) and the model's check on built-in pictures agrees
+    /// with f32, else f32 (the same choice on every run; on large models f32 Winograd can still
+    /// be the faster: see README). Norms, softmax, attention and the codebook search stay f32.
     #[arg(long, default_value_t = PrecisionRequest::Auto, value_name = "f32|bf16|auto")]
     pub precision: PrecisionRequest,
     /// Say on stderr which precision runs and why.
