@@ -471,7 +471,7 @@ impl FusedViT {
             .for_each(|(ws, jobs)| {
                 for (s, o) in jobs {
                     let nb = o.len() / k;
-                    forward_shard(dm, lay, params, ws, &x[s * si * px..][..nb * px], nb);
+                    forward_shard(dm, lay, params, ws, &x[s * si * px..][..nb * px], nb, false);
                     o.copy_from_slice(&ws.logits[..nb * k]);
                 }
             });
@@ -557,7 +557,7 @@ impl FusedViT {
                     .map(|(s, g)| {
                         let lo = s * si;
                         let nb = (b - lo).min(si);
-                        forward_shard(dm, lay, params, ws, &x[lo * px..][..nb * px], nb);
+                        forward_shard(dm, lay, params, ws, &x[lo * px..][..nb * px], nb, true);
                         let t = match targets {
                             Targets::Labels(y) => ShardTargets::Labels(&y[lo..lo + nb]),
                             Targets::Probs(t) => ShardTargets::Probs(&t[lo * dm.k..][..nb * dm.k]),
@@ -639,6 +639,9 @@ fn loss_and_grad(z: &mut [f32], k: usize, t: ShardTargets, cfg: LossCfg) -> f64 
 
 /// Forward of `nb` images `x` (nb, c, s, s) through the whole model; leaves every activation
 /// the backward needs, and the logits, in `ws`.
+/// The forward of `nb` images into `ws` (logits in `ws.logits`); `for_backward`: also keep
+/// what the backward needs (GELU's derivative in `ws.fch`), else skip computing it.
+#[allow(clippy::too_many_arguments)]
 fn forward_shard(
     dm: &Dims,
     lay: &ParamLayout,
@@ -646,6 +649,7 @@ fn forward_shard(
     ws: &mut Workspace,
     x: &[f32],
     nb: usize,
+    for_backward: bool,
 ) {
     let Dims {
         c,
@@ -805,7 +809,11 @@ fn forward_shard(
             1.0,
         );
         let fcg = &mut ws.fcg[li * cap * n * m..][..r * m];
-        gelu_fwd(simd, fch, fcg);
+        if for_backward {
+            gelu_fwd(simd, fch, fcg);
+        } else {
+            gelu_only(simd, fch, fcg);
+        }
         add_rows(simd, x_out, x_mid, &p[lp.fc2_b..][..d]);
         mm(
             r,
@@ -1440,6 +1448,19 @@ simd_kernel! {
     }
 }
 
+simd_kernel! {
+    /// GELU forward without the derivative (inference): the same y as [`gelu_fwd`], bit for
+    /// bit, at one exp per value instead of two.
+    fn gelu_only(h: &[f32], y: &mut [f32]) {
+        for (h, y) in h.iter().zip(y.iter_mut()) {
+            let x = *h;
+            let half = 0.5 * erfc_pos(x.abs() * FRAC_1_SQRT_2);
+            let cdf = if x < 0.0 { half } else { 1.0 - half };
+            *y = x * cdf;
+        }
+    }
+}
+
 // ------------------------------------------------------------------ attention
 
 /// Where one head's q, k and v columns are in the (rows, 3·hidden) qkv buffer.
@@ -1457,13 +1478,19 @@ struct HeadCols {
 }
 
 simd_kernel! {
-    /// Row softmax of the n×n scores `s`, in place.
+    /// Row softmax of the n×n scores `s`, in place. The exp runs as one loop over all n²
+    /// values (rows of 65 would leave a scalar tail of one value in every row's loop).
     fn softmax_rows(s: &mut [f32], n: usize) {
         for row in s.chunks_exact_mut(n) {
             let m = max(row);
             for x in row.iter_mut() {
-                *x = fast_exp_f32(*x - m);
+                *x -= m;
             }
+        }
+        for x in s.iter_mut() {
+            *x = fast_exp_f32(*x);
+        }
+        for row in s.chunks_exact_mut(n) {
             let inv = 1.0 / sum(row);
             for x in row.iter_mut() {
                 *x *= inv;
@@ -1784,6 +1811,43 @@ mod tests {
         assert!(lay.get("classifier.weight").unwrap().decay);
         assert!(!lay.get("vit.embeddings.position_embeddings").unwrap().decay);
         assert!(!lay.get("vit.layernorm.weight").unwrap().decay);
+    }
+
+    #[test]
+    fn inference_gelu_and_softmax_are_the_training_ones_bit_for_bit_at_every_simd_level() {
+        // gelu_only (no derivative) must give gelu_fwd's y; softmax_rows must give the
+        // row-at-a-time softmax it replaced; every level the same bits.
+        let xs: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.731).sin() * 9.0).collect();
+        let levels: Vec<Simd> = [Simd::Portable, Simd::Avx2, Simd::Avx512]
+            .into_iter()
+            .filter(|&l| l <= Simd::best())
+            .collect();
+        for &l in &levels {
+            let (mut h, mut y1, mut y2) = (xs.clone(), vec![0f32; 1000], vec![0f32; 1000]);
+            gelu_only(l, &xs, &mut y2);
+            gelu_fwd(l, &mut h, &mut y1);
+            assert!(
+                y1.iter().zip(&y2).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{l:?}"
+            );
+            let n = 65;
+            let mut s: Vec<f32> = (0..n * n).map(|i| (i as f32 * 0.37).cos() * 30.0).collect();
+            let mut want = s.clone();
+            for row in want.chunks_exact_mut(n) {
+                let m = max(row);
+                row.iter_mut().for_each(|x| *x = fast_exp_f32(*x - m));
+                let inv = 1.0 / sum(row);
+                row.iter_mut().for_each(|x| *x *= inv);
+            }
+            softmax_rows(l, &mut s, n);
+            assert!(
+                s.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{l:?}"
+            );
+        }
+        if levels.len() < 3 {
+            eprintln!("note: this CPU lacks AVX-512 or AVX2; tested levels {levels:?} only");
+        }
     }
 
     #[test]
