@@ -30,6 +30,23 @@ use crate::train::{cross_entropy_smoothed, EvalReport};
 
 /// The soft-label file a teacher run writes: (n_train, classes) f32 probabilities.
 pub const SOFT_LABELS_FILE: &str = "soft_labels.npy";
+/// The teacher's weights (written after every epoch, and at the end).
+pub const TEACHER_WEIGHTS_FILE: &str = "teacher.safetensors";
+/// AdamW's moments, for `--resume`.
+pub const TEACHER_OPTIMIZER_FILE: &str = "teacher_optimizer.safetensors";
+/// Epochs done and the history so far: written last in each checkpoint, so its presence
+/// means a complete checkpoint.
+pub const TEACHER_STATE_FILE: &str = "teacher_state.json";
+/// The recipe and figures of a finished run.
+pub const TEACHER_REPORT_FILE: &str = "teacher.json";
+/// Every file a teacher run writes.
+pub const TEACHER_RUN_FILES: [&str; 5] = [
+    TEACHER_WEIGHTS_FILE,
+    TEACHER_OPTIMIZER_FILE,
+    TEACHER_STATE_FILE,
+    SOFT_LABELS_FILE,
+    TEACHER_REPORT_FILE,
+];
 
 /// Shapes and recipe of a teacher (saved as `teacher.json` with its figures).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -190,15 +207,44 @@ pub struct TeacherReport {
     pub seconds: f64,
 }
 
+/// A teacher run's checkpoint state (`teacher_state.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TeacherState {
+    pub config: TeacherConfig,
+    pub epochs_done: usize,
+    pub test_accuracy: Vec<f64>,
+    pub train_loss: Vec<f64>,
+    /// Training seconds so far, across resumes.
+    pub seconds: f64,
+}
+
 /// Trains a teacher on `train_set`, scores it on `test_set` after every epoch, and writes
 /// `out/teacher.safetensors`, `out/soft_labels.npy` (the training images' probabilities, in
-/// dataset order) and `out/teacher.json`.
+/// dataset order) and `out/teacher.json`. A checkpoint (weights, `teacher_optimizer.safetensors`,
+/// `teacher_state.json`) is written after every epoch; `resume` continues an interrupted run
+/// in `out`, which must have been started with the same `cfg` (same flags, same data): the
+/// result is the uninterrupted run's. A new run refuses a folder holding one.
 pub fn train_teacher(
     cfg: &TeacherConfig,
     train_set: &ImageSet,
     test_set: &ImageSet,
     out: &Path,
     progress: bool,
+    resume: bool,
+) -> Result<TeacherReport> {
+    run_teacher(cfg, train_set, test_set, out, progress, resume, None)
+}
+
+/// [`train_teacher`], stopping after `stop_after` epochs in all when given (as an
+/// interruption would, after that epoch's checkpoint): for tests of resuming.
+fn run_teacher(
+    cfg: &TeacherConfig,
+    train_set: &ImageSet,
+    test_set: &ImageSet,
+    out: &Path,
+    progress: bool,
+    resume: bool,
+    stop_after: Option<usize>,
 ) -> Result<TeacherReport> {
     if train_set.n == 0 || test_set.n == 0 {
         return Err(Error::invalid("the teacher needs training and test images"));
@@ -208,6 +254,7 @@ pub fn train_teacher(
             "teacher: epochs, batch size and temperature must be positive",
         ));
     }
+    imgseq_core::fsutil::check_run_start(out, &TEACHER_RUN_FILES, TEACHER_STATE_FILE, resume)?;
     let dev = Device::Cpu;
     let vars = VarMap::new();
     let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
@@ -222,20 +269,47 @@ pub fn train_teacher(
         v
     };
     let parameters = named.iter().map(|v| v.1.as_tensor().elem_count()).sum();
-    let mut opt = AdamW::new(named, cfg.lr, cfg.weight_decay)?;
+    seeded_init(&named, cfg.seed)?;
+    let mut opt = AdamW::new(named.clone(), cfg.lr, cfg.weight_decay)?;
     let steps_per_epoch = train_set.n.div_ceil(cfg.batch_size);
     let total = cfg.epochs * steps_per_epoch;
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-    let mut report = TeacherReport {
+    let mut state = TeacherState {
         config: cfg.clone(),
-        parameters,
+        epochs_done: 0,
         test_accuracy: vec![],
         train_loss: vec![],
-        train_accuracy: 0.0,
         seconds: 0.0,
     };
+    if resume {
+        state = restore(out, cfg, &named, &mut opt)?;
+        // The data order of the epochs done, drawn again: the next epoch's is the
+        // uninterrupted run's.
+        for _ in 0..state.epochs_done {
+            let mut order: Vec<usize> = (0..train_set.n).collect();
+            order.shuffle(&mut rng);
+        }
+        eprintln!(
+            "resuming the teacher in {} after epoch {}/{}",
+            out.display(),
+            state.epochs_done,
+            cfg.epochs
+        );
+    }
+    let weights = || -> std::collections::HashMap<String, Tensor> {
+        named
+            .iter()
+            .map(|(k, v, _)| (k.clone(), v.as_tensor().clone()))
+            .collect()
+    };
     let t0 = Instant::now();
-    for epoch in 0..cfg.epochs {
+    let seconds_before = state.seconds;
+    for epoch in state.epochs_done..cfg.epochs {
+        if stop_after.is_some_and(|n| epoch >= n) {
+            return Err(Error::invalid(format!(
+                "teacher: stopped after epoch {epoch} (test hook)"
+            )));
+        }
         let mut order: Vec<usize> = (0..train_set.n).collect();
         order.shuffle(&mut rng);
         let pb = progress.then(|| bar(train_set.n as u64, 0, "teacher"));
@@ -273,16 +347,23 @@ pub fn train_teacher(
             pb.finish_and_clear();
         }
         let acc = evaluate_teacher(&model, test_set, &cfg.normalize, cfg.num_labels)?.accuracy;
-        report.train_loss.push(loss_sum / train_set.n as f64);
-        report.test_accuracy.push(acc);
+        state.train_loss.push(loss_sum / train_set.n as f64);
+        state.test_accuracy.push(acc);
+        state.epochs_done = epoch + 1;
+        state.seconds = seconds_before + t0.elapsed().as_secs_f64();
         eprintln!(
             "teacher epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} s",
             epoch + 1,
             cfg.epochs,
             loss_sum / train_set.n as f64,
             100.0 * acc,
-            t0.elapsed().as_secs_f64()
+            state.seconds
         );
+        // Checkpoint, the state last.
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        save_tensors(out.join(TEACHER_WEIGHTS_FILE), &weights())?;
+        save_tensors(out.join(TEACHER_OPTIMIZER_FILE), &opt.state()?)?;
+        imgseq_core::fsutil::write_json(out.join(TEACHER_STATE_FILE), &state)?;
     }
     let probs = soft_labels(&model, train_set, &cfg.normalize, cfg.temperature)?;
     let k = cfg.num_labels;
@@ -297,19 +378,113 @@ pub fn train_teacher(
             arg == y as usize
         })
         .count();
-    report.train_accuracy = correct as f64 / train_set.n as f64;
-    report.seconds = t0.elapsed().as_secs_f64();
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let tensors: std::collections::HashMap<String, Tensor> = {
-        let data = vars.data().lock().expect("poisoned");
-        data.iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-            .collect()
+    let report = TeacherReport {
+        config: cfg.clone(),
+        parameters,
+        test_accuracy: state.test_accuracy.clone(),
+        train_loss: state.train_loss.clone(),
+        train_accuracy: correct as f64 / train_set.n as f64,
+        seconds: state.seconds,
     };
-    save_tensors(out.join("teacher.safetensors"), &tensors)?;
     write_npy_f32(out.join(SOFT_LABELS_FILE), &[train_set.n, k], &probs)?;
-    imgseq_core::fsutil::write_json(out.join("teacher.json"), &report)?;
+    imgseq_core::fsutil::write_json(out.join(TEACHER_REPORT_FILE), &report)?;
     Ok(report)
+}
+
+/// Draws the initial weights from `seed` (candle's own initialisers use an unseeded thread
+/// RNG, which made two runs of one recipe differ): conv weights He-uniform ±√(6/fan_in) (for
+/// SiLU), the head's weight and bias ±1/√fan_in (torch's `nn.Linear` default); biases of the
+/// convs 0 and the norms' 1 / 0 as built. Variables in name order.
+fn seeded_init(named: &[(String, Var, bool)], seed: u64) -> Result<()> {
+    use rand::Rng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x7ea_c4e5);
+    for (name, var, _) in named {
+        let dims = var.as_tensor().dims().to_vec();
+        let bound = match (dims.as_slice(), name.as_str()) {
+            ([_, ci, kh, kw], _) => (6.0 / (ci * kh * kw) as f64).sqrt(),
+            ([_, fan_in], "head.weight") => 1.0 / (*fan_in as f64).sqrt(),
+            (_, "head.bias") => {
+                let w = named.iter().find(|n| n.0 == "head.weight");
+                let fan_in = w.map_or(1, |w| w.1.as_tensor().dims()[1]);
+                1.0 / (fan_in as f64).sqrt()
+            }
+            _ => continue,
+        } as f32;
+        let n = var.as_tensor().elem_count();
+        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-bound..bound)).collect();
+        let t = Tensor::from_vec(v, dims, &Device::Cpu).map_err(tensor_err)?;
+        var.set(&t).map_err(tensor_err)?;
+    }
+    Ok(())
+}
+
+/// Loads the checkpoint in `out` into the model's variables and `opt`, after checking that
+/// it was made with `cfg`; every tensor must be there with its shape, and no other.
+fn restore(
+    out: &Path,
+    cfg: &TeacherConfig,
+    named: &[(String, Var, bool)],
+    opt: &mut AdamW,
+) -> Result<TeacherState> {
+    let spath = out.join(TEACHER_STATE_FILE);
+    let state: TeacherState = imgseq_core::fsutil::read_json(&spath, "a teacher state")?;
+    let (saved, now) = (
+        serde_json::to_value(&state.config).expect("plain data"),
+        serde_json::to_value(cfg).expect("plain data"),
+    );
+    if saved != now {
+        let diff = now
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| saved.get(k.as_str()) != Some(v))
+            .map(|(k, v)| {
+                format!(
+                    "{k}: saved {}, now {v}",
+                    saved.get(k.as_str()).unwrap_or(&serde_json::Value::Null)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Error::format(
+            &spath,
+            format!("the run was started with another recipe or data ({diff}): resume with the same flags"),
+        ));
+    }
+    if state.epochs_done > cfg.epochs
+        || state.test_accuracy.len() != state.epochs_done
+        || state.train_loss.len() != state.epochs_done
+    {
+        return Err(Error::format(&spath, "inconsistent epoch counts"));
+    }
+    let wpath = out.join(TEACHER_WEIGHTS_FILE);
+    let w = crate::checkpoint::load_tensors(&wpath, &Device::Cpu)?;
+    if let Some(extra) = w.keys().find(|k| !named.iter().any(|n| &n.0 == *k)) {
+        return Err(Error::weights(
+            &wpath,
+            format!("unexpected tensor `{extra}`"),
+        ));
+    }
+    for (name, var, _) in named {
+        let t = w
+            .get(name)
+            .ok_or_else(|| Error::weights(&wpath, format!("missing tensor `{name}`")))?;
+        if t.dims() != var.as_tensor().dims() {
+            return Err(Error::weights(
+                &wpath,
+                format!(
+                    "`{name}` has shape {:?}, the model needs {:?}",
+                    t.dims(),
+                    var.as_tensor().dims()
+                ),
+            ));
+        }
+        var.set(t).map_err(tensor_err)?;
+    }
+    let opath = out.join(TEACHER_OPTIMIZER_FILE);
+    let st = crate::checkpoint::load_tensors(&opath, &Device::Cpu)?;
+    opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;
+    Ok(state)
 }
 
 #[cfg(test)]
@@ -341,9 +516,8 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn teacher_learns_a_separable_toy_set_and_writes_soft_labels() {
-        let cfg = TeacherConfig {
+    fn toy_cfg() -> TeacherConfig {
+        TeacherConfig {
             channels: 1,
             widths: [4, 8, 8],
             num_labels: 2,
@@ -363,9 +537,14 @@ mod tests {
                 image_mean: vec![0.5],
                 image_std: vec![0.3],
             },
-        };
+        }
+    }
+
+    #[test]
+    fn teacher_learns_a_separable_toy_set_and_writes_soft_labels() {
+        let cfg = toy_cfg();
         let dir = tempfile::tempdir().unwrap();
-        let r = train_teacher(&cfg, &toy(64, 1), &toy(32, 2), dir.path(), false).unwrap();
+        let r = train_teacher(&cfg, &toy(64, 1), &toy(32, 2), dir.path(), false, false).unwrap();
         assert!(
             r.test_accuracy.last().unwrap() > &0.95,
             "{:?}",
@@ -377,5 +556,35 @@ mod tests {
             assert!((row[0] + row[1] - 1.0).abs() < 1e-5);
         }
         assert!(r.train_accuracy > 0.95);
+    }
+
+    #[test]
+    fn an_interrupted_teacher_run_resumed_gives_the_uninterrupted_runs_soft_labels() {
+        let (cfg, tr, te) = (toy_cfg(), toy(64, 1), toy(32, 2));
+        let whole = tempfile::tempdir().unwrap();
+        let a = train_teacher(&cfg, &tr, &te, whole.path(), false, false).unwrap();
+        let cut = tempfile::tempdir().unwrap();
+        let err = run_teacher(&cfg, &tr, &te, cut.path(), false, false, Some(3)).unwrap_err();
+        assert!(err.to_string().contains("stopped after epoch 3"), "{err}");
+        assert!(!cut.path().join(SOFT_LABELS_FILE).exists());
+        // A new run refuses the folder; a resume with another recipe names the difference.
+        let e = train_teacher(&cfg, &tr, &te, cut.path(), false, false).unwrap_err();
+        assert!(
+            e.to_string().contains("already holds a training run"),
+            "{e}"
+        );
+        let mut other = cfg.clone();
+        other.lr = 1e-3;
+        let e = train_teacher(&other, &tr, &te, cut.path(), false, true).unwrap_err();
+        assert!(e.to_string().contains("lr: saved 0.003, now 0.001"), "{e}");
+        let b = train_teacher(&cfg, &tr, &te, cut.path(), false, true).unwrap();
+        assert_eq!(a.test_accuracy, b.test_accuracy);
+        assert_eq!(a.train_loss, b.train_loss);
+        let read = |d: &Path| imgseq_core::npy::read_npy_f32(d.join(SOFT_LABELS_FILE)).unwrap();
+        assert_eq!(read(whole.path()), read(cut.path()));
+        // No run to resume in an empty folder.
+        let empty = tempfile::tempdir().unwrap();
+        let e = train_teacher(&cfg, &tr, &te, empty.path(), false, true).unwrap_err();
+        assert!(e.to_string().contains("no run to resume"), "{e}");
     }
 }

@@ -16,9 +16,13 @@ pub struct TeacherArgs {
     #[command(flatten)]
     data: DataArgs,
     /// Output folder: teacher.safetensors, soft_labels.npy (the training images' class
-    /// probabilities, in dataset order), teacher.json (recipe and figures).
+    /// probabilities, in dataset order), teacher.json (recipe and figures); a checkpoint
+    /// after every epoch (teacher_optimizer.safetensors, teacher_state.json).
     #[arg(short, long, default_value = "runs/teacher")]
     out: PathBuf,
+    /// Continue the interrupted run in --out (same flags and data as it was started with).
+    #[arg(long)]
+    resume: bool,
     #[arg(long, default_value_t = 12)]
     epochs: usize,
     #[arg(long, default_value_t = 128)]
@@ -98,7 +102,7 @@ pub fn teacher(a: TeacherArgs) -> Result<()> {
         cfg.epochs,
         a.out.display()
     );
-    let r = train_teacher(&cfg, &tr, &te, &a.out, true)?;
+    let r = train_teacher(&cfg, &tr, &te, &a.out, true, a.resume)?;
     println!(
         "teacher: {} parameters, test accuracy {:.2}%, training-image accuracy {:.2}%, {:.0} s",
         r.parameters,
