@@ -33,8 +33,8 @@ pub struct TeacherArgs {
     weight_decay: f64,
     #[arg(long, default_value_t = 0.1)]
     label_smoothing: f64,
-    /// Widths of the three convolution stages.
-    #[arg(long, value_delimiter = ',', num_args = 3, default_values_t = [16, 32, 64])]
+    /// Widths of the three convolution stages: `16,32,64` or `16 32 64`.
+    #[arg(long, value_delimiter = ',', num_args = 1..=3, default_values_t = [16, 32, 64])]
     widths: Vec<usize>,
     /// Soft labels are the probabilities of logits / temperature.
     #[arg(long, default_value_t = 1.0)]
@@ -62,6 +62,12 @@ pub fn teacher(a: TeacherArgs) -> Result<()> {
     }
     if input == 0 || input > SEED_IMAGE_SIZE {
         bail!("--input-size {input}: must be 1..={SEED_IMAGE_SIZE} (the model's canvas)");
+    }
+    if a.widths.len() != 3 {
+        bail!(
+            "--widths: three stage widths, e.g. 16,32,64 (got {})",
+            a.widths.len()
+        );
     }
     if a.widths.contains(&0) {
         bail!("--widths: every stage needs at least one channel");

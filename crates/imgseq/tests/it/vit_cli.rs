@@ -251,6 +251,35 @@ fn train_resume_eval_classify_and_plot_on_a_toy_idx_set() {
 }
 
 #[test]
+fn teacher_takes_widths_with_commas_or_spaces_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    toy_fashion(&data, 64, 32);
+    let d = data.to_str().unwrap();
+    let run = dir.path().join("t");
+    let r = run.to_str().unwrap();
+    let base = ["vit", "teacher", "--data", d, "-o", r, "--epochs", "1"];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    let out = ok(&with(&["--widths", "4,8,8"]));
+    assert!(out.contains("soft_labels.npy"), "{out}");
+    for f in [
+        "teacher.safetensors",
+        "teacher_state.json",
+        "soft_labels.npy",
+        "teacher.json",
+    ] {
+        assert!(run.join(f).exists(), "{f} missing");
+    }
+    // The finished run resumes to the same end; the space-separated form parses the same.
+    ok(&with(&["--widths", "4", "8", "8", "--resume"]));
+    let err = fails(&with(&["--widths", "4,8"]));
+    assert!(err.contains("three stage widths"), "{err}");
+}
+
+#[test]
 fn missing_weights_folder_is_one_line_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let img = photo(dir.path(), "a.png", 32, 32);
