@@ -8,7 +8,7 @@
 //! file name in the message.
 
 use crate::{Error, Result};
-use candle_core::{DType, Device, Shape, Tensor};
+use candle_core::{DType, Device, Shape, Tensor, Var};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -213,6 +213,34 @@ pub fn read_regular_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
         .read_to_end(&mut buf)
         .map_err(|e| Error::io(path, e))?;
     Ok(buf)
+}
+
+/// Restores training variables from a checkpoint: sets each of `vars` to the tensor of its
+/// name in `saved` (read from `path`, which the messages name), converted to the variable's
+/// dtype. A missing tensor or another shape is an error; tensors no variable asks for are the
+/// caller's to judge.
+pub fn set_vars<'a>(
+    path: &Path,
+    saved: &HashMap<String, Tensor>,
+    vars: impl IntoIterator<Item = (&'a str, &'a Var)>,
+) -> Result<()> {
+    for (name, var) in vars {
+        let t = saved
+            .get(name)
+            .ok_or_else(|| Error::weights(path, format!("missing tensor `{name}`")))?;
+        let want = var.as_tensor().dims();
+        if t.dims() != want {
+            return Err(Error::weights(
+                path,
+                format!(
+                    "`{name}` has shape {:?}, the model needs {want:?}",
+                    t.dims()
+                ),
+            ));
+        }
+        var.set(&t.to_dtype(var.dtype())?)?;
+    }
+    Ok(())
 }
 
 /// Writes named tensors as safetensors, atomically (no partial file on error).

@@ -129,7 +129,6 @@ pub fn cpu_vendor() -> String {
     #[cfg(target_arch = "x86_64")]
     {
         let r = std::arch::x86_64::__cpuid(0); // leaf 0: the vendor string
-
         let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
             .iter()
             .flat_map(|w| w.to_le_bytes())

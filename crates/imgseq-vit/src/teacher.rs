@@ -465,22 +465,7 @@ fn restore(
             format!("unexpected tensor `{extra}`"),
         ));
     }
-    for (name, var, _) in named {
-        let t = w
-            .get(name)
-            .ok_or_else(|| Error::weights(&wpath, format!("missing tensor `{name}`")))?;
-        if t.dims() != var.as_tensor().dims() {
-            return Err(Error::weights(
-                &wpath,
-                format!(
-                    "`{name}` has shape {:?}, the model needs {:?}",
-                    t.dims(),
-                    var.as_tensor().dims()
-                ),
-            ));
-        }
-        var.set(t).map_err(tensor_err)?;
-    }
+    imgseq_core::weights::set_vars(&wpath, &w, named.iter().map(|(n, v, _)| (n.as_str(), v)))?;
     let opath = out.join(TEACHER_OPTIMIZER_FILE);
     let st = crate::checkpoint::load_tensors(&opath, &Device::Cpu)?;
     opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;

@@ -95,26 +95,59 @@ impl Real for f64 {
     }
 }
 
+/// Cephes `expf`: the clamp that keeps 2^n a normal number (n ∈ [-126, 127]), the two-part
+/// ln 2 of the range reduction, and the polynomial's coefficients (highest power first).
+const EXP_CLAMP: (f32, f32) = (-87.3, 88.0);
+const EXP_LN2: (f32, f32) = (0.693_359_4, 2.121_944_4e-4);
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
+/// 2^fx for an integral `fx` via the 1.5·2^23 trick: the integer lands in the low mantissa
+/// bits (no float→int cast, so it vectorises).
+#[inline(always)]
+fn exp2_int(fx: f32) -> f32 {
+    let n = (fx + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
+    f32::from_bits(n.wrapping_add(127) << 23)
+}
+
 /// `exp` for f32 without a libm call (Cephes `expf` polynomial, ~1 ulp over the clamped range),
 /// written branch-free and without float→int casts so that it vectorises.
 #[inline(always)]
 pub fn fast_exp_f32(x: f32) -> f32 {
-    // Clamp so that 2^n below stays a normal number: n ∈ [-126, 127].
-    let x = if x > 88.0 { 88.0 } else { x };
-    let x = if x < -87.3 { -87.3 } else { x };
+    let x = if x > EXP_CLAMP.1 { EXP_CLAMP.1 } else { x };
+    let x = if x < EXP_CLAMP.0 { EXP_CLAMP.0 } else { x };
     let fx = (x * std::f32::consts::LOG2_E + 0.5).floor();
-    let r = x - fx * 0.693_359_4 + fx * 2.121_944_4e-4;
+    let r = x - fx * EXP_LN2.0 + fx * EXP_LN2.1;
     let z = r * r;
-    let mut y = 1.987_569_1e-4_f32;
-    y = y * r + 1.398_199_9e-3;
-    y = y * r + 8.333_452e-3;
-    y = y * r + 4.166_579_6e-2;
-    y = y * r + 1.666_666_5e-1;
-    y = y * r + 0.5;
+    let mut y = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        y = y * r + c;
+    }
     let y = y * z + r + 1.0;
-    // 2^fx via the 1.5·2^23 trick: the integer lands in the low mantissa bits.
-    let n = (fx + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
-    y * f32::from_bits(n.wrapping_add(127) << 23)
+    y * exp2_int(fx)
+}
+
+/// [`fast_exp_f32`] with its range reduction and polynomial in explicit fused multiply-adds
+/// (`mul_add`: one rounding each): a third fewer instructions in SIMD loops compiled with FMA,
+/// within an ulp of the unfused one, the same bits at every SIMD level (the portable path
+/// calls libm's `fmaf`, so use it only in code that runs with FMA on the CPUs that matter).
+#[inline(always)]
+pub fn fast_exp_f32_fma(x: f32) -> f32 {
+    let x = x.clamp(EXP_CLAMP.0, EXP_CLAMP.1);
+    let fx = x.mul_add(std::f32::consts::LOG2_E, 0.5).floor();
+    let r = fx.mul_add(EXP_LN2.1, fx.mul_add(-EXP_LN2.0, x));
+    let mut y = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        y = y.mul_add(r, c);
+    }
+    let y = y.mul_add(r * r, r) + 1.0;
+    y * exp2_int(fx)
 }
 
 /// Whether the AVX2+FMA code paths may be used on this CPU (cached by std).

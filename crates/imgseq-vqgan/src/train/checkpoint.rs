@@ -7,11 +7,11 @@
 
 use super::config::TrainConfig;
 use crate::config::VqConfig;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::VarMap;
 use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
 use imgseq_core::optim::AdamW;
-use imgseq_core::weights::{load_tensors, save_tensors};
+use imgseq_core::weights::{load_tensors, save_tensors, set_vars};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -135,22 +135,7 @@ pub fn restore(
     }
     let wpath = out.join(WEIGHTS_FILE);
     let saved = load_tensors(&wpath, &Device::Cpu)?;
-    for (name, var) in named {
-        let t = saved
-            .get(name)
-            .ok_or_else(|| Error::weights(&wpath, format!("missing tensor `{name}`")))?;
-        if t.dims() != var.as_tensor().dims() {
-            return Err(Error::weights(
-                &wpath,
-                format!(
-                    "`{name}` has shape {:?}, the model needs {:?}",
-                    t.dims(),
-                    var.as_tensor().dims()
-                ),
-            ));
-        }
-        var.set(&t.to_dtype(DType::F32)?)?;
-    }
+    set_vars(&wpath, &saved, named.iter().map(|(n, v)| (n.as_str(), v)))?;
     let opath = out.join(OPTIM_FILE);
     opt.load_state(&load_tensors(&opath, &Device::Cpu)?)
         .map_err(|m| Error::format(&opath, m))?;
