@@ -20,7 +20,23 @@ packages, for `imgseq vq train` / `imgseq vq eval`.
   The first split (KDE + UKUI) held out every 5th photo by path; photos new to the lists are
   sorted by path and every 3rd of them (index 2, 5, ...) is held out, so that the test list
   reaches a dozen photos.
-Needs Pillow only for the colour check; without it that check is skipped (and says so).
+* Session 10 added photos from packages that are not wallpaper sets (`TRAIN_ONLY` below:
+  each file named, reviewed by eye — photos, not the packages' artwork) and gcompris-qt-data's
+  photos, which ship inside Qt resource files (`scripts/extract_photo_resources.py` unpacks
+  them to `data/photos/extracted/`, listed relative to `data/photos/`). These all go to
+  `train.txt`: the held-out list stays the 14 photos every figure so far was measured on, so
+  PSNR is comparable across sessions, and near-duplicate pairs (opencv's stereo pairs) cannot
+  straddle the lists. Photos of these sources with a shorter side under 384 px (the training
+  cache size) are left out.
+Needs Pillow for the colour check and the size check; without it those checks are skipped (and
+says so).
+
+Fresh machine:
+    apt-get install plasma-workspace-wallpapers ukui-wallpapers mate-backgrounds \
+        lomiri-wallpapers-16.04 lomiri-wallpapers-20.04 tuxpaint-data opencv-doc \
+        libelementary-data tuxtype-data lxqt-themes palapeli-data sddm-theme-maldives \
+        python-matplotlib-data gcompris-qt-data
+    python3 scripts/extract_photo_resources.py
 """
 import os
 import re
@@ -35,6 +51,41 @@ PACKAGES = [
     "lomiri-wallpapers-16.04",
     "lomiri-wallpapers-20.04",
 ]
+# Photos from packages that are not wallpaper sets: every file named (the rest of these
+# packages is artwork, icons, textures or small cut-outs). Train only (see the docstring).
+TRAIN_ONLY = {
+    "tuxpaint-data": ("/usr/share/tuxpaint/templates", [
+        "burnt_bark.jpg", "cliff.jpg", "corn_maze.jpg", "jellyfish.jpg", "lighthouse.jpg",
+        "mossy_bark.jpg", "mossy_log.jpg", "mudstone.jpg", "ocean_splash.jpg",
+        "ocean_waves.jpg", "redwoods_above.jpg", "rocks.jpg", "sheep.jpg", "spiders_web.jpg",
+        "sun_behind_clouds.jpg", "sun_behind_leaves.jpg", "trees_above.jpg",
+        "trees_at_dusk.jpg", "wool_mill_machine.jpg"]),
+    "opencv-doc": ("/usr/share/doc/opencv-doc/examples", [
+        "data/aero1.jpg", "data/aero3.jpg", "data/aloeL.jpg", "data/aloeR.jpg",
+        "data/apple.jpg", "data/baboon.jpg", "data/board.jpg", "data/building.jpg",
+        "data/chicky_512.png", "data/ela_original.jpg", "data/fruits.jpg", "data/graf1.png",
+        "data/graf3.png", "data/home.jpg", "data/left.jpg", "data/leuvenA.jpg",
+        "data/leuvenB.jpg", "data/licenseplate_motion.jpg", "data/orange.jpg",
+        "data/right.jpg", "data/squirrel_cls.jpg", "data/stuff.jpg", "text/scenetext01.jpg",
+        "text/scenetext02.jpg", "text/scenetext03.jpg", "text/scenetext04.jpg",
+        "text/scenetext05.jpg", "text/scenetext06.jpg"]),
+    "libelementary-data": ("/usr/share/elementary/images", [
+        "insanely_huge_test_image.jpg", "mystrale_2.jpg", "panel_01.jpg", "plant_01.jpg",
+        "rock_01.jpg", "rock_02.jpg", "sky_01.jpg", "sky_02.jpg", "sky_03.jpg", "sky_04.jpg",
+        "twofish.jpg", "wood_01.jpg"]),
+    "tuxtype-data": ("/usr/share/tuxtype/images", [f"kcas{i}.jpg" for i in range(12)]),
+    "lxqt-themes": ("/usr/share/lxqt/wallpapers", [
+        "Butterfly-Kenneth-Wimer.jpg", "Valendas.png", "after-the-rain.jpg", "appleflower.png",
+        "beam.png", "butterfly.png", "cloud.png", "drop.png", "flowers.png", "fog.jpg",
+        "this-is-not-windows.jpg"]),
+    "palapeli-data": ("/usr/share/palapeli/collection", [
+        "castle-maintenon.jpg", "cincinnati-bridge.jpg", "citrus-fruits.jpg",
+        "european-honey-bee.jpg", "panther-chameleon-female.jpg"]),
+    "sddm-theme-maldives": ("/usr/share/sddm/themes/maldives", ["background.jpg"]),
+    "python-matplotlib-data": ("/usr/share/matplotlib/mpl-data/sample_data",
+                               ["grace_hopper.jpg"]),
+}
+MIN_SHORT_SIDE = 384
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "data", "photos")
 MIN_COLOURS = 2000
@@ -60,6 +111,31 @@ def picture_key(path):
     if m:
         return m.group(1) + m.group(4), int(m.group(2)) * int(m.group(3))
     return path, 0
+
+
+def train_only_files():
+    """The TRAIN_ONLY files present, then the unpacked resource photos (relative paths)."""
+    files = []
+    for pkg, (base, names) in TRAIN_ONLY.items():
+        there = [os.path.join(base, n) for n in names if os.path.isfile(os.path.join(base, n))]
+        if not there:
+            print(f"note: package {pkg} is not installed, skipped", file=sys.stderr)
+        files += there
+    extracted = os.path.join(OUT, "extracted")
+    if not os.path.isdir(extracted):
+        print("note: data/photos/extracted missing (scripts/extract_photo_resources.py), "
+              "skipped", file=sys.stderr)
+    for d, _, names in sorted(os.walk(extracted)):
+        files += [os.path.relpath(os.path.join(d, n), OUT) for n in sorted(names)
+                  if not n.endswith(".part")]
+    return files
+
+
+def short_side(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return min(im.size)
 
 
 def read_list(name):
@@ -112,6 +188,17 @@ def main():
     new = [p for p in photos if p not in known]
     test = old_test + [p for i, p in enumerate(new) if i % 3 == 2]
     train = old_train + [p for i, p in enumerate(new) if i % 3 != 2]
+    for f in train_only_files():
+        full = os.path.join(OUT, f)
+        if f in known:
+            photos.append(f)
+            continue
+        if have_pil and short_side(full) < MIN_SHORT_SIDE:
+            excluded.append((f, f"shorter side {short_side(full)} px (< {MIN_SHORT_SIDE})"))
+            continue
+        photos.append(f)
+        new.append(f)
+        train.append(f)
     missing = [p for p in old_train + old_test if p not in photos]
     if missing:
         print(f"note: {len(missing)} listed photo(s) not installed: {missing[:3]}", file=sys.stderr)

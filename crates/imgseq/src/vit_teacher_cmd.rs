@@ -100,14 +100,6 @@ pub fn teacher(a: TeacherArgs) -> Result<()> {
             image_std,
         },
     };
-    eprintln!(
-        "training a CNN teacher (widths {:?}) on {} images ({} test), {} epochs, into {}",
-        cfg.widths,
-        tr.n,
-        te.n,
-        cfg.epochs,
-        a.out.display()
-    );
     let r = train_teacher(&cfg, &tr, &te, &a.out, true, a.resume)?;
     println!(
         "teacher: {} parameters, test accuracy {:.2}%, training-image accuracy {:.2}%, {:.0} s",

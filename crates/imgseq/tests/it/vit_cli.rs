@@ -277,6 +277,9 @@ fn teacher_takes_widths_with_commas_or_spaces_and_resumes() {
     ok(&with(&["--widths", "4", "8", "8", "--resume"]));
     let err = fails(&with(&["--widths", "4,8"]));
     assert!(err.contains("three stage widths"), "{err}");
+    // A new run into the finished folder is refused in one line (no "training ..." line first).
+    let err = fails(&with(&["--widths", "4,8,8"]));
+    assert!(err.contains("already holds a training run"), "{err}");
 }
 
 #[test]
