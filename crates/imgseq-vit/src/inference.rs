@@ -298,15 +298,7 @@ impl Classifier {
                 .classify(&hidden)?
                 .argmax(candle_core::D::Minus1)?
                 .to_vec1::<u32>()?;
-            for (&i, p) in chunk.iter().zip(pred) {
-                let t = set.labels[i] as usize;
-                if t >= k {
-                    return Err(Error::invalid(format!(
-                        "label {t} out of range for a {k}-class model"
-                    )));
-                }
-                confusion[t][p as usize] += 1;
-            }
+            crate::train::tally(&mut confusion, set, chunk, &pred)?;
             if let Some(pb) = &pb {
                 pb.inc(chunk.len() as u64);
             }

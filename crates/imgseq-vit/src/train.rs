@@ -406,6 +406,27 @@ fn tensor_err(e: candle_core::Error) -> Error {
     Error::Candle(e)
 }
 
+/// Adds the predictions `pred` of the images `chunk` of `set` to `confusion` (true class ×
+/// predicted class), refusing a label the model has no class for.
+pub(crate) fn tally(
+    confusion: &mut [Vec<usize>],
+    set: &ImageSet,
+    chunk: &[usize],
+    pred: &[u32],
+) -> Result<()> {
+    let k = confusion.len();
+    for (&i, &p) in chunk.iter().zip(pred) {
+        let t = set.labels[i] as usize;
+        if t >= k {
+            return Err(Error::invalid(format!(
+                "label {t} out of range for a {k}-class model"
+            )));
+        }
+        confusion[t][p as usize] += 1;
+    }
+    Ok(())
+}
+
 /// The confusion matrix of `predict` (a batch (b, c, h, w) → one class per image) over `set`.
 pub(crate) fn evaluate_with(
     k: usize,
@@ -427,16 +448,7 @@ pub(crate) fn evaluate_with(
     let idx: Vec<usize> = (0..set.n).collect();
     for chunk in idx.chunks(batch_size) {
         let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
-        let pred = predict(&x)?;
-        for (&i, p) in chunk.iter().zip(pred) {
-            let t = set.labels[i] as usize;
-            if t >= k {
-                return Err(Error::invalid(format!(
-                    "label {t} out of range for a {k}-class model"
-                )));
-            }
-            confusion[t][p as usize] += 1;
-        }
+        tally(&mut confusion, set, chunk, &predict(&x)?)?;
         if let Some(pb) = &pb {
             pb.inc(chunk.len() as u64);
         }
@@ -951,5 +963,25 @@ mod rand_distr_free {
         let u1: f64 = rng.random::<f64>().max(1e-300);
         let u2: f64 = rng.random();
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_counts_true_by_predicted_and_refuses_a_label_the_model_lacks() {
+        let set =
+            ImageSet::new(vec![0u8; 3], vec![0, 1, 2], (1, 1, 1), vec!["a".into(); 3]).unwrap();
+        let mut confusion = vec![vec![0usize; 3]; 3];
+        tally(&mut confusion, &set, &[0, 1, 2], &[0, 2, 2]).unwrap();
+        assert_eq!(confusion, vec![vec![1, 0, 0], vec![0, 0, 1], vec![0, 0, 1]]);
+        let mut two = vec![vec![0usize; 2]; 2];
+        let e = tally(&mut two, &set, &[2], &[0]).unwrap_err().to_string();
+        assert!(
+            e.contains("label 2 out of range for a 2-class model"),
+            "{e}"
+        );
     }
 }
