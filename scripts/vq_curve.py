@@ -2,12 +2,14 @@
 """PSNR of a VQGAN run against the CPU time it trained: the curve to plan the next run from.
 
     # every snapshot: held-out PSNR / SSIM / usage, measured once with the run's own binary
-    python3 scripts/vq_curve.py eval  runs/vq-photo-snap [--imgseq target/release/imgseq]
+    python3 scripts/vq_curve.py eval  runs/vq-photo/snapshots [--imgseq target/release/imgseq]
     # the plot (PNG): each run's state.json history and its snapshots' eval.json files
     python3 scripts/vq_curve.py plot  RUN[:SNAPSHOTS[:LABEL]] ... -o weights/vqgan/curve.png
 
 A snapshot folder holds `step-NNNNN/{model.safetensors, config.json, state.json}` copies of the
-run taken while it trained (the run folder itself only keeps its last checkpoint). `eval`
+run taken while it trained (the run folder itself only keeps its last checkpoint):
+`imgseq vq train --snapshot-every N` writes them to `<run>/snapshots/` (session 7's runs used a
+shell loop copying the checkpoint). `eval`
 writes `eval.json` (the photos of data/photos/test.txt) and `coffee.json` (assets/coffee.png)
 into each, with `imgseq vq eval --json --precision f32`; the figures are measurements only —
 no choice of the run (steps, checkpoint, recipe) was made from them, so the held-out list stays

@@ -102,6 +102,10 @@ pub struct TrainArgs {
     /// Checkpoint every this many steps, and at the end.
     #[arg(long, default_value_t = RECIPE.checkpoint_every)]
     checkpoint_every: usize,
+    /// Also keep a copy of the model every this many steps in <out>/snapshots/step-NNNNN/
+    /// (the points of `scripts/vq_curve.py`'s held-out PSNR curve); 0: none
+    #[arg(long, default_value_t = RECIPE.snapshot_every)]
+    snapshot_every: usize,
     /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
     /// of the run).
     #[arg(long, default_value_t = RECIPE.log_every)]
@@ -143,6 +147,7 @@ impl TrainArgs {
             dead_after,
             restart_every,
             checkpoint_every,
+            snapshot_every,
             log_every,
             seed
         );

@@ -75,9 +75,39 @@ pub fn check_start(out: &Path, resume: bool) -> Result<()> {
     imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
 }
 
-/// Removes the run files from `out` (only those: other files and the folder stay).
+/// Removes the run files and the snapshots from `out` (only those: other files and the
+/// folder stay).
 pub fn clear_run(out: &Path) -> Result<()> {
+    let snaps = out.join(SNAPSHOT_DIR);
+    if snaps.is_dir() {
+        std::fs::remove_dir_all(&snaps).map_err(|e| Error::io(&snaps, e))?;
+    }
     imgseq_core::fsutil::clear_run(out, &RUN_FILES)
+}
+
+/// The folder of a run's model snapshots (`TrainConfig::snapshot_every`).
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// Copies the checkpoint just written in `out` (weights, config, state) to
+/// `out/snapshots/step-NNNNN/`, whole or not at all (written beside it, then renamed).
+/// A snapshot already there is kept: a resumed run that passes the same step again
+/// re-trained it from the same checkpoint.
+pub fn snapshot(out: &Path, step: usize) -> Result<()> {
+    let dir = out.join(SNAPSHOT_DIR);
+    let dst = dir.join(format!("step-{step:05}"));
+    if dst.is_dir() {
+        return Ok(());
+    }
+    let tmp = dir.join(format!(".step-{step:05}.part"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    for f in [WEIGHTS_FILE, CONFIG_FILE, STATE_FILE] {
+        let (from, to) = (out.join(f), tmp.join(f));
+        std::fs::copy(&from, &to).map_err(|e| Error::io(&from, e))?;
+    }
+    std::fs::rename(&tmp, &dst).map_err(|e| Error::io(&dst, e))
 }
 
 /// The model's variables sorted by name (the order they are saved and initialised in).

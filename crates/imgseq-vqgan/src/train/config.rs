@@ -80,6 +80,11 @@ pub struct TrainConfig {
     pub restart_every: usize,
     /// Write a checkpoint every this many steps (and at the end).
     pub checkpoint_every: usize,
+    /// Also keep a copy of the model every this many steps in `snapshots/step-NNNNN/`
+    /// (weights, config, state): the points of the held-out PSNR-against-CPU-hours curve
+    /// (`scripts/vq_curve.py`); 0 = none.
+    #[serde(default)]
+    pub snapshot_every: usize,
     /// Record a history point (and a log line when stderr is not a terminal) every this many
     /// steps; 0 = every ~1% of the run.
     pub log_every: usize,
@@ -121,6 +126,7 @@ impl TrainConfig {
             dead_after: 200,
             restart_every: 25,
             checkpoint_every: 250,
+            snapshot_every: 0,
             log_every: 0,
             seed: 0,
         }
@@ -159,6 +165,7 @@ impl TrainConfig {
             dead_after: 100,
             restart_every: 25,
             checkpoint_every: 100,
+            snapshot_every: 0,
             log_every: 20,
             seed: 0,
         }

@@ -185,9 +185,13 @@ pub fn train(
         }
         win.add(batch, total, psnr_of_mse(l.mse), &indices, restarted);
         win.report(&mut state, opt.lr);
-        if state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
+        let snap = tc.snapshot_every > 0 && state.step.is_multiple_of(tc.snapshot_every);
+        if snap || state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
             state.seconds = secs_base + win.seconds();
             checkpoint::save(out, cfg, tc, &vars, &opt, &state)?;
+            if snap {
+                checkpoint::snapshot(out, state.step)?;
+            }
         }
     }
     win.finish();

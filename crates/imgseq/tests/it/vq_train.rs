@@ -239,6 +239,40 @@ fn resume_continues_exactly() {
 }
 
 #[test]
+fn snapshots_copy_the_checkpoint_of_their_step_and_survive_a_resume() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let out = d.path().join("run");
+    let mut tc = tiny_tc(&imgs, 3);
+    tc.checkpoint_every = 4; // snapshots at 3 and 6 fall between checkpoints
+    tc.snapshot_every = 3;
+    train::train(&cfg, &tc, &out, false, false).unwrap();
+    let snap3 = out.join("snapshots/step-00003");
+    assert_eq!(
+        std::fs::read(snap3.join("model.safetensors")).unwrap(),
+        std::fs::read(out.join("model.safetensors")).unwrap()
+    );
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(snap3.join("state.json")).unwrap()).unwrap();
+    assert_eq!(st["step"], 3);
+    tc.steps = 7;
+    train::train(&cfg, &tc, &out, true, false).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(out.join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["step-00003", "step-00006"]);
+    for f in ["model.safetensors", "config.json", "state.json"] {
+        assert!(out.join("snapshots/step-00006").join(f).is_file(), "{f}");
+    }
+    // A new run over the folder (overwrite) takes the old run's snapshots with it.
+    train::checkpoint::clear_run(&out).unwrap();
+    assert!(!out.join("snapshots").exists());
+}
+
+#[test]
 fn ae_warmup_and_context_stage_switch_on_time_and_resume_across_both() {
     let d = tempfile::tempdir().unwrap();
     let (imgs, cfg) = fixture(d.path());
