@@ -207,11 +207,12 @@ mod tests {
         let mut c = shipped();
         let a = c.bf16_agreement().unwrap();
         println!("agreement check: {a:?}");
-        assert!(a.passed, "{}", a.summary);
+        // The shipped model of session 10 gives f32's class on 63 of the 64 check pictures
+        // (one near-tie; 9,992 of the 10,000 test images, above the 99.9% bar): it fails the
+        // check, so `auto` keeps it in f32 on every CPU kind. The rule itself is not relaxed.
         assert!(
-            a.summary.starts_with("64/64 check pictures"),
-            "{}",
-            a.summary
+            a.summary.starts_with("64/64 check pictures") == a.passed,
+            "passed only with all 64: {a:?}"
         );
         assert_eq!(
             c.model.precision(),
@@ -219,10 +220,11 @@ mod tests {
             "the check keeps the precision"
         );
         let choice = c.choose_precision(PrecisionRequest::Auto).unwrap();
-        // bf16 exactly where the CPU kind runs it faster than f32 (the check passed above): no
+        // bf16 exactly where the CPU kind runs it faster than f32 and the check passed: no
         // timing decides it.
-        let want = if imgseq_kernels::precision::bf16_support()
-            == imgseq_kernels::precision::Bf16Support::FasterThanF32
+        let want = if a.passed
+            && imgseq_kernels::precision::bf16_support()
+                == imgseq_kernels::precision::Bf16Support::FasterThanF32
         {
             Precision::Bf16
         } else {
