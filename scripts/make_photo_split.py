@@ -193,8 +193,9 @@ def main():
         if f in known:
             photos.append(f)
             continue
-        if have_pil and short_side(full) < MIN_SHORT_SIDE:
-            excluded.append((f, f"shorter side {short_side(full)} px (< {MIN_SHORT_SIDE})"))
+        side = short_side(full) if have_pil else MIN_SHORT_SIDE
+        if side < MIN_SHORT_SIDE:
+            excluded.append((f, f"shorter side {side} px (< {MIN_SHORT_SIDE})"))
             continue
         photos.append(f)
         new.append(f)

@@ -291,22 +291,24 @@ fn run_teacher(
         }
     }
     // Said only once the run folder has been accepted (a refused folder is a one-line error).
-    if progress && resume {
-        eprintln!(
-            "resuming the teacher in {} after epoch {}/{}",
-            out.display(),
-            state.epochs_done,
-            cfg.epochs
-        );
-    } else if progress {
-        eprintln!(
-            "training a CNN teacher (widths {:?}) on {} images ({} test), {} epochs, into {}",
-            cfg.widths,
-            train_set.n,
-            test_set.n,
-            cfg.epochs,
-            out.display()
-        );
+    if progress {
+        if resume {
+            eprintln!(
+                "resuming the teacher in {} after epoch {}/{}",
+                out.display(),
+                state.epochs_done,
+                cfg.epochs
+            );
+        } else {
+            eprintln!(
+                "training a CNN teacher (widths {:?}) on {} images ({} test), {} epochs, into {}",
+                cfg.widths,
+                train_set.n,
+                test_set.n,
+                cfg.epochs,
+                out.display()
+            );
+        }
     }
     let weights = || -> std::collections::HashMap<String, Tensor> {
         named
