@@ -215,6 +215,19 @@ pub mod state_format {
     }
 }
 
+/// Exponential moving average of weights: ema ← decay·ema + (1 − decay)·θ, every step. The
+/// one rule for the ViT's and the VQGAN's `ema` (`TrainConfig::ema` in each trainer).
+pub fn ema_update(ema: &mut [f32], theta: &[f32], decay: f64) {
+    let (a, b) = (decay as f32, (1.0 - decay) as f32);
+    for (e, t) in ema.iter_mut().zip(theta) {
+        *e = a * *e + b * *t;
+    }
+}
+
+/// In the optimizer file of a run with an EMA, the raw (trained, not averaged) weights are
+/// kept under this prefix (`raw.<name>`); the run's model file holds the average.
+pub const RAW_PREFIX: &str = "raw.";
+
 /// Linear warm-up from 0 to `peak` over `warmup` steps, then cosine decay to `min_lr` at
 /// `total` (and `min_lr` after it).
 pub fn warmup_cosine(step: usize, warmup: usize, total: usize, peak: f64, min_lr: f64) -> f64 {

@@ -1773,13 +1773,8 @@ fn adamw_slice(
     }
 }
 
-/// Exponential moving average of weights: ema ← decay·ema + (1 − decay)·θ.
-pub fn ema_update(ema: &mut [f32], theta: &[f32], decay: f64) {
-    let (a, b) = (decay as f32, (1.0 - decay) as f32);
-    for (e, t) in ema.iter_mut().zip(theta) {
-        *e = a * *e + b * *t;
-    }
-}
+/// Exponential moving average of weights (the one rule lives in `imgseq_core::optim`).
+pub use imgseq_core::optim::ema_update;
 
 #[cfg(test)]
 mod tests {

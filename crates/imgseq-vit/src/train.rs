@@ -301,8 +301,9 @@ impl EvalReport {
 }
 
 /// Prefix of the raw weights' names (`raw.<HF name>`) in `optimizer.safetensors`, where a
-/// run with an EMA keeps them (its `model.safetensors` holds the EMA weights).
-pub const RAW_PREFIX: &str = "raw.";
+/// run with an EMA keeps them (its `model.safetensors` holds the EMA weights); shared with
+/// the VQGAN trainer.
+pub use imgseq_core::optim::RAW_PREFIX;
 
 /// Which implementation runs the training steps. Both write the same run files, so a run
 /// started with one can be resumed with the other.

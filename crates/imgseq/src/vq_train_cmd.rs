@@ -106,6 +106,11 @@ pub struct TrainArgs {
     /// (the points of `scripts/vq_curve.py`'s held-out PSNR curve); 0: none
     #[arg(long, default_value_t = RECIPE.snapshot_every)]
     snapshot_every: usize,
+    /// Keep a moving average of the weights with this decay per step (0: none; 0.999 ≈ the
+    /// last 1,000 steps): the run's model.safetensors and snapshots hold the average, the raw
+    /// weights go on training. Given with --resume on a run without one, it starts there.
+    #[arg(long, default_value_t = RECIPE.ema)]
+    ema: f64,
     /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
     /// of the run).
     #[arg(long, default_value_t = RECIPE.log_every)]
@@ -148,6 +153,7 @@ impl TrainArgs {
             restart_every,
             checkpoint_every,
             snapshot_every,
+            ema,
             log_every,
             seed
         );

@@ -1,16 +1,18 @@
 //! A run folder: everything needed to use or resume a training run.
 //!
-//! `model.safetensors` (taming names, loads with [`crate::load_model`]) + `config.json`
-//! ([`VqConfig`]), `train.json` ([`TrainConfig`]), `optimizer.safetensors` (AdamW moments)
+//! `model.safetensors` (taming names, loads with [`crate::load_model`]; with an EMA, the
+//! averaged weights) + `config.json` ([`VqConfig`]), `train.json` ([`TrainConfig`]),
+//! `optimizer.safetensors` (AdamW moments; with an EMA also the raw weights as `raw.<name>`)
 //! and `state.json` ([`TrainState`]: step, code usage, history), written in that order:
 //! `state.json` last marks a complete checkpoint.
 
 use super::config::TrainConfig;
+use super::ema::Ema;
 use crate::config::VqConfig;
 use candle_core::{Device, Tensor, Var};
 use candle_nn::VarMap;
 use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
-use imgseq_core::optim::AdamW;
+use imgseq_core::optim::{AdamW, RAW_PREFIX};
 use imgseq_core::weights::{load_tensors, save_tensors, set_vars};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -49,6 +51,9 @@ pub struct TrainState {
     pub last_used: Vec<usize>,
     pub restarts_total: usize,
     pub history: Vec<LogPoint>,
+    /// The step the weights' moving average (`TrainConfig::ema`) started at, if there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ema_since: Option<usize>,
 }
 
 /// Whether `out` holds a complete checkpoint to resume.
@@ -119,40 +124,58 @@ pub fn sorted_vars(vars: &VarMap) -> Vec<(String, Var)> {
 }
 
 /// Writes the run folder's five files, `state.json` last (creating the folder at the first
-/// checkpoint).
+/// checkpoint). With an `ema`, the model file holds the average and the optimizer file the
+/// raw weights too.
 pub fn save(
     out: &Path,
     cfg: &VqConfig,
     tc: &TrainConfig,
     vars: &VarMap,
     opt: &AdamW,
+    ema: Option<&Ema>,
     state: &TrainState,
 ) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let tensors: Vec<(String, Tensor)> = sorted_vars(vars)
-        .into_iter()
-        .map(|(k, v)| (k, v.as_tensor().clone()))
+    let named = sorted_vars(vars);
+    let raw: Vec<(String, Tensor)> = named
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
         .collect();
-    save_tensors(out.join(WEIGHTS_FILE), tensors.iter().map(|(k, v)| (k, v)))?;
+    let model = match ema {
+        Some(e) => e.tensors(&named)?,
+        None => raw.clone(),
+    };
+    save_tensors(out.join(WEIGHTS_FILE), model.iter().map(|(k, v)| (k, v)))?;
     write_bytes_atomic(out.join(CONFIG_FILE), cfg.to_json_string().as_bytes())?;
     tc.save(&out.join(TRAIN_FILE))?;
     let mut st: Vec<(String, Tensor)> = opt.state()?.into_iter().collect();
+    if ema.is_some() {
+        st.extend(
+            raw.into_iter()
+                .map(|(k, v)| (format!("{RAW_PREFIX}{k}"), v)),
+        );
+    }
     st.sort_by(|a, b| a.0.cmp(&b.0));
     save_tensors(out.join(OPTIM_FILE), st.iter().map(|(k, v)| (k, v)))?;
     write_json(out.join(STATE_FILE), state)
 }
 
 /// Loads the checkpoint in `out` into the model's variables (`named`, every one must be in
-/// the file with its shape) and the optimizer, and returns its state. The codebook size and
-/// the optimizer's step are checked against `state.json`.
+/// the file with its shape) and the optimizer, and returns its state and, when `ema_decay`
+/// is positive, the weights' average. The codebook size and the optimizer's step are checked against
+/// `state.json`. The variables get the raw weights: from the optimizer file when the run had
+/// an average (`raw.<name>`), else from the model file — and an average asked for by a run
+/// that had none starts at those weights now (`ema_since`); one given up on continues from
+/// the raw weights.
 pub fn restore(
     out: &Path,
     n_embed: usize,
     named: &[(String, Var)],
     opt: &mut AdamW,
-) -> Result<TrainState> {
+    ema_decay: f64,
+) -> Result<(TrainState, Option<Ema>)> {
     let state_path = out.join(STATE_FILE);
-    let state: TrainState = read_json(&state_path, STATE_FILE)?;
+    let mut state: TrainState = read_json(&state_path, STATE_FILE)?;
     if state.last_used.len() != n_embed {
         return Err(Error::format(
             &state_path,
@@ -167,8 +190,30 @@ pub fn restore(
     let saved = load_tensors(&wpath, &Device::Cpu)?;
     set_vars(&wpath, &saved, named.iter().map(|(n, v)| (n.as_str(), v)))?;
     let opath = out.join(OPTIM_FILE);
-    opt.load_state(&load_tensors(&opath, &Device::Cpu)?)
-        .map_err(|m| Error::format(&opath, m))?;
+    let st = load_tensors(&opath, &Device::Cpu)?;
+    let had_ema = st.keys().any(|k| k.starts_with(RAW_PREFIX));
+    let ema = match (had_ema, ema_decay > 0.0) {
+        (true, want) => {
+            let ema = if want {
+                Some(Ema::start(ema_decay, named)?)
+            } else {
+                state.ema_since = None;
+                None
+            };
+            let raw: Vec<(String, &Var)> = named
+                .iter()
+                .map(|(n, v)| (format!("{RAW_PREFIX}{n}"), v))
+                .collect();
+            set_vars(&opath, &st, raw.iter().map(|(n, v)| (n.as_str(), *v)))?;
+            ema
+        }
+        (false, true) => {
+            state.ema_since = Some(state.step);
+            Some(Ema::start(ema_decay, named)?)
+        }
+        (false, false) => None,
+    };
+    opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;
     if opt.step != state.step {
         return Err(Error::format(
             &opath,
@@ -178,5 +223,5 @@ pub fn restore(
             ),
         ));
     }
-    Ok(state)
+    Ok((state, ema))
 }

@@ -85,6 +85,13 @@ pub struct TrainConfig {
     /// (`scripts/vq_curve.py`); 0 = none.
     #[serde(default)]
     pub snapshot_every: usize,
+    /// Decay of an exponential moving average of the weights, updated after every step
+    /// (0 = none; 0.999 averages over ~1,000 steps). With one, the average is the run's model
+    /// (`model.safetensors`, the snapshots) and the raw weights go on training
+    /// (`optimizer.safetensors`, `raw.<name>`); re-seeded codes enter the average unaveraged
+    /// ([`super::ema`]). Given on a resume of a run without one, it starts there.
+    #[serde(default)]
+    pub ema: f64,
     /// Record a history point (and a log line when stderr is not a terminal) every this many
     /// steps; 0 = every ~1% of the run.
     pub log_every: usize,
@@ -127,6 +134,7 @@ impl TrainConfig {
             restart_every: 25,
             checkpoint_every: 250,
             snapshot_every: 0,
+            ema: 0.0,
             log_every: 0,
             seed: 0,
         }
@@ -166,6 +174,7 @@ impl TrainConfig {
             restart_every: 25,
             checkpoint_every: 100,
             snapshot_every: 0,
+            ema: 0.0,
             log_every: 20,
             seed: 0,
         }
@@ -225,6 +234,13 @@ impl TrainConfig {
                 "weight_decay",
                 self.weight_decay,
                 "must be ≥ 0",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.ema) {
+            return Err(Error::setting(
+                "ema",
+                self.ema,
+                "must be in [0, 1) (0 = off)",
             ));
         }
         for (n, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {

@@ -4,11 +4,13 @@
 //! autoencoder warm-up with the quantizer bypassed; dead-code restarts: every `restart_every`
 //! steps each code unused for `dead_after` steps is re-seeded from a random encoder output of
 //! the current batch and its AdamW moments are reset), and a run folder ([`checkpoint`])
-//! written every `checkpoint_every` steps. Every step draws its crops from a generator seeded
+//! written every `checkpoint_every` steps, optionally with a moving average of the weights
+//! as the run's model ([`ema`]). Every step draws its crops from a generator seeded
 //! by (seed, step), so a resumed run continues exactly.
 
 pub mod checkpoint;
 pub mod config;
+pub mod ema;
 mod init;
 mod report;
 
@@ -80,14 +82,19 @@ pub fn train(
     (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
 
     let resuming = resume;
-    let mut state = if resuming {
-        checkpoint::restore(out, cfg.n_embed, &named, &mut opt)?
+    let (mut state, mut ema) = if resuming {
+        checkpoint::restore(out, cfg.n_embed, &named, &mut opt, tc.ema)?
     } else {
         init::init_weights(&vars, tc.seed)?;
-        TrainState {
+        let ema = (tc.ema > 0.0)
+            .then(|| ema::Ema::start(tc.ema, &named))
+            .transpose()?;
+        let state = TrainState {
             last_used: vec![0; cfg.n_embed],
+            ema_since: ema.as_ref().map(|_| 0),
             ..Default::default()
-        }
+        };
+        (state, ema)
     };
     if state.step >= tc.steps {
         eprintln!(
@@ -106,6 +113,12 @@ pub fn train(
             state.step,
             tc.steps
         );
+        if ema.is_some() && state.ema_since == Some(state.step) {
+            eprintln!(
+                "moving average of the weights (decay {}) starts at step {}",
+                tc.ema, state.step
+            );
+        }
     } else if tc.ae_warmup > 0 {
         eprintln!(
             "steps 1-{}: autoencoder warm-up (quantizer bypassed), then k-means codebook init",
@@ -113,6 +126,9 @@ pub fn train(
         );
     } else {
         init_codebook(&model, cfg, tc, &images, &codebook_var)?;
+        if let Some(e) = ema.as_mut() {
+            e.copy_rows(&named, CODEBOOK, &(0..cfg.n_embed).collect::<Vec<_>>())?;
+        }
     }
 
     let mut win = Window::new(tc, cfg.n_embed, state.step, progress);
@@ -133,7 +149,11 @@ pub fn train(
         if tc.ae_warmup > 0 && step == tc.ae_warmup {
             // End of the autoencoder warm-up: codes from what the trained encoder emits.
             init_codebook(&model, cfg, tc, &images, &codebook_var)?;
-            opt.reset_rows(CODEBOOK, &(0..cfg.n_embed).collect::<Vec<_>>());
+            let all: Vec<usize> = (0..cfg.n_embed).collect();
+            opt.reset_rows(CODEBOOK, &all);
+            if let Some(e) = ema.as_mut() {
+                e.copy_rows(&named, CODEBOOK, &all)?;
+            }
             state.last_used.fill(step);
         }
         let quantize = step >= tc.ae_warmup;
@@ -180,15 +200,21 @@ pub fn train(
                 &mut rng,
             )?;
             opt.reset_rows(CODEBOOK, &dead);
+            if let Some(e) = ema.as_mut() {
+                e.copy_rows(&named, CODEBOOK, &dead)?;
+            }
             restarted = dead.len();
             state.restarts_total += restarted;
+        }
+        if let Some(e) = ema.as_mut() {
+            e.update(&named)?;
         }
         win.add(batch, total, psnr_of_mse(l.mse), &indices, restarted);
         win.report(&mut state, opt.lr);
         let snap = tc.snapshot_every > 0 && state.step.is_multiple_of(tc.snapshot_every);
         if snap || state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
             state.seconds = secs_base + win.seconds();
-            checkpoint::save(out, cfg, tc, &vars, &opt, &state)?;
+            checkpoint::save(out, cfg, tc, &vars, &opt, ema.as_ref(), &state)?;
             if snap {
                 checkpoint::snapshot(out, state.step)?;
             }

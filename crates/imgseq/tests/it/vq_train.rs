@@ -273,6 +273,95 @@ fn snapshots_copy_the_checkpoint_of_their_step_and_survive_a_resume() {
 }
 
 #[test]
+fn an_ema_run_ships_the_average_and_resumes_exactly_from_the_raw_weights() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let tc = |steps| TrainConfig {
+        ema: 0.5,
+        ..tiny_tc(&imgs, steps)
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let sa = train::train(&cfg, &tc(6), &a, false, false).unwrap();
+    assert_eq!(sa.ema_since, Some(0));
+    train::train(&cfg, &tc(3), &b, false, false).unwrap();
+    let sb = train::train(&cfg, &tc(6), &b, true, false).unwrap();
+    assert_eq!((sb.step, sb.ema_since), (6, Some(0)));
+    assert_eq!(sa.last_used, sb.last_used);
+    let (ma, oa) = (
+        tensors(&a.join("model.safetensors")),
+        tensors(&a.join("optimizer.safetensors")),
+    );
+    assert_close(&ma, &tensors(&b.join("model.safetensors")), "average");
+    assert_close(&oa, &tensors(&b.join("optimizer.safetensors")), "optimizer");
+    // The model file is the average, not the raw weights, which are all in the optimizer file.
+    let raw: HashMap<String, Vec<f32>> = ma
+        .keys()
+        .map(|k| (k.clone(), oa[&format!("raw.{k}")].clone()))
+        .collect();
+    let w = "encoder.conv_in.weight";
+    let gap = ma[w]
+        .iter()
+        .zip(&raw[w])
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        gap > 1e-4,
+        "the average equals the raw weights (max gap {gap})"
+    );
+    // ... and it is a model like any other.
+    imgseq_vqgan::load_model(a.join("model.safetensors"), None, &candle_core::Device::Cpu).unwrap();
+}
+
+#[test]
+fn ema_given_on_resume_starts_at_the_resumed_weights_and_dropping_it_goes_on_from_the_raw_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let out = d.path().join("run");
+    let mut tc = tiny_tc(&imgs, 3);
+    tc.restart_every = 0; // no re-seeded codes: every tensor follows the formula
+    let s3 = train::train(&cfg, &tc, &out, false, false).unwrap();
+    assert_eq!(s3.ema_since, None);
+    let m3 = tensors(&out.join("model.safetensors"));
+    tc.steps = 4;
+    tc.ema = 0.75;
+    let s4 = train::train(&cfg, &tc, &out, true, false).unwrap();
+    assert_eq!(s4.ema_since, Some(3));
+    let (m4, o4) = (
+        tensors(&out.join("model.safetensors")),
+        tensors(&out.join("optimizer.safetensors")),
+    );
+    for (k, avg) in &m4 {
+        let raw = &o4[&format!("raw.{k}")];
+        for ((a, r), w3) in avg.iter().zip(raw).zip(&m3[k]) {
+            let want = 0.75 * w3 + 0.25 * r;
+            assert!(
+                (a - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "`{k}`: {a} vs {want}"
+            );
+        }
+    }
+    // Without --ema the run goes on from the raw weights, and its model is them again.
+    tc.steps = 5;
+    tc.ema = 0.0;
+    let s5 = train::train(&cfg, &tc, &out, true, false).unwrap();
+    assert_eq!(s5.ema_since, None);
+    let o5 = tensors(&out.join("optimizer.safetensors"));
+    assert!(!o5.keys().any(|k| k.starts_with("raw.")));
+    // The average never touched the raw weights: they are those of a run that never had one.
+    let mut plain = tiny_tc(&imgs, 5);
+    plain.restart_every = 0;
+    let r = d.path().join("plain");
+    train::train(&cfg, &plain, &r, false, false).unwrap();
+    assert_close(
+        &tensors(&out.join("model.safetensors")),
+        &tensors(&r.join("model.safetensors")),
+        "raw weights after the average was dropped",
+    );
+}
+
+#[test]
 fn ae_warmup_and_context_stage_switch_on_time_and_resume_across_both() {
     let d = tempfile::tempdir().unwrap();
     let (imgs, cfg) = fixture(d.path());
@@ -385,6 +474,22 @@ fn cli_train_resume_and_eval() {
         &d.path().join("new").display().to_string(),
     ]);
     assert!(e.contains("--data"), "{e}");
+    let e = fails(&[
+        "vq",
+        "train",
+        "--data",
+        &imgs_s,
+        "--out",
+        &out_s,
+        "--overwrite",
+        "--ema",
+        "1.5",
+    ]);
+    assert!(e.contains("--ema 1.5") && e.contains("[0, 1)"), "{e}");
+    assert!(
+        out.join("state.json").is_file(),
+        "a refused run removed the old one"
+    );
     let e = fails(&[
         "vq", "train", "--data", &imgs_s, "--config", "huge", "--out", &out_s,
     ]);
