@@ -18,4 +18,4 @@ pub mod runtime;
 
 pub use padding::Padding;
 pub use precision::{Precision, PrecisionChoice, PrecisionRequest};
-pub use runtime::tune_allocator;
+pub use runtime::{settle_thread_count, tune_allocator};

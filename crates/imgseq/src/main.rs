@@ -60,9 +60,9 @@ fn main() -> ExitCode {
             eprintln!("error: {}", one_line(&e));
             return ExitCode::FAILURE;
         }
-        // Both rayon (our kernels) and candle's gemm read the global pool.
-        let _ = rayon_pool(n);
     }
+    // Both rayon (our kernels) and candle's gemm read it; set once, before any thread starts.
+    imgseq_kernels::settle_thread_count(cli.threads);
     let res = match cli.cmd {
         Cmd::Vit(c) => vit_cmd::run(c),
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
@@ -101,10 +101,5 @@ fn check_threads(n: usize) -> anyhow::Result<()> {
     if n == 0 || n > max {
         anyhow::bail!("--threads {n} must be between 1 and {max} (4 per core, {cores} cores)");
     }
-    Ok(())
-}
-
-fn rayon_pool(n: usize) -> anyhow::Result<()> {
-    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     Ok(())
 }
