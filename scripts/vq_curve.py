@@ -15,7 +15,9 @@ into each, with `imgseq vq eval --json --precision f32`; the figures are measure
 no choice of the run (steps, checkpoint, recipe) was made from them, so the held-out list stays
 held out. `plot` draws, for each run, training-crop PSNR (its history windows, smoothed) and the
 held-out / coffee PSNR of every snapshot against hours of training on the run's machine,
-with CPU-hours (hours × threads) on the top axis. Needs matplotlib (plot only).
+with CPU-hours (hours × threads) on the top axis, and a vertical line where a run's moving
+average of the weights (`--ema`, `state.json` → `ema_since`) began: its later snapshots hold
+the average. Needs matplotlib (plot only).
 """
 import argparse
 import json
@@ -101,6 +103,20 @@ def training_line(run):
     return [x * scale / 3600 for x in xs], ys
 
 
+def ema_start(run):
+    """(hours, step) where the run's moving average of the weights (`vq train --ema`) began,
+    or None: from then on its snapshots hold the average."""
+    with open(os.path.join(run, "state.json")) as fh:
+        st = json.load(fh)
+    since = st.get("ema_since")
+    if since is None:
+        return None
+    xs, _ = training_line(run)
+    steps = [p["step"] for p in st["history"]]
+    i = next((k for k, s in enumerate(steps) if s >= since), len(steps) - 1)
+    return (xs[i] if xs else 0.0), since
+
+
 def snapshot_points(folder, name, after=0):
     """(hours, PSNR, step) of the measured snapshots past step `after` (the autoencoder
     warm-up: before its k-means init the codebook is not the model's, so eval means nothing)."""
@@ -131,6 +147,12 @@ def cmd_plot(a):
         xs, ys = training_line(run)
         ax.plot(xs, smooth(ys, 8), color="#aaaaaa", lw=1.1, ls=ls,
                 label=f"{label}: training crops (smoothed)")
+        ema = ema_start(run)
+        if ema:
+            ax.axvline(ema[0], color="#2ca02c", ls=ls, lw=0.9)
+            ax.text(ema[0], 0.02, f" {label}: weight average from step {ema[1]}",
+                    color="#2ca02c", fontsize=7, rotation=90, va="bottom",
+                    transform=ax.get_xaxis_transform())
         if not snaps:
             continue
         with open(os.path.join(run, "train.json")) as fh:
