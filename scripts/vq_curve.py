@@ -140,19 +140,22 @@ def cmd_plot(a):
     threads = a.threads
     fig, ax = plt.subplots(figsize=(8.5, 4.8), dpi=110)
     styles = ["-", "--", ":"]
+    drawn = set()  # a run given twice (two snapshot folders) has one training line
     for i, spec in enumerate(a.runs):
         run, snaps, label = (spec.split(":", 2) + ["", ""])[:3]
         label = label or os.path.basename(os.path.normpath(run))
         ls = styles[i % len(styles)]
-        xs, ys = training_line(run)
-        ax.plot(xs, smooth(ys, 8), color="#aaaaaa", lw=1.1, ls=ls,
-                label=f"{label}: training crops (smoothed)")
-        ema = ema_start(run)
-        if ema:
-            ax.axvline(ema[0], color="#2ca02c", ls=ls, lw=0.9)
-            ax.text(ema[0], 0.02, f" {label}: weight average from step {ema[1]}",
-                    color="#2ca02c", fontsize=7, rotation=90, va="bottom",
-                    transform=ax.get_xaxis_transform())
+        if os.path.realpath(run) not in drawn:
+            drawn.add(os.path.realpath(run))
+            xs, ys = training_line(run)
+            ax.plot(xs, smooth(ys, 8), color="#aaaaaa", lw=1.1, ls=ls,
+                    label=f"{label}: training crops (smoothed)")
+            ema = ema_start(run)
+            if ema:
+                ax.axvline(ema[0], color="#2ca02c", ls=ls, lw=0.9)
+                ax.text(ema[0], 0.45, f" weight average from step {ema[1]}",
+                        color="#2ca02c", fontsize=7, rotation=90, va="bottom", ha="right",
+                        transform=ax.get_xaxis_transform())
         if not snaps:
             continue
         with open(os.path.join(run, "train.json")) as fh:
