@@ -83,23 +83,27 @@ def smooth(ys, k):
 
 
 def training_line(run):
-    """(hours, PSNR) of a run's training windows. History points carry images/s, not
-    seconds: the time axis is rebuilt from them (crop and batch by the saved recipe) and
-    scaled so that the last point lands on the run's measured `seconds`."""
+    """(hours, PSNR) of a run's training windows. History points carry the run's training
+    seconds (`seconds`, since session 12); older points only their images/s, so for them
+    the time is rebuilt from that (crop and batch by the saved recipe) and, in a run with
+    no `seconds` at all, scaled so that the last point lands on the run's measured total."""
     with open(os.path.join(run, "state.json")) as fh:
         st = json.load(fh)
     with open(os.path.join(run, "train.json")) as fh:
         train = json.load(fh)
     t, last_step, xs, ys = 0.0, 0, [], []
     for p in st["history"]:
-        steps = p["step"] - last_step
-        ctx = train["context_from"] and p["step"] > train["context_from"]
-        batch = train["context_batch_size"] if ctx else train["batch_size"]
-        t += steps * batch / max(p["img_per_s"], 1e-9)
+        if p.get("seconds") is not None:
+            t = p["seconds"]
+        else:
+            ctx = train["context_from"] and p["step"] > train["context_from"]
+            batch = train["context_batch_size"] if ctx else train["batch_size"]
+            t += (p["step"] - last_step) * batch / max(p["img_per_s"], 1e-9)
         last_step = p["step"]
         xs.append(t)
         ys.append(p["psnr"])
-    scale = st["seconds"] / xs[-1] if xs and xs[-1] > 0 else 1.0
+    exact = any(p.get("seconds") is not None for p in st["history"])
+    scale = st["seconds"] / xs[-1] if xs and xs[-1] > 0 and not exact else 1.0
     return [x * scale / 3600 for x in xs], ys
 
 

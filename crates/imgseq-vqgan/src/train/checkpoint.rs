@@ -39,6 +39,10 @@ pub struct LogPoint {
     pub restarted: usize,
     pub img_per_s: f64,
     pub lr: f64,
+    /// Training seconds of the run (across resumes) at this point; absent in runs logged
+    /// before session 12, whose time axis `scripts/vq_curve.py` rebuilds from `img_per_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
 }
 
 /// Progress of a run (saved as `state.json` at every checkpoint).

@@ -131,7 +131,7 @@ pub fn train(
         }
     }
 
-    let mut win = Window::new(tc, cfg.n_embed, state.step, progress);
+    let mut win = Window::new(tc, cfg.n_embed, &state, progress);
     let secs_base = state.seconds;
     while state.step < tc.steps {
         let step = state.step;

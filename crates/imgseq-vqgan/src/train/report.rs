@@ -18,6 +18,8 @@ pub(super) struct Window {
     log_lines: bool,
     tenth: usize,
     t_run: Instant,
+    /// The run's training seconds before this process (`TrainState::seconds` at resume).
+    secs_base: f64,
     start_step: usize,
     imgs_done: usize,
     counts: Vec<u64>,
@@ -30,7 +32,8 @@ pub(super) struct Window {
 }
 
 impl Window {
-    pub fn new(tc: &TrainConfig, n_embed: usize, start_step: usize, progress: bool) -> Self {
+    pub fn new(tc: &TrainConfig, n_embed: usize, state: &TrainState, progress: bool) -> Self {
+        let start_step = state.step;
         let pb = if progress {
             imgseq_core::progress::bar(tc.steps as u64, start_step as u64, "vq train")
         } else {
@@ -48,6 +51,7 @@ impl Window {
             log_lines: tc.log_every > 0,
             tenth: (tc.steps / 10).max(1),
             t_run: Instant::now(),
+            secs_base: state.seconds,
             start_step,
             imgs_done: 0,
             counts: vec![0; n_embed],
@@ -103,6 +107,7 @@ impl Window {
             restarted: self.restarted,
             img_per_s: self.imgs_win as f64 / self.t_win.elapsed().as_secs_f64().max(1e-9),
             lr,
+            seconds: Some(self.secs_base + self.seconds()),
         };
         if self.pb.is_hidden() && (tenth_done || self.log_lines) {
             let steps_per_s = (state.step - self.start_step) as f64 / self.seconds().max(1e-9);

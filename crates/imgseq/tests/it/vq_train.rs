@@ -216,6 +216,15 @@ fn resume_continues_exactly() {
             "{pa:?} vs {pb:?}"
         );
     }
+    // Every history point carries the run's training seconds, counted on across the resume
+    // (what scripts/vq_curve.py's time axis reads).
+    let secs: Vec<f64> = sb.history.iter().map(|p| p.seconds.unwrap()).collect();
+    assert!(secs.windows(2).all(|w| w[0] <= w[1]), "{secs:?}");
+    assert!(
+        secs[3] <= sb4.seconds + 1e-9 && secs[4] >= sb4.seconds - 1e-9,
+        "{secs:?} {sb4:?}"
+    );
+    assert!(secs[5] <= sb.seconds + 1e-9, "{secs:?} {}", sb.seconds);
     assert_close(
         &tensors(&a.join("model.safetensors")),
         &tensors(&b.join("model.safetensors")),
