@@ -28,7 +28,8 @@ pub enum VitCmd {
     Embed(EmbedArgs),
     /// Train a ViT classifier (AdamW, warmup + cosine); resumable.
     Train(TrainArgs),
-    /// Accuracy, per-class accuracy and confusion matrix on a test set.
+    /// Accuracy, per-class accuracy and confusion matrix on a test set (or, with
+    /// `--split train`, on the training images).
     Eval(EvalArgs),
     /// Top-k labels with probabilities for images.
     Classify(ClassifyArgs),
@@ -184,11 +185,21 @@ pub struct EvalArgs {
     data: DataArgs,
     #[command(flatten)]
     w: WeightsArg,
+    /// Which split to score: `test` (the held-out images), or `train` (how well the model
+    /// fits its training images, without augmentation: under- or over-fitting at a glance).
+    #[arg(long, value_enum, default_value_t = SplitArg::Test)]
+    split: SplitArg,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     #[command(flatten)]
     prec: PrecisionArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SplitArg {
+    Test,
+    Train,
 }
 
 #[derive(Args)]
@@ -482,21 +493,25 @@ fn eval(a: EvalArgs) -> Result<()> {
     let path = a.w.resolve()?;
     let (m, precision) = load_classifier(&path, &a.prec)?;
     let source = a.data.source()?;
-    let set = m.load_split(&source, Split::Test, a.data.limit)?;
-    // An empty test split is the library's error; here it gets the data's name.
+    let (split, what) = match a.split {
+        SplitArg::Test => (Split::Test, "test"),
+        SplitArg::Train => (Split::Train, "train"),
+    };
+    let set = m.load_split(&source, split, a.data.limit)?;
+    // An empty split is the library's error; here it gets the data's name.
     let r = m.evaluate(&set, true).map_err(|e| match &a.data.data {
         Some(d) if set.n == 0 => anyhow::anyhow!("{}: {e}", d.display()),
         _ => e.into(),
     })?;
     println!("model: {}", path.display());
     println!("precision: {precision}");
-    println!("test images: {}", r.n);
+    println!("{what} images: {}", r.n);
     println!("accuracy: {:.2}%", 100.0 * r.accuracy);
     println!("per-class accuracy:");
     let k = m.cfg.num_labels();
     for i in 0..k {
         let acc = if r.per_class[i].is_nan() {
-            "  (no test images)".to_string()
+            format!("  (no {what} images)")
         } else {
             format!("{:6.2}%", 100.0 * r.per_class[i])
         };

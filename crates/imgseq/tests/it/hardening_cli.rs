@@ -666,30 +666,25 @@ fn messages_name_the_file_and_outputs_follow_their_extension() {
         cfg.contains("\"0\": \"a\"") && cfg.contains("\"1\": \"b\""),
         "{cfg}"
     );
-    let out = ok(&[
-        "vit",
-        "eval",
-        "--dataset",
-        "folder",
-        "--data",
-        &s(&ds),
-        "--weights",
-        &s(&run),
-    ]);
+    let (ds_s, run_s) = (s(&ds), s(&run));
+    let eval = |extra: &[&'static str]| {
+        let mut v = vec!["vit", "eval", "--dataset", "folder"];
+        v.extend(["--data", ds_s.as_str(), "--weights", run_s.as_str()]);
+        v.extend(extra);
+        v
+    };
+    let out = ok(&eval(&[]));
     assert!(
         out.contains(" a ") && out.contains(" b ") && !out.contains("T-shirt"),
         "{out}"
     );
+    // `--split train` scores the training images (one more there than in test/).
+    RgbImage::from_pixel(20, 20, Rgb([30, 30, 30]))
+        .save(ds.join("train/a/extra.png"))
+        .unwrap();
+    assert!(ok(&eval(&["--split", "train"])).contains("train images: 9"));
+    assert!(ok(&eval(&["--split", "test"])).contains("test images: 8"));
     std::fs::rename(ds.join("test/b"), ds.join("test/c")).unwrap();
-    let e = fails(&[
-        "vit",
-        "eval",
-        "--dataset",
-        "folder",
-        "--data",
-        &s(&ds),
-        "--weights",
-        &s(&run),
-    ]);
+    let e = fails(&eval(&[]));
     assert!(e.contains("class folder `c`"), "{e}");
 }
