@@ -54,6 +54,7 @@ def main():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from vq_curve import save_plot  # this script's folder is on sys.path when it runs
 
     fig, ax = plt.subplots(figsize=(8.5, 4.8), dpi=110)
     top = a.target
@@ -74,13 +75,7 @@ def main():
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%), 10,000 images")
     ax.set_title(a.title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    tmp = a.output + ".tmp.png"
-    fig.savefig(tmp)
-    os.replace(tmp, a.output)
-    print(f"wrote {a.output}")
+    save_plot(fig, ax, a.output)
 
 
 if __name__ == "__main__":

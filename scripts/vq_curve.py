@@ -184,13 +184,20 @@ def cmd_plot(a):
     ax.set_title(a.title or "VQGAN: PSNR against training time")
     top = ax.secondary_xaxis("top", functions=(lambda h: h * threads, lambda c: c / threads))
     top.set_xlabel("CPU-hours")
+    save_plot(fig, ax, a.output)
+
+
+def save_plot(fig, ax, output):
+    """The house finish of a curve plot (grid, legend, tight layout), written to `output` via a
+    temporary file so that an interrupted run never leaves a half-written PNG there. Also used
+    by scripts/vit_curve.py."""
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
-    tmp = a.output + ".tmp.png"
+    tmp = output + ".tmp.png"
     fig.savefig(tmp)
-    os.replace(tmp, a.output)
-    print(f"wrote {a.output}")
+    os.replace(tmp, output)
+    print(f"wrote {output}")
 
 
 def main():
