@@ -132,7 +132,6 @@ pub fn train(
     }
 
     let mut win = Window::new(tc, cfg.n_embed, &state, progress);
-    let secs_base = state.seconds;
     while state.step < tc.steps {
         let step = state.step;
         let (crop, batch) = tc.crop_at(step);
@@ -213,7 +212,7 @@ pub fn train(
         win.report(&mut state, opt.lr);
         let snap = tc.snapshot_every > 0 && state.step.is_multiple_of(tc.snapshot_every);
         if snap || state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
-            state.seconds = secs_base + win.seconds();
+            state.seconds = win.run_seconds();
             checkpoint::save(out, cfg, tc, &vars, &opt, ema.as_ref(), &state)?;
             if snap {
                 checkpoint::snapshot(out, state.step)?;

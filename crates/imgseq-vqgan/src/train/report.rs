@@ -82,6 +82,11 @@ impl Window {
         self.t_run.elapsed().as_secs_f64()
     }
 
+    /// The run's training seconds so far, across resumes (`TrainState::seconds`).
+    pub fn run_seconds(&self) -> f64 {
+        self.secs_base + self.seconds()
+    }
+
     /// Updates the bar; at a history point, appends it to `state` (and prints a line when
     /// there is no bar) and starts a new window.
     pub fn report(&mut self, state: &mut TrainState, lr: f64) {
@@ -107,7 +112,7 @@ impl Window {
             restarted: self.restarted,
             img_per_s: self.imgs_win as f64 / self.t_win.elapsed().as_secs_f64().max(1e-9),
             lr,
-            seconds: Some(self.secs_base + self.seconds()),
+            seconds: Some(self.run_seconds()),
         };
         if self.pb.is_hidden() && (tenth_done || self.log_lines) {
             let steps_per_s = (state.step - self.start_step) as f64 / self.seconds().max(1e-9);
