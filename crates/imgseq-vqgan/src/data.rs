@@ -150,31 +150,55 @@ pub fn to_batch(imgs: &[RgbImage]) -> Result<Tensor> {
     Ok(Tensor::stack(&ts, 0)?)
 }
 
-/// Loads every image as RGB with its shorter side resized to `max(resize, crop)` (aspect
-/// kept), in parallel. A broken file is an error naming it.
+/// Loads every image as RGB, once per scale in `sides`: its shorter side resized to
+/// `max(side, crop)` (aspect kept). Each file is decoded once for all its scales (decoding is
+/// most of the time), files in parallel, with a progress bar. A broken file is an error naming
+/// it.
+///
+/// The result is scale-major: all images at `sides[0]` in `paths` order, then all at
+/// `sides[1]`, … (the order [`random_crops`] draws from, so a resumed run sees the same list).
 pub fn load_training_images(
     paths: &[PathBuf],
-    resize: usize,
+    sides: &[usize],
     crop: usize,
 ) -> Result<Vec<RgbImage>> {
-    let side = resize.max(crop) as f64;
-    paths
+    let bar = imgseq_core::progress::items(paths.len(), "loading training images");
+    let per_file: Vec<Vec<RgbImage>> = paths
         .par_iter()
         .map(|p| {
             let img = image_io::load_rgb(p)?;
-            let (w, h) = img.dimensions();
-            let s = side / w.min(h) as f64;
-            let (nw, nh) = (
-                ((w as f64 * s).round() as u32).max(side as u32),
-                ((h as f64 * s).round() as u32).max(side as u32),
-            );
-            if (nw, nh) == (w, h) {
-                Ok(img)
-            } else {
-                image_io::resize_exact(&img, nw, nh)
-            }
+            let scaled = sides
+                .iter()
+                .map(|&side| shorter_side_at_least(&img, side.max(crop)))
+                .collect::<Result<Vec<_>>>()?;
+            bar.inc(1);
+            Ok(scaled)
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    bar.finish_and_clear();
+    let mut out = Vec::with_capacity(paths.len() * sides.len());
+    let mut scales: Vec<_> = per_file.into_iter().map(Vec::into_iter).collect();
+    for _ in sides {
+        out.extend(scales.iter_mut().filter_map(Iterator::next));
+    }
+    Ok(out)
+}
+
+/// `img` with its shorter side resized to `side` (aspect kept, each side at least `side`);
+/// the image itself when it already is that size.
+fn shorter_side_at_least(img: &RgbImage, side: usize) -> Result<RgbImage> {
+    let side = side as f64;
+    let (w, h) = img.dimensions();
+    let s = side / w.min(h) as f64;
+    let (nw, nh) = (
+        ((w as f64 * s).round() as u32).max(side as u32),
+        ((h as f64 * s).round() as u32).max(side as u32),
+    );
+    if (nw, nh) == (w, h) {
+        Ok(img.clone())
+    } else {
+        image_io::resize_exact(img, nw, nh)
+    }
 }
 
 /// The images of an IDX image file (Fashion-MNIST) centred on a zero `side`×`side` canvas
@@ -297,6 +321,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing.txt"), "{e}");
+    }
+
+    #[test]
+    fn training_images_are_scale_major_with_the_shorter_side_at_each_scale() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a.png"), d.path().join("b.png"));
+        RgbImage::from_fn(60, 40, |x, y| image::Rgb([x as u8 * 4, y as u8 * 6, 9]))
+            .save(&a)
+            .unwrap();
+        RgbImage::from_fn(30, 50, |x, y| image::Rgb([7, x as u8 * 8, y as u8 * 5]))
+            .save(&b)
+            .unwrap();
+        let paths = vec![a.clone(), b.clone()];
+        // Sides below the crop are raised to it; a side equal to the image's keeps it.
+        let imgs = load_training_images(&paths, &[20, 40, 10], 16).unwrap();
+        let dims: Vec<_> = imgs.iter().map(|i| i.dimensions()).collect();
+        assert_eq!(
+            dims,
+            vec![(30, 20), (20, 33), (60, 40), (40, 67), (24, 16), (16, 27)]
+        );
+        assert_eq!(imgs[2], image_io::load_rgb(&a).unwrap());
+        // Each scale is the one-file resize of the decoded image.
+        let want = image_io::resize_exact(&image_io::load_rgb(&b).unwrap(), 20, 33).unwrap();
+        assert_eq!(imgs[1], want);
+        let e = load_training_images(&[d.path().join("gone.png")], &[16], 16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gone.png"), "{e}");
     }
 
     #[test]

@@ -247,10 +247,10 @@ fn load_images(tc: &TrainConfig, paths: &[std::path::PathBuf]) -> Result<Vec<Rgb
         );
         return Ok(images);
     }
-    let mut images = load_training_images(paths, tc.resize, tc.max_crop())?;
-    for &side in &tc.extra_scales {
-        images.extend(load_training_images(paths, side, tc.max_crop())?);
-    }
+    let sides: Vec<usize> = std::iter::once(tc.resize)
+        .chain(tc.extra_scales.iter().copied())
+        .collect();
+    let images = load_training_images(paths, &sides, tc.max_crop())?;
     let stage2 = if tc.context_from > 0 {
         format!(
             "; from step {}: crops {}x{}, batch {}",
