@@ -4,7 +4,7 @@
 //! attention which accepts any strides with a unit last stride). Backward passes read the
 //! saved tensors directly and build the gradients from fresh vectors.
 
-use crate::cpu::{self, act, attn, codebook, conv, linear, norm, with_data, Real};
+use crate::cpu::{self, act, attn, codebook, conv, linear, norm, upsample, with_data, Real};
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
 };
@@ -244,6 +244,38 @@ impl CustomOp1 for Activation {
     }
     fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(dispatch!(x.dtype(), act_bwd(self.0, x, g))?))
+    }
+}
+
+/// Nearest-neighbour 2× upsampling of (b, c, h, w), with its backward (2×2 block sums) instead
+/// of candle's, which runs a grouped convolution with a kernel of ones.
+pub struct Upsample2x;
+
+fn up_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+    let x = cpu::slice::<T>(s, l)?;
+    let (b, c, h, w) = l.shape().dims4()?;
+    Ok((
+        T::to_cpu_storage_owned(upsample::upsample2x(x, h, w)),
+        Shape::from((b, c, 2 * h, 2 * w)),
+    ))
+}
+
+fn up_bwd<T: Real>(x: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let g = g.contiguous()?;
+    let (_, _, h, w) = x.dims4()?;
+    let dx = with_data::<T, _>(&g, |gs| Ok(upsample::upsample2x_bwd(gs, h, w)))?;
+    from_vec(dx, x.shape(), x)
+}
+
+impl CustomOp1 for Upsample2x {
+    fn name(&self) -> &'static str {
+        "imgseq-upsample2x"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        dispatch!(storage_dtype(s), up_fwd(s, l))
+    }
+    fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(dispatch!(x.dtype(), up_bwd(x, g))?))
     }
 }
 

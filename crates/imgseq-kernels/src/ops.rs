@@ -83,6 +83,17 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     reference::silu(x)
 }
 
+/// Nearest-neighbour 2× upsampling (taming's `Upsample` before its conv), differentiable.
+///
+/// # Shapes
+/// x: (b, c, h, w) → (b, c, 2h, 2w)
+pub fn upsample_nearest2x(x: &Tensor) -> Result<Tensor> {
+    if fast(&[x]) && x.rank() == 4 {
+        return x.contiguous()?.apply_op1(custom::Upsample2x);
+    }
+    reference::upsample_nearest2x(x)
+}
+
 /// Layer normalisation over the last dimension (differentiable).
 ///
 /// # Shapes

@@ -68,6 +68,15 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     x.silu()
 }
 
+/// Nearest-neighbour 2× upsampling (candle's, whose backward is a grouped conv of ones).
+///
+/// # Shapes
+/// x: (b, c, h, w) → (b, c, 2h, 2w)
+pub fn upsample_nearest2x(x: &Tensor) -> Result<Tensor> {
+    let (_, _, h, w) = x.dims4()?;
+    x.upsample_nearest2d(2 * h, 2 * w)
+}
+
 /// Layer normalisation over the last dimension (differentiable).
 ///
 /// # Shapes

@@ -250,8 +250,7 @@ impl Upsample {
     /// # Shapes
     /// x: (b, c, h, w) → (b, c, 2h, 2w)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (_, _, h, w) = x.dims4()?;
-        let x = x.upsample_nearest2d(2 * h, 2 * w)?; // (b, c, 2h, 2w)
+        let x = ops::upsample_nearest2x(x)?; // (b, c, 2h, 2w)
         self.conv.forward(&x)
     }
 }

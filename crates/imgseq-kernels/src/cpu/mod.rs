@@ -17,6 +17,7 @@ pub mod conv;
 mod gemm;
 pub mod linear;
 pub mod norm;
+pub mod upsample;
 pub mod winograd;
 
 /// Number of lanes used by the manual reductions (one AVX register of f32).

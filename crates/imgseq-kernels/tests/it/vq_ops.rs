@@ -124,6 +124,43 @@ fn conv2d_matches_reference() {
     );
 }
 
+/// The weight gradient sums blocks of output pixels (a fixed range of them per thread):
+/// images large enough for several blocks, a partial last block, blocks that straddle the
+/// threads' ranges, for 3×3 stride 1, taming's stride-2 padding and 1×1.
+#[test]
+fn conv2d_weight_grad_spans_pixel_blocks() {
+    conv_case(
+        DType::F32,
+        &[2, 16, 40, 36],
+        8,
+        3,
+        1,
+        Padding::same(1),
+        true,
+        "3x3 s1, 2 blocks per image",
+    );
+    conv_case(
+        DType::F32,
+        &[1, 4, 200, 160],
+        6,
+        3,
+        2,
+        Padding::TAMING_DOWN,
+        true,
+        "3x3 s2 taming pad, 3 blocks",
+    );
+    conv_case(
+        DType::F32,
+        &[3, 64, 48, 48],
+        16,
+        1,
+        1,
+        Padding::same(0),
+        false,
+        "1x1, 2 blocks per image, 3 images",
+    );
+}
+
 #[test]
 fn conv2d_finite_diff() {
     for (stride, pad, k) in [
@@ -143,6 +180,25 @@ fn conv2d_finite_diff() {
             &format!("conv2d s{stride} {pad:?}"),
         );
     }
+}
+
+#[test]
+fn upsample_nearest2x_matches_reference() {
+    for (dt, shape) in [
+        (DType::F32, [2, 3, 5, 7]),
+        (DType::F32, [1, 64, 16, 16]),
+        (DType::F64, [1, 2, 3, 1]),
+    ] {
+        check_vs_reference(
+            &|t| ops::upsample_nearest2x(&t[0]),
+            &|t| reference::upsample_nearest2x(&t[0]),
+            &[rand(&shape, 5, 1.0, dt)],
+            TOL,
+            &format!("upsample 2x {shape:?} {dt:?}"),
+        );
+    }
+    let x = rand(&[2, 3, 4, 4], 6, 1.0, DType::F32);
+    assert!(ops::upsample_nearest2x(&x.flatten_all().unwrap()).is_err());
 }
 
 #[test]
