@@ -37,15 +37,25 @@ fn rand(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// (count per step, ci, co, side in, kernel, stride, padding (left, right, top, bottom)).
+type Row = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    (usize, usize, usize, usize),
+);
+
 fn main() {
     imgseq_kernels::tune_allocator();
     let filter = std::env::args().nth(1).unwrap_or_default();
     let b = 2;
-    // (count per step, ci, co, side in, kernel, stride, pad (l, r, t, b))
     let same = (1, 1, 1, 1);
     let down = (0, 1, 0, 1);
     #[rustfmt::skip]
-    let rows: &[(usize, usize, usize, usize, usize, usize, (usize, usize, usize, usize))] = &[
+    let rows: &[Row] = &[
         (1, 3, 32, 256, 3, 1, same),      // encoder conv_in
         (7, 32, 32, 256, 3, 1, same),     // encoder level 0 (2), upsample conv, decoder level 0 (4)
         (1, 32, 32, 256, 3, 2, down),     // downsample 256 → 128
