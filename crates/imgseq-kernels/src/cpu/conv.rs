@@ -416,6 +416,11 @@ pub fn conv2d_bwd<T: Real>(x: &[T], w: &[T], dy: &[T], g: &Geom) -> (Vec<T>, Vec
         })
         .collect();
 
+    // dY in the p-space layout (rows of wq, zero padding columns), shared by dx's general
+    // path and dw; dY itself when the rows have no padding columns.
+    let dyp_owned = (p.wq != p.wo).then(|| grad_pspace(dy, g, &p));
+    let dyp: &[T] = dyp_owned.as_deref().unwrap_or(dy);
+
     // dx
     let (l, r, t, bo) = g.pad;
     let dx = if g.s == 1 && l < g.kw && r < g.kw && t < g.kh && bo < g.kh {
@@ -445,7 +450,6 @@ pub fn conv2d_bwd<T: Real>(x: &[T], w: &[T], dy: &[T], g: &Geom) -> (Vec<T>, Vec
         conv2d(dy, &wf, None, &gt)
     } else {
         // General: scatter Wₜᵀ·dY into the padded gradient at every tap's shifted view.
-        let dyp = grad_pspace(dy, g, &p);
         let wr = taps(w, g);
         let plane = p.plane;
         let mut dxp = vec![T::ZERO; g.b * g.ci * plane];
@@ -492,12 +496,6 @@ pub fn conv2d_bwd<T: Real>(x: &[T], w: &[T], dy: &[T], g: &Geom) -> (Vec<T>, Vec
         padded = pad_input(x, g, &p);
         (&padded[..], p.plane)
     };
-    let dyp = if p.wq == p.wo {
-        None
-    } else {
-        Some(grad_pspace(dy, g, &p))
-    };
-    let dyp: &[T] = dyp.as_deref().unwrap_or(dy);
     let dw = dw_blocked(xp, plane, dyp, g, &p);
     (dx, dw, db)
 }
