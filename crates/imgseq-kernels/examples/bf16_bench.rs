@@ -55,8 +55,9 @@ fn main() -> Result<()> {
         .map(|(_, a)| a.clone());
     let dev = Device::Cpu;
     println!(
-        "bf16 path: {kernel:?} (AVX512-BF16 present: {}), {} threads",
+        "bf16 path: {kernel:?} (AVX512-BF16 present: {}, AMX usable: {}; IMGSEQ_NO_AMX=1 turns AMX off), {} threads",
         Bf16Kernel::native_available(),
+        Bf16Kernel::amx_available(),
         rayon::current_num_threads()
     );
     println!(

@@ -253,9 +253,10 @@ impl Bf16Conv2d {
         Self::build(weight, bias, stride, pad, kernel, algo)
     }
 
-    /// Whether an h × w input runs Winograd F(2×2, 3×3) (else the direct conv).
+    /// Whether an h × w input runs Winograd F(2×2, 3×3) on this conv's kernel (else the
+    /// direct conv; `auto` never picks Winograd on AMX).
     pub fn runs_winograd(&self, h: usize, w: usize) -> bool {
-        self.weights.runs_winograd(h, w)
+        self.weights.runs_winograd_on(h, w, self.kernel)
     }
 
     fn build(

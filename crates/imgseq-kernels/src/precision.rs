@@ -113,7 +113,8 @@ pub enum Bf16Support {
 /// instruction): on AMD Zen 4 our bf16 convs and linears ran 1.4–4.2× the f32 ones; on Intel
 /// Xeon (Sapphire Rapids, 2026-12-02) `vdpbf16ps` issues at a quarter of the FMA rate — half
 /// f32's multiply-adds per cycle — and every bf16 layer ran 0.36–1.0× the f32 one. Intel's
-/// fast bf16 unit is AMX, which imgseq does not use; so Intel counts as slower, AMD as faster.
+/// fast bf16 unit is AMX, which only the bf16 *convs* use ([`bf16_conv_support`]); for linear
+/// layers Intel counts as slower, AMD as faster.
 pub fn bf16_support() -> Bf16Support {
     if !bf16_native() {
         Bf16Support::Absent
@@ -121,6 +122,18 @@ pub fn bf16_support() -> Bf16Support {
         Bf16Support::FasterThanF32
     } else {
         Bf16Support::SlowerThanF32
+    }
+}
+
+/// [`bf16_support`] for a model whose bf16 layers are convs (the VQGAN): faster than f32 also
+/// where AMX tiles run them ([`Kernel::amx_available`]: ~30× the f32 FMA's multiply-adds per
+/// cycle on a Sapphire Rapids core; the f16-1024 decode 3.3–3.6× faster than in f32 there,
+/// `examples/bf16_bench.rs`).
+pub fn bf16_conv_support() -> Bf16Support {
+    if Kernel::amx_available() {
+        Bf16Support::FasterThanF32
+    } else {
+        bf16_support()
     }
 }
 
@@ -159,6 +172,15 @@ impl PrecisionRequest {
         self.resolve_with(bf16_support(), check)
     }
 
+    /// [`Self::resolve`] for a model whose bf16 layers are convs ([`bf16_conv_support`]:
+    /// AMX counts as faster).
+    pub fn resolve_convs<E>(
+        self,
+        check: impl FnOnce() -> Result<Agreement, E>,
+    ) -> Result<PrecisionChoice, E> {
+        self.resolve_with(bf16_conv_support(), check)
+    }
+
     /// [`Self::resolve`] for a CPU with the given [`Bf16Support`].
     pub fn resolve_with<E>(
         self,
@@ -173,11 +195,9 @@ impl PrecisionRequest {
         };
         Ok(match self {
             Self::F32 => choice(Precision::F32, false, "requested".into()),
-            Self::Bf16 if native => choice(
-                Precision::Bf16,
-                true,
-                "requested; AVX512-BF16 vdpbf16ps".into(),
-            ),
+            Self::Bf16 if native => {
+                choice(Precision::Bf16, true, format!("requested; {}", unit_name()))
+            }
             Self::Bf16 => choice(
                 Precision::Bf16,
                 false,
@@ -204,7 +224,8 @@ impl PrecisionRequest {
                         Precision::Bf16,
                         true,
                         format!(
-                            "auto: AVX512-BF16 vdpbf16ps, agreement check passed: {}",
+                            "auto: {}, agreement check passed: {}",
+                            unit_name(),
                             a.summary
                         ),
                     )
@@ -217,6 +238,15 @@ impl PrecisionRequest {
                 }
             }
         })
+    }
+}
+
+/// What runs bf16 here, for the CLI's line.
+fn unit_name() -> &'static str {
+    if Kernel::amx_available() {
+        "AMX tiles for the convs, AVX512-BF16 vdpbf16ps for the rest"
+    } else {
+        "AVX512-BF16 vdpbf16ps"
     }
 }
 

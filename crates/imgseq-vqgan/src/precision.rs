@@ -3,7 +3,7 @@
 //! bf16 ([`Precision::Bf16`]) runs the decoding convs on bf16 weights and activations with
 //! f32 accumulation; the encoder stays f32, so the tokens are the f32 tokens
 //! ([`VqModel::set_precision`] says why). `auto` takes bf16 only where it is native
-//! ([`PrecisionRequest::resolve`]: no timing decides it) and the model decodes a built-in picture
+//! ([`PrecisionRequest::resolve_convs`]: no timing decides it; AMX counts) and the model decodes a built-in picture
 //! ([`check_image`]) within [`MIN_CHECK_PSNR`] of its f32 decode
 //! ([`VqModel::bf16_agreement`]).
 
@@ -92,7 +92,7 @@ impl VqModel {
     /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with
     /// [`Self::bf16_agreement`] as the model's check. Says which precision runs and why.
     pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
-        let choice = request.resolve(|| {
+        let choice = request.resolve_convs(|| {
             self.set_precision(Precision::F32)?;
             self.agreement_ending_in_bf16()
         })?;

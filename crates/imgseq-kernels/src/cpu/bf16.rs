@@ -27,6 +27,7 @@
 //! * linear: A = the input rows `[rows / MR][pair][MR]`; B = weights `[pair][out rounded up to
 //!   NB]`.
 
+use super::amx;
 use super::conv::Geom;
 use super::threads;
 use super::winograd;
@@ -42,6 +43,10 @@ pub(crate) const KC: usize = 128;
 /// Which code path runs the products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
+    /// AMX tiles (`tdpbf16ps`, [`super::amx`]) for the direct conv, `vdpbf16ps` for the rest;
+    /// only where [`Kernel::amx_available`]. Sums the same products in another order: close
+    /// to the other two, not bit for bit.
+    Amx,
     /// `vdpbf16ps` (AVX512-BF16); only where [`Kernel::native_available`].
     Native,
     /// Plain Rust with the same rounding: any CPU, several times slower.
@@ -61,19 +66,27 @@ impl Kernel {
         }
     }
 
-    /// [`Kernel::Native`] where available, else [`Kernel::Portable`].
+    /// Whether this process can run AMX bf16 tiles (CPU and OS; see [`super::amx::available`]).
+    pub fn amx_available() -> bool {
+        super::amx::available()
+    }
+
+    /// [`Kernel::Amx`], else [`Kernel::Native`], else [`Kernel::Portable`]: the fastest here.
     pub fn best() -> Self {
-        if Self::native_available() {
+        if Self::amx_available() {
+            Self::Amx
+        } else if Self::native_available() {
             Self::Native
         } else {
             Self::Portable
         }
     }
 
-    /// Native falls back to portable on a CPU without the instruction.
+    /// A path this CPU lacks falls back to the next one down.
     pub(crate) fn checked(self) -> Self {
         match self {
-            Self::Native if Self::native_available() => Self::Native,
+            Self::Amx if Self::amx_available() => Self::Amx,
+            Self::Amx | Self::Native if Self::native_available() => Self::Native,
             _ => Self::Portable,
         }
     }
@@ -297,8 +310,9 @@ pub(crate) unsafe fn ukernel(
     ldc: usize,
 ) {
     match kernel {
+        // The AMX path runs tiles only in the direct conv; everything else takes vdpbf16ps.
         #[cfg(target_arch = "x86_64")]
-        Kernel::Native => ukernel_native(kc, a, b, ldb, c, ldc),
+        Kernel::Native | Kernel::Amx => ukernel_native(kc, a, b, ldb, c, ldc),
         _ => ukernel_portable(kc, a, b, ldb, c, ldc),
     }
 }
@@ -353,6 +367,8 @@ pub struct ConvWeights {
     /// ([`super::winograd::pack_weights_bf16`]), where `algo` may run it.
     wino: Option<Vec<u32>>,
     algo: ConvAlgo,
+    /// The weights as AMX tiles ([`ConvWeights::amx_tiles`]), packed on first use.
+    amx: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// Which algorithm a bf16 3×3 stride-1 conv runs.
@@ -435,10 +451,42 @@ impl ConvWeights {
             bias: padded_bias(bias, co_pad),
             wino: pack_wino.then(|| winograd::pack_weights_bf16(w, ci, co)),
             algo,
+            amx: std::sync::OnceLock::new(),
         }
     }
 
-    /// Whether an h × w input runs Winograd F(2×2, 3×3) (else the direct conv).
+    /// The packed words as AMX A tiles: `[co / 32][tap][pair / 16][2][16 rows][16 words]`
+    /// (co rounded up to 32 and pairs to 16 with zeros); two tiles of 16 output channels side
+    /// by side, so one step of [`amx::block_32x32`] reads 2 KiB in a row.
+    fn amx_tiles(&self) -> &[u32] {
+        self.amx.get_or_init(|| {
+            let (kk, ci2) = (self.kh * self.kw, self.ci2);
+            let (co32, kb) = (round_up(self.co, 32), ci2.div_ceil(amx::TK));
+            let mut t = vec![0u32; co32 * kk * kb * amx::TILE_WORDS / amx::TM];
+            for o in 0..self.co {
+                let (blk, half, row) = (o / 32, (o % 32) / amx::TM, o % amx::TM);
+                for tap in 0..kk {
+                    for k in 0..ci2 {
+                        let (kbi, col) = (k / amx::TK, k % amx::TK);
+                        let tile = ((blk * kk + tap) * kb + kbi) * 2 + half;
+                        t[tile * amx::TILE_WORDS + row * amx::TK + col] =
+                            self.data[((o / MR * kk + tap) * ci2 + k) * MR + o % MR];
+                    }
+                }
+            }
+            t
+        })
+    }
+
+    /// Whether an h × w input runs Winograd F(2×2, 3×3) on `kernel` (else the direct conv):
+    /// [`ConvAlgo::Auto`] never takes it on AMX, whose direct conv is the faster.
+    pub fn runs_winograd_on(&self, h: usize, w: usize, kernel: Kernel) -> bool {
+        self.runs_winograd(h, w)
+            && !(self.algo == ConvAlgo::Auto && kernel.checked() == Kernel::Amx)
+    }
+
+    /// Whether an h × w input runs Winograd F(2×2, 3×3) on `vdpbf16ps` or the portable path
+    /// (else the direct conv).
     pub fn runs_winograd(&self, h: usize, w: usize) -> bool {
         let g = Geom {
             b: 1,
@@ -513,17 +561,21 @@ impl Plan {
     }
 }
 
-/// The input as words: (b, ci2, plane), zero-padded, plus NB words of slack at the end (the
-/// last micro-tile reads past p-space; those columns are dropped).
-fn pack_input(x: &[f32], b: usize, ci: usize, g: &Plan) -> Vec<u32> {
+/// The input as words: (b, planes, plane), zero-padded (planes ≥ ⌈ci / 2⌉: the ones past
+/// the channels are zero), plus NB words of slack at the end (the last micro-tile reads past
+/// p-space; those columns are dropped).
+fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u32> {
     let ci2 = ci.div_ceil(2);
     let hw = g.h * g.w;
-    let mut xp = vec![0u32; b * ci2 * g.plane + NB];
-    xp[..b * ci2 * g.plane]
+    let mut xp = vec![0u32; b * planes * g.plane + NB];
+    xp[..b * planes * g.plane]
         .par_chunks_mut(g.plane)
         .enumerate()
         .for_each(|(n, dst)| {
-            let (bi, k) = (n / ci2, n % ci2);
+            let (bi, k) = (n / planes, n % planes);
+            if k >= ci2 {
+                return;
+            }
             let ch = |c: usize| &x[(bi * ci + c) * hw..(bi * ci + c + 1) * hw];
             let lo = ch(2 * k);
             let hi = (2 * k + 1 < ci).then(|| ch(2 * k + 1));
@@ -560,7 +612,11 @@ pub fn conv2d(
     kernel: Kernel,
 ) -> Vec<f32> {
     let kernel = kernel.checked();
-    if let Some(ua) = wt.wino.as_ref().filter(|_| wt.runs_winograd(h, w)) {
+    if let Some(ua) = wt
+        .wino
+        .as_ref()
+        .filter(|_| wt.runs_winograd_on(h, w, kernel))
+    {
         let g = Geom {
             b,
             ci: wt.ci,
@@ -574,12 +630,15 @@ pub fn conv2d(
         };
         return winograd::conv2d_bf16(x, ua, Some(&wt.bias[..wt.co]), &g, kernel);
     }
+    if kernel == Kernel::Amx {
+        return conv2d_amx(x, b, h, w, wt);
+    }
     let g = wt.plan(h, w);
     let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
     if out.is_empty() {
         return out;
     }
-    let xp = pack_input(x, b, wt.ci, &g);
+    let xp = pack_input(x, b, wt.ci, wt.ci2, &g);
     let (kk, ci2, co_pad) = (wt.kh * wt.kw, wt.ci2, wt.co_pad);
     // Tiles of p-space (whole micro-tiles) with a C tile of ~256 KiB; with too few tiles for
     // the threads, output channels are split too.
@@ -595,7 +654,6 @@ pub fn conv2d(
     let co_split = blocks.div_ceil(blocks_per);
     let tasks = b * tiles * co_split;
     let outp = Ptr(out.as_mut_ptr());
-    let out_plane = g.ho * g.wo;
     let run = |cbuf: &mut Vec<f32>, task: usize| {
         let (bi, rest) = (task / (tiles * co_split), task % (tiles * co_split));
         let (ti, cs) = (rest / co_split, rest % co_split);
@@ -625,27 +683,139 @@ pub fn conv2d(
                 }
             }
         }
-        let o = outp.get();
-        for r in 0..rows.min(wt.co - blk0 * MR) {
-            let co = blk0 * MR + r;
-            let row = &cbuf[r * len..(r + 1) * len];
-            let mut q = p0;
-            let end_all = (p0 + len).min(g.np);
-            while q < end_all {
-                let (y, x0) = (q / g.wq, q % g.wq);
-                let end = (q - x0 + g.wq).min(end_all);
-                if x0 < g.wo {
-                    let n = (g.wo - x0).min(end - q);
-                    // SAFETY: (bi, co, y, x0..x0 + n) is inside out; tasks own disjoint
-                    // (image, p-range, channel) blocks.
-                    unsafe {
-                        let dst = o.add((bi * wt.co + co) * out_plane + y * g.wo + x0);
-                        std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
-                    }
+        scatter_rows(
+            cbuf,
+            len,
+            rows.min(wt.co - blk0 * MR),
+            bi,
+            blk0 * MR,
+            p0,
+            wt.co,
+            &g,
+            outp,
+        );
+    };
+    (0..tasks)
+        .into_par_iter()
+        .for_each_init(Vec::new, |buf, task| run(buf, task));
+    out
+}
+
+/// Copies the first `rows` rows of a task's C buffer (rows of `len` p-space columns from
+/// `p0`, output channels from `co0` of image `bi`) into the (b, co, ho, wo) output, dropping
+/// the columns past the output width and past p-space.
+#[allow(clippy::too_many_arguments)]
+fn scatter_rows(
+    cbuf: &[f32],
+    len: usize,
+    rows: usize,
+    bi: usize,
+    co0: usize,
+    p0: usize,
+    co: usize,
+    g: &Plan,
+    out: Ptr<f32>,
+) {
+    let o = out.get();
+    let out_plane = g.ho * g.wo;
+    for r in 0..rows {
+        let c = co0 + r;
+        let row = &cbuf[r * len..(r + 1) * len];
+        let mut q = p0;
+        let end_all = (p0 + len).min(g.np);
+        while q < end_all {
+            let (y, x0) = (q / g.wq, q % g.wq);
+            let end = (q - x0 + g.wq).min(end_all);
+            if x0 < g.wo {
+                let n = (g.wo - x0).min(end - q);
+                // SAFETY: (bi, c, y, x0..x0 + n) is inside out; tasks own disjoint (image,
+                // p-range, channel) blocks.
+                unsafe {
+                    let dst = o.add((bi * co + c) * out_plane + y * g.wo + x0);
+                    std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
                 }
-                q = end;
+            }
+            q = end;
+        }
+    }
+}
+
+/// [`conv2d`]'s direct conv on AMX tiles: the same packed input (channel pairs padded to 16
+/// planes), the same p-space tiles, C blocks of 32 channels × 32 columns held in tiles over
+/// every tap and reduction block ([`amx::block_32x32`]).
+fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<f32> {
+    const BLK: usize = 32; // C block: rows (channels) and columns (p-space)
+    let g = wt.plan(h, w);
+    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
+    if out.is_empty() {
+        return out;
+    }
+    let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
+    let planes = kb * amx::TK;
+    let xp = pack_input(x, b, wt.ci, planes, &g);
+    let tiles_a = wt.amx_tiles();
+    let offs: Vec<usize> = (0..kk).map(|t| g.off(t / wt.kw, t % wt.kw)).collect();
+    let t = threads();
+    let co32 = round_up(wt.co, BLK);
+    let np_pad = round_up(g.np, BLK);
+    let nt = round_up((65536 / co32).max(BLK), BLK)
+        .min(24 * BLK)
+        .min(np_pad);
+    let tiles = np_pad.div_ceil(nt);
+    let blocks = co32 / BLK;
+    let co_split = (4 * t).div_ceil(b * tiles).clamp(1, blocks);
+    let blocks_per = blocks.div_ceil(co_split);
+    let co_split = blocks.div_ceil(blocks_per);
+    let tasks = b * tiles * co_split;
+    let outp = Ptr(out.as_mut_ptr());
+    let a_block = kk * kb * 2 * amx::TILE_WORDS;
+    let run = |cbuf: &mut Vec<f32>, task: usize| {
+        let (bi, rest) = (task / (tiles * co_split), task % (tiles * co_split));
+        let (ti, cs) = (rest / co_split, rest % co_split);
+        let p0 = ti * nt;
+        let len = nt.min(np_pad - p0);
+        let (blk0, blk1) = (cs * blocks_per, ((cs + 1) * blocks_per).min(blocks));
+        let rows = (blk1 - blk0) * BLK;
+        cbuf.resize(rows * len, 0.0);
+        for r in 0..rows {
+            let bias = wt.bias.get(blk0 * BLK + r).copied().unwrap_or(0.0);
+            cbuf[r * len..(r + 1) * len].fill(bias);
+        }
+        let img = xp[bi * planes * g.plane..].as_ptr();
+        // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
+        let scope = unsafe { amx::TileScope::new() };
+        for nb in (0..len).step_by(BLK) {
+            for blk in blk0..blk1 {
+                let c = cbuf[(blk - blk0) * BLK * len + nb..].as_mut_ptr();
+                let a = tiles_a[blk * a_block..].as_ptr();
+                // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32);
+                // step s = (tap, pair block) reads 2 tiles of this block's packed weights and
+                // 16 planes of this image at the tap's offset: inside xp, whose slack covers
+                // the columns read past the last plane.
+                unsafe {
+                    amx::block_32x32(
+                        c,
+                        len,
+                        kk * kb,
+                        g.plane,
+                        |s| a.add(s * 2 * amx::TILE_WORDS),
+                        |s| img.add((s % kb) * amx::TK * g.plane + offs[s / kb] + p0 + nb),
+                    )
+                };
             }
         }
+        drop(scope);
+        scatter_rows(
+            cbuf,
+            len,
+            rows.min(wt.co - blk0 * BLK),
+            bi,
+            blk0 * BLK,
+            p0,
+            wt.co,
+            &g,
+            outp,
+        );
     };
     (0..tasks)
         .into_par_iter()

@@ -10,6 +10,7 @@ use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, WithDType};
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
 
 pub mod act;
+pub mod amx;
 pub mod attn;
 pub mod bf16;
 pub mod codebook;

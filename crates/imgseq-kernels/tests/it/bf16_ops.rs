@@ -1,6 +1,7 @@
 //! bf16 conv / linear (`ops::conv2d_bf16`, `ops::linear_bf16`): exact sums of the bf16-rounded
 //! operands up to f32 accumulation, close to the f32 ops, and — where the CPU has
-//! AVX512-BF16 — the native `vdpbf16ps` path equal bit for bit to the portable one.
+//! AVX512-BF16 — the native `vdpbf16ps` path equal bit for bit to the portable one; where it
+//! has AMX, the AMX conv within f32 accumulation error of both.
 
 use crate::common::*;
 use candle_core::{DType, Tensor};
@@ -129,6 +130,16 @@ fn conv_cases() -> Vec<ConvCase> {
         ),
         // Many p-space tiles per image.
         c([1, 16, 70, 66], 8, 3, 1, Padding::same(1), "3x3 at 70x66"),
+        // AMX blocks: 70 outputs = two full 32-channel blocks and a partial one; 40 inputs =
+        // 20 pairs, one full 16-pair tile and a partial one; 2 images.
+        c(
+            [2, 40, 23, 19],
+            70,
+            3,
+            1,
+            Padding::same(1),
+            "3x3, 40 -> 70 at 23x19 (AMX edges)",
+        ),
     ]
 }
 
@@ -227,9 +238,58 @@ fn bf16_winograd_is_close_to_the_f32_conv() {
 
 /// `auto` runs Winograd only for ≥ 128 channels and ≥ 2²⁹ multiply-adds per image, deciding
 /// per input size; it then gives exactly the Winograd result, and the direct one below.
+/// The AMX tiles sum the same bf16 products as the other paths, in their own order: every
+/// conv case within f32 accumulation error of the portable path (and the exact f64 sum).
+#[test]
+fn amx_conv_agrees_with_the_portable_path() {
+    if !Bf16Kernel::amx_available() {
+        eprintln!("note: no AMX tiles here (CPU or OS); the AMX conv is not run");
+        return;
+    }
+    for c in conv_cases() {
+        let x = rand(&c.x, 21, 1.0, DType::F32);
+        let w = rand(&[c.co, c.x[1], c.k, c.k], 22, 0.5, DType::F32);
+        let b = rand(&[c.co], 23, 0.5, DType::F32);
+        let run = |kernel| {
+            let p =
+                Bf16Conv2d::with_algo(&w, Some(&b), c.stride, c.pad, kernel, Bf16ConvAlgo::Direct)
+                    .unwrap();
+            ops::conv2d_bf16(&x, &p).unwrap()
+        };
+        let (a, p) = (run(Bf16Kernel::Amx), run(Bf16Kernel::Portable));
+        assert_close(&a, &p, 1e-5, &format!("{} (AMX vs portable)", c.what));
+        let want = conv_rounded_f64(&x, &w, &b, c.stride, c.pad);
+        assert_close(&a, &want, 1e-5, &format!("{} (AMX vs f64)", c.what));
+    }
+    // `auto` takes the AMX direct conv where the other kernels would run Winograd.
+    let w = rand(&[128, 128, 3, 3], 1, 0.03, DType::F32);
+    let auto = Bf16Conv2d::new(&w, None, 1, Padding::same(1), Bf16Kernel::Amx).unwrap();
+    assert!(!auto.runs_winograd(384, 384));
+    let x = rand(&[1, 128, 64, 64], 2, 1.0, DType::F32);
+    let direct = Bf16Conv2d::with_algo(
+        &w,
+        None,
+        1,
+        Padding::same(1),
+        Bf16Kernel::Amx,
+        Bf16ConvAlgo::Direct,
+    )
+    .unwrap();
+    let (a, d) = (
+        vec32(&ops::conv2d_bf16(&x, &auto).unwrap()),
+        vec32(&ops::conv2d_bf16(&x, &direct).unwrap()),
+    );
+    assert!(a.iter().zip(&d).all(|(p, q)| p.to_bits() == q.to_bits()));
+}
+
 #[test]
 fn bf16_auto_picks_winograd_by_channels_and_size() {
-    let k = Bf16Kernel::best();
+    // The rule of the vdpbf16ps and portable paths (on AMX, `auto` is always direct: above).
+    let k = if Bf16Kernel::native_available() {
+        Bf16Kernel::Native
+    } else {
+        Bf16Kernel::Portable
+    };
     let w = rand(&[128, 128, 3, 3], 1, 0.03, DType::F32);
     let auto = Bf16Conv2d::new(&w, None, 1, Padding::same(1), k).unwrap();
     assert!(auto.runs_winograd(64, 64) && auto.runs_winograd(384, 384));

@@ -162,7 +162,7 @@ fn auto_precision_takes_bf16_where_the_cpu_runs_it_faster_and_the_check_passes()
     let c = model.choose_precision(PrecisionRequest::Auto).unwrap();
     // bf16 exactly where the CPU kind runs it faster than f32 (the check passed above): no
     // timing decides it.
-    let want = if imgseq_kernels::precision::bf16_support()
+    let want = if imgseq_kernels::precision::bf16_conv_support()
         == imgseq_kernels::precision::Bf16Support::FasterThanF32
     {
         Precision::Bf16
