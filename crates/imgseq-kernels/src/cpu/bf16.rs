@@ -639,27 +639,17 @@ pub fn conv2d(
         return out;
     }
     let xp = pack_input(x, b, wt.ci, wt.ci2, &g);
-    let (kk, ci2, co_pad) = (wt.kh * wt.kw, wt.ci2, wt.co_pad);
-    // Tiles of p-space (whole micro-tiles) with a C tile of ~256 KiB; with too few tiles for
-    // the threads, output channels are split too.
-    let t = threads();
-    let np_pad = round_up(g.np, NB);
-    let nt = round_up((65536 / co_pad).max(NB), NB)
-        .min(16 * NB)
-        .min(np_pad);
-    let tiles = np_pad.div_ceil(nt);
-    let blocks = co_pad / MR;
-    let co_split = (4 * t).div_ceil(b * tiles).clamp(1, blocks);
-    let blocks_per = blocks.div_ceil(co_split);
-    let co_split = blocks.div_ceil(blocks_per);
-    let tasks = b * tiles * co_split;
+    let (kk, ci2) = (wt.kh * wt.kw, wt.ci2);
+    let grid = TaskGrid::new(b, g.np, wt.co_pad, MR, NB, 16);
     let outp = Ptr(out.as_mut_ptr());
     let run = |cbuf: &mut Vec<f32>, task: usize| {
-        let (bi, rest) = (task / (tiles * co_split), task % (tiles * co_split));
-        let (ti, cs) = (rest / co_split, rest % co_split);
-        let p0 = ti * nt;
-        let len = nt.min(np_pad - p0);
-        let (blk0, blk1) = (cs * blocks_per, ((cs + 1) * blocks_per).min(blocks));
+        let Task {
+            bi,
+            p0,
+            len,
+            blk0,
+            blk1,
+        } = grid.task(task);
         let rows = (blk1 - blk0) * MR;
         cbuf.resize(rows * len, 0.0);
         for r in 0..rows {
@@ -695,10 +685,80 @@ pub fn conv2d(
             outp,
         );
     };
-    (0..tasks)
+    (0..grid.tasks)
         .into_par_iter()
         .for_each_init(Vec::new, |buf, task| run(buf, task));
     out
+}
+
+/// How a direct conv's work is cut into tasks: per image, tiles of p-space (whole column
+/// blocks) with a C tile of ~256 KiB; with too few tiles for the threads, output channels are
+/// split too (in whole row blocks).
+struct TaskGrid {
+    /// Columns per p-space tile.
+    nt: usize,
+    /// p-space rounded up to whole column blocks.
+    np_pad: usize,
+    tiles: usize,
+    blocks: usize,
+    blocks_per: usize,
+    co_split: usize,
+    tasks: usize,
+}
+
+/// One task: image `bi`, columns `p0..p0 + len`, row blocks `blk0..blk1`.
+struct Task {
+    bi: usize,
+    p0: usize,
+    len: usize,
+    blk0: usize,
+    blk1: usize,
+}
+
+impl TaskGrid {
+    /// `rows` (a multiple of `row_blk`) output rows, `np` p-space columns cut in blocks of
+    /// `col_blk`, at most `max_col_blks` blocks a tile.
+    fn new(
+        b: usize,
+        np: usize,
+        rows: usize,
+        row_blk: usize,
+        col_blk: usize,
+        max_col_blks: usize,
+    ) -> Self {
+        let np_pad = round_up(np, col_blk);
+        let nt = round_up((65536 / rows).max(col_blk), col_blk)
+            .min(max_col_blks * col_blk)
+            .min(np_pad);
+        let tiles = np_pad.div_ceil(nt);
+        let blocks = rows / row_blk;
+        let co_split = (4 * threads()).div_ceil(b * tiles).clamp(1, blocks);
+        let blocks_per = blocks.div_ceil(co_split);
+        let co_split = blocks.div_ceil(blocks_per);
+        Self {
+            nt,
+            np_pad,
+            tiles,
+            blocks,
+            blocks_per,
+            co_split,
+            tasks: b * tiles * co_split,
+        }
+    }
+
+    fn task(&self, task: usize) -> Task {
+        let per_image = self.tiles * self.co_split;
+        let (bi, rest) = (task / per_image, task % per_image);
+        let (ti, cs) = (rest / self.co_split, rest % self.co_split);
+        let p0 = ti * self.nt;
+        Task {
+            bi,
+            p0,
+            len: self.nt.min(self.np_pad - p0),
+            blk0: cs * self.blocks_per,
+            blk1: ((cs + 1) * self.blocks_per).min(self.blocks),
+        }
+    }
 }
 
 /// Copies the first `rows` rows of a task's C buffer (rows of `len` p-space columns from
@@ -755,26 +815,17 @@ fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<
     let xp = pack_input(x, b, wt.ci, planes, &g);
     let tiles_a = wt.amx_tiles();
     let offs: Vec<usize> = (0..kk).map(|t| g.off(t / wt.kw, t % wt.kw)).collect();
-    let t = threads();
-    let co32 = round_up(wt.co, BLK);
-    let np_pad = round_up(g.np, BLK);
-    let nt = round_up((65536 / co32).max(BLK), BLK)
-        .min(24 * BLK)
-        .min(np_pad);
-    let tiles = np_pad.div_ceil(nt);
-    let blocks = co32 / BLK;
-    let co_split = (4 * t).div_ceil(b * tiles).clamp(1, blocks);
-    let blocks_per = blocks.div_ceil(co_split);
-    let co_split = blocks.div_ceil(blocks_per);
-    let tasks = b * tiles * co_split;
+    let grid = TaskGrid::new(b, g.np, round_up(wt.co, BLK), BLK, BLK, 24);
     let outp = Ptr(out.as_mut_ptr());
     let a_block = kk * kb * 2 * amx::TILE_WORDS;
     let run = |cbuf: &mut Vec<f32>, task: usize| {
-        let (bi, rest) = (task / (tiles * co_split), task % (tiles * co_split));
-        let (ti, cs) = (rest / co_split, rest % co_split);
-        let p0 = ti * nt;
-        let len = nt.min(np_pad - p0);
-        let (blk0, blk1) = (cs * blocks_per, ((cs + 1) * blocks_per).min(blocks));
+        let Task {
+            bi,
+            p0,
+            len,
+            blk0,
+            blk1,
+        } = grid.task(task);
         let rows = (blk1 - blk0) * BLK;
         cbuf.resize(rows * len, 0.0);
         for r in 0..rows {
@@ -817,7 +868,7 @@ fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<
             outp,
         );
     };
-    (0..tasks)
+    (0..grid.tasks)
         .into_par_iter()
         .for_each_init(Vec::new, |buf, task| run(buf, task));
     out
