@@ -214,7 +214,7 @@ impl PrecisionRequest {
                 Precision::F32,
                 false,
                 "auto: this CPU's vdpbf16ps does fewer multiply-adds per cycle than its f32 \
-                 FMA (Intel without AMX), so f32 is faster"
+                 FMA (Intel; AMX tiles run only bf16 convs), so f32 is faster"
                     .into(),
             ),
             Self::Auto => {
