@@ -44,14 +44,52 @@ fn thread_count_to_set(
     }
 }
 
+/// Asks Linux to back `buf` with 2 MiB pages where transparent huge pages are on request
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` = `madvise`): a buffer above the mmap
+/// threshold is fresh memory, and filling 75 MB of it in 4 KiB pages took ~18,000 page faults
+/// — as long as the AMX conv's products at 384². Call before the first write; buffers under
+/// 4 MiB are left alone, and a refusal changes nothing (a hint, not a requirement).
+pub fn advise_huge_pages<T>(buf: &mut [T]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let (start, len) = (buf.as_mut_ptr() as usize, std::mem::size_of_val(buf));
+        if len < 2 * HUGE {
+            return;
+        }
+        let lo = start.next_multiple_of(HUGE);
+        let hi = (start + len) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: [lo, hi) lies inside `buf` (page-aligned); MADV_HUGEPAGE changes how its
+            // pages are backed, never their contents.
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = buf;
+}
+
 #[cfg(test)]
 mod tests {
-    use super::thread_count_to_set;
+    use super::{advise_huge_pages, thread_count_to_set};
 
     #[test]
     fn the_thread_count_is_always_settled_so_candle_never_rereads_proc_cpuinfo() {
         assert_eq!(thread_count_to_set(Some(3), true, || 8), Some(3)); // --threads wins
         assert_eq!(thread_count_to_set(None, false, || 8), Some(8)); // default: all cores
         assert_eq!(thread_count_to_set(None, true, || 8), None); // the user's variable stays
+    }
+
+    #[test]
+    fn huge_page_hint_keeps_contents_and_takes_any_buffer() {
+        // Unaligned start (a sub-slice), above and below the 4 MiB floor, and empty.
+        let mut v = vec![0u32; (9 << 20) / 4 + 7];
+        advise_huge_pages(&mut v[3..]);
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = i as u32;
+        }
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+        advise_huge_pages(&mut vec![1f32; 100]);
+        advise_huge_pages::<f32>(&mut []);
     }
 }

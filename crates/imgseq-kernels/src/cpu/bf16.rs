@@ -568,6 +568,7 @@ fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u3
     let ci2 = ci.div_ceil(2);
     let hw = g.h * g.w;
     let mut xp = vec![0u32; b * planes * g.plane + NB];
+    crate::runtime::advise_huge_pages(&mut xp);
     xp[..b * planes * g.plane]
         .par_chunks_mut(g.plane)
         .enumerate()
@@ -810,6 +811,8 @@ fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<
     if out.is_empty() {
         return out;
     }
+    // Fresh pages: at 384² their faults took as long as the tile products (measured).
+    crate::runtime::advise_huge_pages(&mut out);
     let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
     let planes = kb * amx::TK;
     let xp = pack_input(x, b, wt.ci, planes, &g);

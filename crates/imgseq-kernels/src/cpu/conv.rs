@@ -221,6 +221,7 @@ fn for_row(g: &Geom, p: &Plan, y: usize, mut f: impl FnMut(usize, usize)) {
 /// The zero-padded, phase-split copy of x: (b, ci, plane).
 fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
     let mut xp = vec![T::ZERO; g.b * g.ci * p.plane];
+    crate::runtime::advise_huge_pages(&mut xp);
     xp.par_chunks_mut(p.plane)
         .zip(x.par_chunks(g.h * g.w))
         .for_each(|(dst, src)| {
@@ -288,6 +289,7 @@ pub fn conv2d<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T>
 pub fn conv2d_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T> {
     let p = g.plan();
     let mut out = vec![T::ZERO; g.b * g.co * p.ho * p.wo];
+    crate::runtime::advise_huge_pages(&mut out);
     if out.is_empty() {
         return out;
     }

@@ -401,6 +401,7 @@ fn plan<const M: usize>(g: &Geom) -> Plan {
 /// The zero-padded input in polyphase layout: (b, ci, M, M, pl).
 fn polyphase<const M: usize>(x: &[f32], g: &Geom, p: &Plan) -> Vec<f32> {
     let mut xp = vec![0.0f32; g.b * g.ci * p.chan];
+    crate::runtime::advise_huge_pages(&mut xp);
     let (l, t) = (g.pad.0, g.pad.2);
     xp.par_chunks_mut(p.chan)
         .zip(x.par_chunks(g.h * g.w))
@@ -721,6 +722,7 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
 ) -> Vec<f32> {
     let p = plan::<M>(g);
     let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
+    crate::runtime::advise_huge_pages(&mut out);
     if out.is_empty() {
         return out;
     }
@@ -938,6 +940,7 @@ fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
 ) -> Vec<f32> {
     let p = plan::<M>(g);
     let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
+    crate::runtime::advise_huge_pages(&mut out);
     if out.is_empty() {
         return out;
     }
