@@ -652,10 +652,7 @@ pub fn conv2d(
             blk1,
         } = grid.task(task);
         let rows = (blk1 - blk0) * MR;
-        cbuf.resize(rows * len, 0.0);
-        for r in 0..rows {
-            cbuf[r * len..(r + 1) * len].fill(wt.bias[blk0 * MR + r]);
-        }
+        start_at_bias(cbuf, len, &wt.bias[blk0 * MR..], rows);
         let img = &xp[bi * ci2 * g.plane..];
         for tap in 0..kk {
             let off = g.off(tap / wt.kw, tap % wt.kw);
@@ -762,6 +759,15 @@ impl TaskGrid {
     }
 }
 
+/// A task's C buffer: `rows` rows of `len` columns, row r filled with `bias[r]` (0 past the
+/// end of `bias`: the padded rows of a block).
+fn start_at_bias(cbuf: &mut Vec<f32>, len: usize, bias: &[f32], rows: usize) {
+    cbuf.resize(rows * len, 0.0);
+    for (r, row) in cbuf.chunks_exact_mut(len).enumerate() {
+        row.fill(bias.get(r).copied().unwrap_or(0.0));
+    }
+}
+
 /// Copies the first `rows` rows of a task's C buffer (rows of `len` p-space columns from
 /// `p0`, output channels from `co0` of image `bi`) into the (b, co, ho, wo) output, dropping
 /// the columns past the output width and past p-space.
@@ -830,11 +836,7 @@ fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<
             blk1,
         } = grid.task(task);
         let rows = (blk1 - blk0) * BLK;
-        cbuf.resize(rows * len, 0.0);
-        for r in 0..rows {
-            let bias = wt.bias.get(blk0 * BLK + r).copied().unwrap_or(0.0);
-            cbuf[r * len..(r + 1) * len].fill(bias);
-        }
+        start_at_bias(cbuf, len, wt.bias.get(blk0 * BLK..).unwrap_or(&[]), rows);
         let img = xp[bi * planes * g.plane..].as_ptr();
         // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
         let scope = unsafe { amx::TileScope::new() };
