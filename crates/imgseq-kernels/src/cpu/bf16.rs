@@ -357,11 +357,9 @@ pub struct ConvWeights {
     pub pad: (usize, usize, usize, usize),
     /// Channel pairs: ⌈ci / 2⌉.
     ci2: usize,
-    /// co rounded up to MR.
-    co_pad: usize,
-    /// `[co_pad / MR][tap][pair][MR]` words.
+    /// `[co rounded up to MR / MR][tap][pair][MR]` words.
     data: Vec<u32>,
-    /// (co_pad)
+    /// (co rounded up to MR)
     bias: Vec<f32>,
     /// The transformed weights of Winograd F(2×2, 3×3)
     /// ([`super::winograd::pack_weights_bf16`]), where `algo` may run it.
@@ -446,7 +444,6 @@ impl ConvWeights {
             stride,
             pad,
             ci2,
-            co_pad,
             data,
             bias: padded_bias(bias, co_pad),
             wino: pack_wino.then(|| winograd::pack_weights_bf16(w, ci, co)),
@@ -634,50 +631,77 @@ pub fn conv2d(
     if kernel == Kernel::Amx {
         return conv2d_amx(x, b, h, w, wt);
     }
-    let g = wt.plan(h, w);
-    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
-    if out.is_empty() {
-        return out;
-    }
-    let xp = pack_input(x, b, wt.ci, wt.ci2, &g);
     let (kk, ci2) = (wt.kh * wt.kw, wt.ci2);
-    let grid = TaskGrid::new(b, g.np, wt.co_pad, MR, NB, 16);
-    let outp = Ptr(out.as_mut_ptr());
-    let run = |cbuf: &mut Vec<f32>, task: usize| {
-        let Task {
-            bi,
-            p0,
-            len,
-            blk0,
-            blk1,
-        } = grid.task(task);
-        let rows = (blk1 - blk0) * MR;
-        start_at_bias(cbuf, len, &wt.bias[blk0 * MR..], rows);
-        let img = &xp[bi * ci2 * g.plane..];
+    direct_conv(x, b, h, w, wt, ci2, MR, NB, 16, |cbuf, t, img, g| {
+        let len = t.len;
         for tap in 0..kk {
             let off = g.off(tap / wt.kw, tap % wt.kw);
             for k0 in (0..ci2).step_by(KC) {
                 let kc = KC.min(ci2 - k0);
                 for nb in (0..len).step_by(NB) {
-                    let bptr = img[k0 * g.plane + off + p0 + nb..].as_ptr();
-                    for blk in blk0..blk1 {
+                    let bptr = img[k0 * g.plane + off + t.p0 + nb..].as_ptr();
+                    for blk in t.blk0..t.blk1 {
                         let a = wt.data[((blk * kk + tap) * ci2 + k0) * MR..].as_ptr();
-                        let c = cbuf[(blk - blk0) * MR * len + nb..].as_mut_ptr();
+                        let c = cbuf[(blk - t.blk0) * MR * len + nb..].as_mut_ptr();
                         // SAFETY: a covers kc·MR words of the packed weights; b's rows are
-                        // inside `xp` (NB words of slack past the last plane); c is a
-                        // MR × NB corner of cbuf (len is a multiple of NB).
+                        // inside the packed input (NB words of slack past the last plane); c
+                        // is a MR × NB corner of cbuf (len is a multiple of NB).
                         unsafe { ukernel(kernel, kc, a, bptr, g.plane, c, len) };
                     }
                 }
             }
         }
+    })
+}
+
+/// The frame of both direct convs (`vdpbf16ps`/portable and AMX): the output, the input packed
+/// to `planes` planes per image, the [`TaskGrid`] of `row_blk` × `col_blk` blocks, each task's
+/// C buffer started at the bias, `products(cbuf, task, image's packed planes, plan)` adding
+/// the sums, and the copy into the output.
+#[allow(clippy::too_many_arguments)]
+fn direct_conv(
+    x: &[f32],
+    b: usize,
+    h: usize,
+    w: usize,
+    wt: &ConvWeights,
+    planes: usize,
+    row_blk: usize,
+    col_blk: usize,
+    max_col_blks: usize,
+    products: impl Fn(&mut [f32], &Task, &[u32], &Plan) + Sync,
+) -> Vec<f32> {
+    let g = wt.plan(h, w);
+    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
+    if out.is_empty() {
+        return out;
+    }
+    // Fresh pages: at 384² their faults took as long as the AMX tile products (measured).
+    crate::runtime::advise_huge_pages(&mut out);
+    let xp = pack_input(x, b, wt.ci, planes, &g);
+    let grid = TaskGrid::new(
+        b,
+        g.np,
+        round_up(wt.co, row_blk),
+        row_blk,
+        col_blk,
+        max_col_blks,
+    );
+    let outp = Ptr(out.as_mut_ptr());
+    let run = |cbuf: &mut Vec<f32>, task: usize| {
+        let t = grid.task(task);
+        let rows = (t.blk1 - t.blk0) * row_blk;
+        let bias = wt.bias.get(t.blk0 * row_blk..).unwrap_or(&[]);
+        start_at_bias(cbuf, t.len, bias, rows);
+        products(cbuf, &t, &xp[t.bi * planes * g.plane..], &g);
+        let co0 = t.blk0 * row_blk;
         scatter_rows(
             cbuf,
-            len,
-            rows.min(wt.co - blk0 * MR),
-            bi,
-            blk0 * MR,
-            p0,
+            t.len,
+            rows.min(wt.co - co0),
+            t.bi,
+            co0,
+            t.p0,
             wt.co,
             &g,
             outp,
@@ -812,71 +836,46 @@ fn scatter_rows(
 /// every tap and reduction block ([`amx::block_32x32`]).
 fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<f32> {
     const BLK: usize = 32; // C block: rows (channels) and columns (p-space)
-    let g = wt.plan(h, w);
-    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
-    if out.is_empty() {
-        return out;
-    }
-    // Fresh pages: at 384² their faults took as long as the tile products (measured).
-    crate::runtime::advise_huge_pages(&mut out);
     let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
-    let planes = kb * amx::TK;
-    let xp = pack_input(x, b, wt.ci, planes, &g);
     let tiles_a = wt.amx_tiles();
-    let offs: Vec<usize> = (0..kk).map(|t| g.off(t / wt.kw, t % wt.kw)).collect();
-    let grid = TaskGrid::new(b, g.np, round_up(wt.co, BLK), BLK, BLK, 24);
-    let outp = Ptr(out.as_mut_ptr());
     let a_block = kk * kb * 2 * amx::TILE_WORDS;
-    let run = |cbuf: &mut Vec<f32>, task: usize| {
-        let Task {
-            bi,
-            p0,
-            len,
-            blk0,
-            blk1,
-        } = grid.task(task);
-        let rows = (blk1 - blk0) * BLK;
-        start_at_bias(cbuf, len, wt.bias.get(blk0 * BLK..).unwrap_or(&[]), rows);
-        let img = xp[bi * planes * g.plane..].as_ptr();
-        // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
-        let scope = unsafe { amx::TileScope::new() };
-        for nb in (0..len).step_by(BLK) {
-            for blk in blk0..blk1 {
-                let c = cbuf[(blk - blk0) * BLK * len + nb..].as_mut_ptr();
-                let a = tiles_a[blk * a_block..].as_ptr();
-                // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32);
-                // step s = (tap, pair block) reads 2 tiles of this block's packed weights and
-                // 16 planes of this image at the tap's offset: inside xp, whose slack covers
-                // the columns read past the last plane.
-                unsafe {
-                    amx::block_32x32(
-                        c,
-                        len,
-                        kk * kb,
-                        g.plane,
-                        |s| a.add(s * 2 * amx::TILE_WORDS),
-                        |s| img.add((s % kb) * amx::TK * g.plane + offs[s / kb] + p0 + nb),
-                    )
-                };
+    direct_conv(
+        x,
+        b,
+        h,
+        w,
+        wt,
+        kb * amx::TK,
+        BLK,
+        BLK,
+        24,
+        |cbuf, t, img, g| {
+            let off = |tap: usize| g.off(tap / wt.kw, tap % wt.kw);
+            let img = img.as_ptr();
+            // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
+            let _scope = unsafe { amx::TileScope::new() };
+            for nb in (0..t.len).step_by(BLK) {
+                for blk in t.blk0..t.blk1 {
+                    let c = cbuf[(blk - t.blk0) * BLK * t.len + nb..].as_mut_ptr();
+                    let a = tiles_a[blk * a_block..].as_ptr();
+                    // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32);
+                    // step s = (tap, pair block) reads 2 tiles of this block's packed weights and
+                    // 16 planes of this image at the tap's offset: inside the packed input, whose
+                    // slack covers the columns read past the last plane.
+                    unsafe {
+                        amx::block_32x32(
+                            c,
+                            t.len,
+                            kk * kb,
+                            g.plane,
+                            |s| a.add(s * 2 * amx::TILE_WORDS),
+                            |s| img.add((s % kb) * amx::TK * g.plane + off(s / kb) + t.p0 + nb),
+                        )
+                    };
+                }
             }
-        }
-        drop(scope);
-        scatter_rows(
-            cbuf,
-            len,
-            rows.min(wt.co - blk0 * BLK),
-            bi,
-            blk0 * BLK,
-            p0,
-            wt.co,
-            &g,
-            outp,
-        );
-    };
-    (0..grid.tasks)
-        .into_par_iter()
-        .for_each_init(Vec::new, |buf, task| run(buf, task));
-    out
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
