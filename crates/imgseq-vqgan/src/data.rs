@@ -10,13 +10,17 @@ use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
-/// The image files of `data`: a folder (all images below it, sorted) or a `.txt` list (one
-/// path a line, `#` comments; relative paths are taken from the list's folder).
+/// The image files of `data`: a folder (all images below it, sorted), a `.txt` list (one
+/// path a line, `#` comments; relative paths are taken from the list's folder), or one image
+/// file (a set of one).
 pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
     if data.is_dir() {
         return imgseq_core::data::folder::list_images(data);
     }
-    let text = read_list(data)?;
+    let text = match read_list(data)? {
+        ListFile::Image => return Ok(vec![data.to_path_buf()]),
+        ListFile::Text(text) => text,
+    };
     let base = data.parent().unwrap_or(Path::new("."));
     let paths: Vec<PathBuf> = text
         .lines()
@@ -40,14 +44,24 @@ pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
 /// Largest image list read, in bytes.
 const MAX_LIST_BYTES: u64 = 64 << 20;
 
-/// The text of an image list, refusing what is not one (an image, binary data, a device
-/// that never ends) with an error naming the file.
-fn read_list(data: &Path) -> Result<String> {
+/// What a file given as image data turned out to be.
+enum ListFile {
+    /// An image file (its header is one): the set of that one image.
+    Image,
+    /// The text of an image list.
+    Text(String),
+}
+
+/// The text of an image list or the news that the file is one image, refusing anything else
+/// (binary data, a device that never ends, a list too large) with an error naming the file.
+fn read_list(data: &Path) -> Result<ListFile> {
     use std::io::Read;
     let not_a_list = |why: &str| {
         Error::format(
             data,
-            format!("not a text list of image paths ({why}; give a folder or a .txt list)"),
+            format!(
+                "not a text list of image paths ({why}; give an image, a folder or a .txt list)"
+            ),
         )
     };
     let meta = std::fs::metadata(data).map_err(|e| Error::io(data, e))?;
@@ -60,7 +74,7 @@ fn read_list(data: &Path) -> Result<String> {
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io(data, e))?;
     if image::guess_format(&bytes).is_ok() {
-        return Err(not_a_list("it is an image"));
+        return Ok(ListFile::Image);
     }
     if bytes.len() as u64 > MAX_LIST_BYTES {
         return Err(not_a_list(&format!(
@@ -68,7 +82,9 @@ fn read_list(data: &Path) -> Result<String> {
             MAX_LIST_BYTES >> 20
         )));
     }
-    String::from_utf8(bytes).map_err(|_| not_a_list("not UTF-8 text"))
+    String::from_utf8(bytes)
+        .map(ListFile::Text)
+        .map_err(|_| not_a_list("not UTF-8 text"))
 }
 
 /// Reads only the headers of `paths`: every file must be an image of at least `size` pixels
@@ -306,11 +322,7 @@ mod tests {
         );
         let png = d.path().join("x.png");
         RgbImage::new(2, 2).save(&png).unwrap();
-        let e = data_paths(&png).unwrap_err().to_string();
-        assert!(
-            e.contains("x.png: not a text list of image paths (it is an image"),
-            "{e}"
-        );
+        assert_eq!(data_paths(&png).unwrap(), vec![png.clone()]);
         std::fs::write(&list, b"\xff\xfe\x00binary").unwrap();
         let e = data_paths(&list).unwrap_err().to_string();
         assert!(e.contains("l.txt") && e.contains("not UTF-8"), "{e}");

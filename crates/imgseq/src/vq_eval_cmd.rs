@@ -18,7 +18,7 @@ use crate::precision_arg::PrecisionArg;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// Image folder, a text file with one image path per line, or an IDX image file
+    /// One image, an image folder, a text file with one image path per line, or an IDX image file
     /// (`t10k-images-idx3-ubyte.gz`: images centred on the --size canvas, labels from the
     /// `…-labels-idx1-ubyte` beside it).
     data: PathBuf,
