@@ -29,11 +29,14 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def snapshots(folder):
+def snapshots(folder, need="model.safetensors"):
+    """(step, seconds, folder) of each `step-NNNNN` snapshot holding `need`: the weights to
+    measure, or for the plot only `state.json` (a run's committed figures keep each snapshot's
+    state.json, eval.json and coffee.json without its 13 MB of weights)."""
     out = []
     for name in sorted(os.listdir(folder)):
         p = os.path.join(folder, name)
-        if name.startswith("step-") and os.path.isfile(os.path.join(p, "model.safetensors")):
+        if name.startswith("step-") and os.path.isfile(os.path.join(p, need)):
             with open(os.path.join(p, "state.json")) as fh:
                 st = json.load(fh)
             out.append((st["step"], st["seconds"], p))
@@ -125,7 +128,7 @@ def snapshot_points(folder, name, after=0):
     """(hours, PSNR, step) of the measured snapshots past step `after` (the autoencoder
     warm-up: before its k-means init the codebook is not the model's, so eval means nothing)."""
     pts = []
-    for step, secs, p in snapshots(folder):
+    for step, secs, p in snapshots(folder, need="state.json"):
         if step <= after:
             continue
         f = os.path.join(p, name)
@@ -142,9 +145,11 @@ def cmd_plot(a):
     import matplotlib.pyplot as plt
 
     threads = a.threads
-    fig, ax = plt.subplots(figsize=(8.5, 4.8), dpi=110)
+    outside = a.legend == "outside"
+    fig, ax = plt.subplots(figsize=(11.5 if outside else 8.5, 4.8), dpi=110)
     styles = ["-", "--", ":"]
     drawn = set()  # a run given twice (two snapshot folders) has one training line
+    ema_labelled = set()  # runs averaging from the same step share one label
     for i, spec in enumerate(a.runs):
         run, snaps, label = (spec.split(":", 2) + ["", ""])[:3]
         label = label or os.path.basename(os.path.normpath(run))
@@ -157,6 +162,8 @@ def cmd_plot(a):
             ema = ema_start(run)
             if ema:
                 ax.axvline(ema[0], color="#2ca02c", ls=ls, lw=0.9)
+            if ema and ema[1] not in ema_labelled:
+                ema_labelled.add(ema[1])
                 ax.text(ema[0], 0.45, f" weight average from step {ema[1]}",
                         color="#2ca02c", fontsize=7, rotation=90, va="bottom", ha="right",
                         transform=ax.get_xaxis_transform())
@@ -184,15 +191,18 @@ def cmd_plot(a):
     ax.set_title(a.title or "VQGAN: PSNR against training time")
     top = ax.secondary_xaxis("top", functions=(lambda h: h * threads, lambda c: c / threads))
     top.set_xlabel("CPU-hours")
-    save_plot(fig, ax, a.output)
+    save_plot(fig, ax, a.output, a.legend)
 
 
-def save_plot(fig, ax, output):
+def save_plot(fig, ax, output, legend="lower right"):
     """The house finish of a curve plot (grid, legend, tight layout), written to `output` via a
     temporary file so that an interrupted run never leaves a half-written PNG there. Also used
-    by scripts/vit_curve.py."""
+    by scripts/vit_curve.py. `legend` is a matplotlib location or "outside" (right of the axes)."""
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7)
+    if legend == "outside":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+    else:
+        ax.legend(loc=legend, fontsize=7)
     fig.tight_layout()
     tmp = output + ".tmp.png"
     fig.savefig(tmp)
@@ -214,6 +224,8 @@ def main():
                         "folder and a legend label")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--legend", default="lower right",
+                   help='a matplotlib legend location, or "outside" (right of the plot)')
     p.add_argument("--title")
     a = ap.parse_args()
     {"eval": cmd_eval, "plot": cmd_plot}[a.cmd](a)
