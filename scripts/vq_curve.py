@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,19 +54,16 @@ def run_eval(imgseq, weights, data, out):
 
 
 def cmd_eval(a):
-    with tempfile.TemporaryDirectory() as tmp:
-        coffee = os.path.join(tmp, "coffee.txt")
-        with open(coffee, "w") as fh:
-            fh.write(os.path.join(ROOT, "assets", "coffee.png") + "\n")
-        for step, _, p in snapshots(a.snapshots):
-            w = os.path.join(p, "model.safetensors")
-            for name, data in [("eval.json", a.data), ("coffee.json", coffee)]:
-                out = os.path.join(p, name)
-                if os.path.exists(out) and not a.again:
-                    continue
-                psnr, ssim, codes = summary(run_eval(a.imgseq, w, data, out))
-                print(f"step {step:5d} {name:11s} PSNR {psnr:.2f} dB  SSIM {ssim:.3f}  "
-                      f"codes {codes}", flush=True)
+    coffee = os.path.join(ROOT, "assets", "coffee.png")  # `vq eval` takes one image as a set
+    for step, _, p in snapshots(a.snapshots):
+        w = os.path.join(p, "model.safetensors")
+        for name, data in [("eval.json", a.data), ("coffee.json", coffee)]:
+            out = os.path.join(p, name)
+            if os.path.exists(out) and not a.again:
+                continue
+            psnr, ssim, codes = summary(run_eval(a.imgseq, w, data, out))
+            print(f"step {step:5d} {name:11s} PSNR {psnr:.2f} dB  SSIM {ssim:.3f}  "
+                  f"codes {codes}", flush=True)
 
 
 def summary(r):
