@@ -14,18 +14,14 @@ classifies the Fashion-MNIST test images as gray PIL images that way (no PNG fil
 point. `scripts/check_vit_hf_pipeline.py` is the same check through `pipeline()`.
 Needs: pip install torch transformers pillow numpy (never needed by the Rust tests).
 """
-import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_vit_hf_pipeline import DATA, ROOT, idx  # noqa: E402
+from check_vit_hf_pipeline import arguments, compare, idx, imgseq_accuracy  # noqa: E402
 
 
 def hf_predictions(checkpoint, images, batch):
@@ -47,13 +43,7 @@ def hf_predictions(checkpoint, images, batch):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("checkpoint", nargs="?", default=os.path.join(ROOT, "weights", "vit-fashion-mnist"))
-    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "imgseq"))
-    ap.add_argument("--data", default=DATA)
-    ap.add_argument("--limit", type=int, default=None, help="first N test images (default: all 10,000)")
-    ap.add_argument("--batch", type=int, default=256)
-    a = ap.parse_args()
+    a = arguments()
 
     import torch
 
@@ -63,26 +53,12 @@ def main():
     n = len(labels) if a.limit is None else min(a.limit, len(labels))
     proc, preds = hf_predictions(a.checkpoint, images[:n], a.batch)
     hf_acc = 100.0 * float((preds == labels[:n]).mean())
-
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "eval.json")
-        # f32: HF runs the model in f32 (`auto` may pick bf16, 93.06% on the shipped model).
-        cmd = [a.bin, "vit", "eval", "--weights", a.checkpoint, "--precision", "f32", "--json", report]
-        if a.data != DATA:
-            cmd += ["--data", a.data]
-        if a.limit is not None:
-            cmd += ["--limit", str(n)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        with open(report) as f:
-            ours = json.load(f)
-    our_acc = 100.0 * float(ours["accuracy"])
-    diff = abs(hf_acc - our_acc)
+    # f32: HF runs the model in f32 (`auto` may pick bf16, 93.06% on the shipped model).
+    our_acc = imgseq_accuracy(a, n, precision="f32")
     print(f"images: {n} (28x28 gray PIL images, mode L)")
-    print(f"HF AutoImageProcessor ({proc}) + ViTForImageClassification: {hf_acc:.2f}%")
-    print(f"imgseq vit eval --precision f32: {our_acc:.2f}%")
-    print(f"difference: {diff:.2f} points (allowed 0.10)")
-    if diff > 0.1:
-        sys.exit("FAIL: HF's processor on gray images does not reproduce imgseq vit eval")
+    compare(f"HF AutoImageProcessor ({proc}) + ViTForImageClassification", hf_acc,
+            "imgseq vit eval --precision f32", our_acc,
+            "FAIL: HF's processor on gray images does not reproduce imgseq vit eval")
 
 
 if __name__ == "__main__":
