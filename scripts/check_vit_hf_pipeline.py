@@ -99,7 +99,7 @@ def main():
         hf_acc = 100.0 * float((preds == labels[:n]).mean())
     our_acc = imgseq_accuracy(a, n)
     print(f"images: {n} (28x28 gray PNGs; the pipeline converts them to RGB)")
-    compare(f"HF pipeline ({proc})", hf_acc, "imgseq vit eval:       ", our_acc,
+    compare(f"HF pipeline ({proc})", hf_acc, "imgseq vit eval", our_acc,
             "FAIL: the HF pipeline does not reproduce imgseq vit eval")
 
 
