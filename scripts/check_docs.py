@@ -12,6 +12,7 @@
    numbered sessions ("session 12", "sessions 11-12", "session-10").
 
     python3 scripts/check_docs.py
+    python3 scripts/check_docs.py --self-test    # the checker's own rules on made-up input
 """
 from __future__ import annotations
 
@@ -190,7 +191,39 @@ def check_sessions(problems: list[str]) -> None:
                 )
 
 
+def self_test() -> int:
+    """The checker's rules on made-up input: each case guards one way a check could go blind."""
+    cases = [
+        # GitHub anchors: punctuation dropped, backticks and link syntax gone, spaces to hyphens.
+        (slug("Precision: f32, bf16, auto"), "precision-f32-bf16-auto"),
+        (slug("Known limitation: not loadable by taming's own PyTorch code"),
+         "known-limitation-not-loadable-by-tamings-own-pytorch-code"),
+        (slug("2026-12-02 – 2026-12-03: the larger photo model"), "2026-12-02--2026-12-03-the-larger-photo-model"),
+        (slug("See [the card](x.md)"), "see-the-card"),
+        # Links: images and links with titles; code spans never count.
+        ([m.group(1) for m in LINK.finditer("![a](b.png) and [c](d.md#e \"t\")")], ["b.png", "d.md#e"]),
+        ([l for _, l in prose_lines("`[x](nope.md)`\n```\n[y](nope.md)\n```\n[z](ok.md)")
+          if LINK.search(l)], ["[z](ok.md)"]),
+        # Development narration, in its usual spellings; pytest's scope="session" is not it.
+        (bool(SESSION.search("shipped in session 13")), True),
+        (bool(SESSION.search("sessions 11-12")), True),
+        (bool(SESSION.search("the session-10 model")), True),
+        (bool(SESSION.search("curve-session7.png")), True),
+        (bool(SESSION.search('@pytest.fixture(scope="session")')), False),
+        # The layout map: the first table under `## Layout`, header row aside.
+        (layout_rows("# t\n## Layout\n\n| a | b | c |\n|---|---|---|\n| `crates/x` | y | `imgseq-core` |\n\n## Next\n| z |")[1],
+         [(6, ["`crates/x`", "y", "`imgseq-core`"])]),
+    ]
+    failed = [(i, got, want) for i, (got, want) in enumerate(cases) if got != want]
+    for i, got, want in failed:
+        print(f"self-test case {i}: got {got!r}, expected {want!r}")
+    print(f"check_docs self-test: {len(cases) - len(failed)} of {len(cases)} cases pass")
+    return 1 if failed else 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     problems: list[str] = []
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     n_lines = len(readme.splitlines())
