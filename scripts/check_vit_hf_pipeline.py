@@ -34,14 +34,45 @@ def idx(path):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def main():
+def arguments():
+    """The command line both HF checks take."""
     ap = argparse.ArgumentParser()
     ap.add_argument("checkpoint", nargs="?", default=os.path.join(ROOT, "weights", "vit-fashion-mnist"))
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "imgseq"))
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--limit", type=int, default=None, help="first N test images (default: all 10,000)")
     ap.add_argument("--batch", type=int, default=256)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def imgseq_accuracy(a, n, precision=None):
+    """`imgseq vit eval` accuracy (%) on the first `n` test images of `a.data`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "eval.json")
+        cmd = [a.bin, "vit", "eval", "--weights", a.checkpoint, "--json", report]
+        if precision is not None:
+            cmd += ["--precision", precision]
+        if a.data != DATA:
+            cmd += ["--data", a.data]
+        if a.limit is not None:
+            cmd += ["--limit", str(n)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(report) as f:
+            return 100.0 * float(json.load(f)["accuracy"])
+
+
+def compare(hf_label, hf_acc, our_label, our_acc, failure):
+    """Prints both accuracies; exits with `failure` unless they are within 0.1 point."""
+    diff = abs(hf_acc - our_acc)
+    print(f"{hf_label}: {hf_acc:.2f}%")
+    print(f"{our_label}: {our_acc:.2f}%")
+    print(f"difference: {diff:.2f} points (allowed 0.10)")
+    if diff > 0.1:
+        sys.exit(failure)
+
+
+def main():
+    a = arguments()
 
     import torch
     from transformers import pipeline
@@ -66,24 +97,10 @@ def main():
             preds += [label2id[o[0]["label"]] for o in out]
         preds = np.array(preds)
         hf_acc = 100.0 * float((preds == labels[:n]).mean())
-
-        report = os.path.join(tmp, "eval.json")
-        cmd = [a.bin, "vit", "eval", "--weights", a.checkpoint, "--json", report]
-        if a.data != DATA:
-            cmd += ["--data", a.data]
-        if a.limit is not None:
-            cmd += ["--limit", str(n)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        with open(report) as f:
-            ours = json.load(f)
-    our_acc = 100.0 * float(ours["accuracy"])
-    diff = abs(hf_acc - our_acc)
+    our_acc = imgseq_accuracy(a, n)
     print(f"images: {n} (28x28 gray PNGs; the pipeline converts them to RGB)")
-    print(f"HF pipeline ({proc}): {hf_acc:.2f}%")
-    print(f"imgseq vit eval:        {our_acc:.2f}%")
-    print(f"difference: {diff:.2f} points (allowed 0.10)")
-    if diff > 0.1:
-        sys.exit("FAIL: the HF pipeline does not reproduce imgseq vit eval")
+    compare(f"HF pipeline ({proc})", hf_acc, "imgseq vit eval", our_acc,
+            "FAIL: the HF pipeline does not reproduce imgseq vit eval")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ so that `scripts/make_photo_split.py` can list them for `imgseq vq train`.
 
 Only the standard library. What it takes is fixed below (`SOURCES`): the photo resources of
 gcompris-qt-data's activities that are photographs (monuments, animals, musicians, the sea),
-reviewed by eye in session 10 — not the cartoons, maps, paintings (`details` holds Van Goghs)
+reviewed by eye — not the cartoons, maps, paintings (`details` holds Van Goghs)
 or the planets. The files keep their resource paths, so each one traces back to its `.rcc`
 and its place in GCompris' source tree (the `README`/licence files next to them in that tree
 name each picture's author and licence: public domain, CC0, CC-BY, CC-BY-SA, Wikimedia

@@ -6,7 +6,7 @@ packages, for `imgseq vq train` / `imgseq vq eval`.
 
 * Files come from `dpkg -L` of PACKAGES below (only .jpg / .png; gnome-backgrounds ships only
   .webp / .svg artwork — adwaita, grid, pixels, truchet, ... — so it contributes nothing).
-  Preview `screenshot.*` files are dropped. Added in session 7: `mate-backgrounds` (nature
+  Preview `screenshot.*` files are dropped. Added second: `mate-backgrounds` (nature
   photos) and the Ubuntu photo contests shipped as `lomiri-wallpapers-16.04` / `-20.04`.
 * KDE wallpapers ship one picture at many resolutions (`contents/images/1920x1080.jpg`, ...):
   each picture is kept once, at its largest resolution, so the same picture can never be in
@@ -20,12 +20,12 @@ packages, for `imgseq vq train` / `imgseq vq eval`.
   The first split (KDE + UKUI) held out every 5th photo by path; photos new to the lists are
   sorted by path and every 3rd of them (index 2, 5, ...) is held out, so that the test list
   reaches a dozen photos.
-* Session 10 added photos from packages that are not wallpaper sets (`TRAIN_ONLY` below:
+* Added third: photos from packages that are not wallpaper sets (`TRAIN_ONLY` below:
   each file named, reviewed by eye — photos, not the packages' artwork) and gcompris-qt-data's
   photos, which ship inside Qt resource files (`scripts/extract_photo_resources.py` unpacks
   them to `data/photos/extracted/`, listed relative to `data/photos/`). These all go to
   `train.txt`: the held-out list stays the 14 photos every figure so far was measured on, so
-  PSNR is comparable across sessions, and near-duplicate pairs (opencv's stereo pairs) cannot
+  PSNR stays comparable across models, and near-duplicate pairs (opencv's stereo pairs) cannot
   straddle the lists. Photos of these sources with a shorter side under 384 px (the training
   cache size) are left out.
 Needs Pillow for the colour check and the size check; without it those checks are skipped (and

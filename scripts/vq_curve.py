@@ -8,7 +8,7 @@
 
 A snapshot folder holds `step-NNNNN/{model.safetensors, config.json, state.json}` copies of the
 run taken while it trained (the run folder itself only keeps its last checkpoint):
-`imgseq vq train --snapshot-every N` writes them to `<run>/snapshots/` (session 7's runs used a
+`imgseq vq train --snapshot-every N` writes them to `<run>/snapshots/` (runs from before 2026-12-02 used a
 shell loop copying the checkpoint). `eval`
 writes `eval.json` (the photos of data/photos/test.txt) and `coffee.json` (assets/coffee.png)
 into each, with `imgseq vq eval --json --precision f32`; the figures are measurements only —
@@ -83,7 +83,7 @@ def smooth(ys, k):
 
 def training_line(run):
     """(hours, PSNR) of a run's training windows. History points carry the run's training
-    seconds (`seconds`, since session 12); older points only their images/s, so for them
+    seconds (`seconds`, in runs from 2026-12-02 on); older points only their images/s, so for them
     the time is rebuilt from that (crop and batch by the saved recipe) and, in a run with
     no `seconds` at all, scaled so that the last point lands on the run's measured total."""
     with open(os.path.join(run, "state.json")) as fh:

@@ -49,7 +49,7 @@ def write_vq_run(folder, history, seconds):
 
 def test_vq_curve_time_axis_uses_recorded_seconds_else_rebuilds_from_images_per_second(tmp_path):
     vq = script("vq_curve")
-    # Since session 12 every history point carries the run's training seconds: used as they are.
+    # In runs from 2026-12-02 on every history point carries the run's training seconds: used as they are.
     new = [{"step": s, "psnr": 10.0 + s, "img_per_s": 1.0, "seconds": 360.0 * s} for s in (1, 2, 3)]
     write_vq_run(tmp_path / "new", new, seconds=9999.0)
     xs, ys = vq.training_line(str(tmp_path / "new"))
