@@ -92,12 +92,19 @@ def module_files(src: Path) -> dict[tuple[str, ...], Path]:
     return mods
 
 
+TOKEN = re.compile(
+    r"//[^\n]*"                                   # line comment
+    r"|/\*.*?\*/"                                 # block comment
+    r"|(?<![A-Za-z0-9_])b?r(#*)\"(?:.|\n)*?\"\1"    # raw string
+    r"|b?\"(?:\\.|[^\"\\])*\""                   # string
+    r"|b?'(?:\\.|[^\\'\n])'",                     # char literal
+    flags=re.S,
+)
+
+
 def strip_comments_and_strings(text: str) -> str:
-    text = re.sub(r"//[^\n]*", "", text)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    return text
+    """Comments, strings and char literals blanked out, newlines kept (line numbers hold)."""
+    return TOKEN.sub(lambda m: "\n" * m.group(0).count("\n") + ('""' if m.group(0)[-1:] in "\"'#" else ""), text)
 
 
 def expand_use_tree(prefix: list[str], tree: str) -> list[list[str]]:

@@ -181,6 +181,41 @@ fn parse_descr(path: &Path, descr: &str) -> Result<Kind> {
 /// Parses the bytes of a `.npy` file; `path` is only used in error messages.
 pub fn parse_npy(path: impl AsRef<Path>, bytes: &[u8]) -> Result<NpyArray> {
     let path = path.as_ref();
+    let (h, hend) = read_header(path, bytes)?;
+    let kind = parse_descr(path, &h.descr)?;
+    let nbytes = data_len(path, &h, kind)?;
+    let data = &bytes[hend..];
+    if data.len() < nbytes {
+        return Err(Error::format(
+            path,
+            format!(
+                "truncated data: shape {:?} of {} needs {nbytes} bytes, the file holds {}",
+                h.shape,
+                h.descr,
+                data.len()
+            ),
+        ));
+    }
+    if data.len() > nbytes {
+        return Err(Error::format(
+            path,
+            format!(
+                "{} unexpected bytes after the data of shape {:?}",
+                data.len() - nbytes,
+                h.shape
+            ),
+        ));
+    }
+    let data = decode(path, kind, data)?;
+    Ok(NpyArray {
+        shape: h.shape,
+        descr: h.descr,
+        data,
+    })
+}
+
+/// The magic, version and header dict of a `.npy` file, and where its data starts.
+fn read_header(path: &Path, bytes: &[u8]) -> Result<(Header, usize)> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(Error::format(path, "not a .npy file (bad magic)"));
     }
@@ -217,43 +252,17 @@ pub fn parse_npy(path: impl AsRef<Path>, bytes: &[u8]) -> Result<NpyArray> {
             "Fortran-order arrays are not supported (save with C order)",
         ));
     }
-    let kind = parse_descr(path, &h.descr)?;
-    let count = h
-        .shape
+    Ok((h, hend))
+}
+
+/// Bytes of data the header's shape and dtype call for (an overflow is an error).
+fn data_len(path: &Path, h: &Header, kind: Kind) -> Result<usize> {
+    let too_large = || Error::format(path, format!("shape {:?} is too large", h.shape));
+    h.shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| Error::format(path, format!("shape {:?} is too large", h.shape)))?;
-    let nbytes = count
-        .checked_mul(kind.size())
-        .ok_or_else(|| Error::format(path, format!("shape {:?} is too large", h.shape)))?;
-    let data = &bytes[hend..];
-    if data.len() < nbytes {
-        return Err(Error::format(
-            path,
-            format!(
-                "truncated data: shape {:?} of {} needs {nbytes} bytes, the file holds {}",
-                h.shape,
-                h.descr,
-                data.len()
-            ),
-        ));
-    }
-    if data.len() > nbytes {
-        return Err(Error::format(
-            path,
-            format!(
-                "{} unexpected bytes after the data of shape {:?}",
-                data.len() - nbytes,
-                h.shape
-            ),
-        ));
-    }
-    let data = decode(path, kind, data)?;
-    Ok(NpyArray {
-        shape: h.shape,
-        descr: h.descr,
-        data,
-    })
+        .and_then(|count| count.checked_mul(kind.size()))
+        .ok_or_else(too_large)
 }
 
 fn decode(path: &Path, kind: Kind, d: &[u8]) -> Result<NpyData> {
