@@ -58,12 +58,7 @@ impl AdamW {
     /// Variables without a gradient are left alone (their moments too).
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.step += 1;
-        let t = self.step as i32;
-        let (b1, b2) = (self.beta1 as f32, self.beta2 as f32);
-        let bc1 = 1.0 - self.beta1.powi(t);
-        let bc2_sqrt = (1.0 - self.beta2.powi(t)).sqrt() as f32;
-        let step_size = (self.lr / bc1) as f32;
-        let eps = self.eps as f32;
+        let c = AdamStep::new(self.lr, self.beta1, self.beta2, self.eps, self.step);
         for s in self.slots.iter_mut() {
             let Some(g) = grads.get(s.var.as_tensor()) else {
                 continue;
@@ -71,17 +66,8 @@ impl AdamW {
             let g = g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
             let theta_t = s.var.as_tensor();
             let mut theta = theta_t.flatten_all()?.to_vec1::<f32>()?;
-            let shrink = if s.decay {
-                1.0 - (self.lr * self.weight_decay) as f32
-            } else {
-                1.0
-            };
-            for i in 0..theta.len() {
-                s.m[i] = b1 * s.m[i] + (1.0 - b1) * g[i];
-                s.v[i] = b2 * s.v[i] + (1.0 - b2) * g[i] * g[i];
-                let denom = s.v[i].sqrt() / bc2_sqrt + eps;
-                theta[i] = theta[i] * shrink - step_size * s.m[i] / denom;
-            }
+            let shrink = decay_factor(s.decay, self.lr, self.weight_decay);
+            adamw_update(&mut theta, &g, &mut s.m, &mut s.v, shrink, c);
             s.var
                 .set(&Tensor::from_vec(theta, theta_t.shape(), theta_t.device())?)?;
         }
@@ -129,6 +115,172 @@ impl AdamW {
         for s in self.slots.iter_mut() {
             let dims = s.var.as_tensor().dims().to_vec();
             state_format::take_moments(state, &s.name, &dims, &mut s.m, &mut s.v)?;
+        }
+        self.step = state_format::take_step(state)?;
+        Ok(())
+    }
+}
+
+/// The per-step constants of the AdamW update at step `t` (1-based): the rule's one owner,
+/// shared by [`AdamW`] and the flat-array AdamW of the ViT's fused engine.
+#[derive(Debug, Clone, Copy)]
+pub struct AdamStep {
+    b1: f32,
+    b2: f32,
+    /// √(1 − β₂ᵗ)
+    bc2_sqrt: f32,
+    /// lr / (1 − β₁ᵗ)
+    step_size: f32,
+    eps: f32,
+}
+
+impl AdamStep {
+    pub fn new(lr: f64, beta1: f64, beta2: f64, eps: f64, t: usize) -> Self {
+        let t = t as i32;
+        Self {
+            b1: beta1 as f32,
+            b2: beta2 as f32,
+            bc2_sqrt: (1.0 - beta2.powi(t)).sqrt() as f32,
+            step_size: (lr / (1.0 - beta1.powi(t))) as f32,
+            eps: eps as f32,
+        }
+    }
+}
+
+/// What a parameter is multiplied by before its AdamW step: 1 − lr·wd where weight decay
+/// applies (`decay`), else 1.
+pub fn decay_factor(decay: bool, lr: f64, weight_decay: f64) -> f32 {
+    if decay {
+        1.0 - (lr * weight_decay) as f32
+    } else {
+        1.0
+    }
+}
+
+/// One AdamW update of a parameter `theta` from its gradient `g`, moments `m` and `v` updated
+/// in place (as `torch.optim.AdamW`, amsgrad off): θ ← θ·shrink − step_size·m / (√v / √bc₂ + ε).
+pub fn adamw_update(
+    theta: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    shrink: f32,
+    c: AdamStep,
+) {
+    for i in 0..theta.len() {
+        m[i] = c.b1 * m[i] + (1.0 - c.b1) * g[i];
+        v[i] = c.b2 * v[i] + (1.0 - c.b2) * g[i] * g[i];
+        let denom = v[i].sqrt() / c.bc2_sqrt + c.eps;
+        theta[i] = theta[i] * shrink - c.step_size * m[i] / denom;
+    }
+}
+
+/// One parameter of a flat parameter array: its name, shape and place in the array, and
+/// whether weight decay applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub offset: usize,
+    /// Whether weight decay applies.
+    pub decay: bool,
+}
+
+impl ParamSpec {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.len()
+    }
+}
+
+/// AdamW on flat arrays (parameters back to back as `specs` place them) with exactly the
+/// arithmetic of [`AdamW`] (the same [`adamw_update`]) and the same saved state
+/// ([`state_format`]), so a run can switch between the two on resume.
+pub struct FlatAdamW {
+    specs: Vec<ParamSpec>,
+    len: usize,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Updates done so far (the bias-correction step `t`).
+    pub step: usize,
+}
+
+impl FlatAdamW {
+    /// The parameters of `specs` (which cover the flat arrays from 0 without gaps).
+    /// β = (0.9, 0.999), ε = 1e-8 (as [`AdamW`]).
+    pub fn new<S: AsRef<[ParamSpec]> + ?Sized>(specs: &S, lr: f64, weight_decay: f64) -> Self {
+        let specs = specs.as_ref().to_vec();
+        let len = specs.iter().map(|s| s.offset + s.len()).max().unwrap_or(0);
+        Self {
+            specs,
+            len,
+            m: vec![0.0; len],
+            v: vec![0.0; len],
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay,
+            step: 0,
+        }
+    }
+
+    fn check_len(&self, flat: &[f32]) -> crate::Result<()> {
+        if flat.len() != self.len {
+            return Err(crate::Error::invalid(format!(
+                "a parameter array of {} values for a model of {}",
+                flat.len(),
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// One update of `params` from `grads`.
+    pub fn update(&mut self, params: &mut [f32], grads: &[f32]) -> crate::Result<()> {
+        self.check_len(params)?;
+        self.check_len(grads)?;
+        self.step += 1;
+        let c = AdamStep::new(self.lr, self.beta1, self.beta2, self.eps, self.step);
+        for s in &self.specs {
+            let r = s.range();
+            let shrink = decay_factor(s.decay, self.lr, self.weight_decay);
+            let (m, v) = (&mut self.m[r.clone()], &mut self.v[r.clone()]);
+            adamw_update(&mut params[r.clone()], &grads[r], m, v, shrink, c);
+        }
+        Ok(())
+    }
+
+    /// Moment tensors by name plus the step count, in [`state_format`] ([`AdamW`]'s form too).
+    pub fn state(&self) -> crate::Result<HashMap<String, Tensor>> {
+        let mut out = HashMap::new();
+        for s in &self.specs {
+            let (m, v) = (&self.m[s.range()], &self.v[s.range()]);
+            state_format::put_moments(&mut out, &s.name, &s.shape, m, v)?;
+        }
+        state_format::put_step(&mut out, self.step)?;
+        Ok(out)
+    }
+
+    /// Restores what [`state`](Self::state) (or [`AdamW`]) saved. The error is a one-line
+    /// description (the caller adds the file name).
+    pub fn load_state(
+        &mut self,
+        state: &HashMap<String, Tensor>,
+    ) -> std::result::Result<(), String> {
+        for s in &self.specs {
+            let (m, v) = (&mut self.m[s.range()], &mut self.v[s.range()]);
+            state_format::take_moments(state, &s.name, &s.shape, m, v)?;
         }
         self.step = state_format::take_step(state)?;
         Ok(())
@@ -337,5 +489,95 @@ mod tests {
             .unwrap();
         assert!(m[0] != 0.0 && m[1] != 0.0 && m[4] != 0.0);
         assert_eq!(&m[2..4], &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn flat_adamw_is_bitwise_the_candle_side_adamw() {
+        // A matrix with weight decay, a vector without, a 3-d tensor with.
+        let mut specs = Vec::new();
+        let mut end = 0;
+        for (name, shape, decay) in [
+            ("w", vec![4, 3], true),
+            ("b", vec![4], false),
+            ("t", vec![2, 2, 3], true),
+        ] {
+            let spec = ParamSpec {
+                name: name.into(),
+                shape,
+                offset: end,
+                decay,
+            };
+            end += spec.len();
+            specs.push(spec);
+        }
+        let n = end;
+        let mut theta: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+            .collect();
+        let vars: Vec<(String, Var, bool)> = lay
+            .specs
+            .iter()
+            .map(|s| {
+                let t = Tensor::from_slice(&theta[s.range()], s.shape.as_slice(), &Device::Cpu)
+                    .unwrap();
+                (s.name.clone(), Var::from_tensor(&t).unwrap(), s.decay)
+            })
+            .collect();
+        let mut reference = AdamW::new(vars.clone(), 3e-3, 0.05).unwrap();
+        let mut flat = FlatAdamW::new(&specs, 3e-3, 0.05);
+        for step in 0..3 {
+            // loss = Σ θ³/3 + step·Σ θ → g = θ² + step
+            let loss = vars
+                .iter()
+                .map(|(_, v, _)| {
+                    let t = v.as_tensor();
+                    ((t.powf(3.0).unwrap() / 3.0).unwrap() + (t * step as f64).unwrap())
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                })
+                .reduce(|a, b| (a + b).unwrap())
+                .unwrap();
+            let grads = loss.backward().unwrap();
+            let mut g = vec![0f32; n];
+            for (s, (_, v, _)) in specs.iter().zip(&vars) {
+                let gv = grads.get(v.as_tensor()).unwrap().flatten_all().unwrap();
+                g[s.range()].copy_from_slice(&gv.to_vec1::<f32>().unwrap());
+            }
+            reference.lr = 3e-3 / (step + 1) as f64;
+            flat.lr = reference.lr;
+            reference.step(&grads).unwrap();
+            flat.update(&mut theta, &g).unwrap();
+        }
+        for (s, (_, v, _)) in specs.iter().zip(&vars) {
+            let want = v
+                .as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            assert_eq!(&theta[s.range()], want.as_slice(), "{}", s.name);
+        }
+        let (a, b) = (reference.state().unwrap(), flat.state().unwrap());
+        assert_eq!(a.len(), b.len());
+        for (k, t) in &a {
+            let u = &b[k];
+            let flat = |t: &Tensor| {
+                t.flatten_all()
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .to_vec1::<f64>()
+                    .unwrap()
+            };
+            assert_eq!(flat(t), flat(u), "{k}");
+        }
+        let mut again = FlatAdamW::new(&specs, 3e-3, 0.05);
+        again.load_state(&a).unwrap();
+        assert_eq!(again.step, 3);
+        assert_eq!(
+            (again.m.clone(), again.v.clone()),
+            (flat.m.clone(), flat.v.clone())
+        );
     }
 }
