@@ -5,119 +5,74 @@
 use candle_core::{backprop::GradStore, DType, Result, Tensor, Var};
 use std::collections::HashMap;
 
-/// One parameter with its moment estimates (kept as plain vectors: the update is one fused
-/// loop per parameter instead of a dozen tensor ops).
-struct Slot {
-    name: String,
-    var: Var,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    decay: bool,
+/// AdamW over named candle variables: [`FlatAdamW`]'s rule and state, each variable one
+/// parameter of it (in the given order). Weight decay applies only to the variables marked
+/// `decay`. The settings (`lr`, `beta1`, `beta2`, `eps`, `weight_decay`) and `step` are the
+/// [`FlatAdamW`]'s, reached through `Deref`.
+pub struct AdamW {
+    vars: Vec<Var>,
+    flat: FlatAdamW,
 }
 
-/// AdamW over named variables. Weight decay applies only to the variables marked `decay`.
-pub struct AdamW {
-    slots: Vec<Slot>,
-    pub lr: f64,
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-    /// Updates done so far (the bias-correction step `t`).
-    pub step: usize,
+impl std::ops::Deref for AdamW {
+    type Target = FlatAdamW;
+    fn deref(&self) -> &FlatAdamW {
+        &self.flat
+    }
+}
+
+impl std::ops::DerefMut for AdamW {
+    fn deref_mut(&mut self) -> &mut FlatAdamW {
+        &mut self.flat
+    }
 }
 
 impl AdamW {
     /// `vars`: (name, variable, whether weight decay applies). β = (0.9, 0.999), ε = 1e-8.
     pub fn new(vars: Vec<(String, Var, bool)>, lr: f64, weight_decay: f64) -> Result<Self> {
-        let slots = vars
+        let mut offset = 0;
+        let mut specs = Vec::with_capacity(vars.len());
+        let vars = vars
             .into_iter()
             .map(|(name, var, decay)| {
-                let n = var.as_tensor().elem_count();
-                Slot {
+                let shape = var.as_tensor().dims().to_vec();
+                let spec = ParamSpec {
                     name,
-                    var,
-                    m: vec![0.0; n],
-                    v: vec![0.0; n],
+                    shape,
+                    offset,
                     decay,
-                }
+                };
+                offset += spec.len();
+                specs.push(spec);
+                var
             })
             .collect();
         Ok(Self {
-            slots,
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay,
-            step: 0,
+            vars,
+            flat: FlatAdamW::new(&specs, lr, weight_decay),
         })
     }
 
     /// One update from the gradients in `grads` (as `torch.optim.AdamW`, amsgrad off).
     /// Variables without a gradient are left alone (their moments too).
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
-        self.step += 1;
-        let c = AdamStep::new(self.lr, self.beta1, self.beta2, self.eps, self.step);
-        for s in self.slots.iter_mut() {
-            let Some(g) = grads.get(s.var.as_tensor()) else {
+        let c = self.flat.begin_step();
+        for (i, var) in self.vars.iter().enumerate() {
+            let Some(g) = grads.get(var.as_tensor()) else {
                 continue;
             };
             let g = g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            let theta_t = s.var.as_tensor();
+            let theta_t = var.as_tensor();
             let mut theta = theta_t.flatten_all()?.to_vec1::<f32>()?;
-            let shrink = decay_factor(s.decay, self.lr, self.weight_decay);
-            adamw_update(&mut theta, &g, &mut s.m, &mut s.v, shrink, c);
-            s.var
-                .set(&Tensor::from_vec(theta, theta_t.shape(), theta_t.device())?)?;
+            self.flat.update_param(i, &mut theta, &g, c);
+            var.set(&Tensor::from_vec(theta, theta_t.shape(), theta_t.device())?)?;
         }
         Ok(())
-    }
-
-    /// Zeroes the moments of rows `rows` of the variable `name` seen as a matrix
-    /// (dim 0 × the rest), e.g. after re-seeding codebook entries. Unknown names and rows
-    /// out of range are ignored; returns how many rows were reset.
-    pub fn reset_rows(&mut self, name: &str, rows: &[usize]) -> usize {
-        let Some(s) = self.slots.iter_mut().find(|s| s.name == name) else {
-            return 0;
-        };
-        let dims = s.var.as_tensor().dims();
-        let (n, per) = match dims.first() {
-            Some(&n) if n > 0 => (n, s.m.len() / n),
-            _ => return 0,
-        };
-        let mut done = 0;
-        for &r in rows.iter().filter(|&&r| r < n) {
-            s.m[r * per..(r + 1) * per].fill(0.0);
-            s.v[r * per..(r + 1) * per].fill(0.0);
-            done += 1;
-        }
-        done
     }
 
     /// Moment tensors by name plus the step count, in [`state_format`], on the CPU.
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
-        let mut out = HashMap::new();
-        for s in &self.slots {
-            let shape = s.var.as_tensor().dims();
-            state_format::put_moments(&mut out, &s.name, shape, &s.m, &s.v)?;
-        }
-        state_format::put_step(&mut out, self.step)?;
-        Ok(out)
-    }
-
-    /// Restores what [`state`](Self::state) saved; every slot must be present with its
-    /// shape. The error is a one-line description (the caller adds the file name).
-    pub fn load_state(
-        &mut self,
-        state: &HashMap<String, Tensor>,
-    ) -> std::result::Result<(), String> {
-        for s in self.slots.iter_mut() {
-            let dims = s.var.as_tensor().dims().to_vec();
-            state_format::take_moments(state, &s.name, &dims, &mut s.m, &mut s.v)?;
-        }
-        self.step = state_format::take_step(state)?;
-        Ok(())
+        self.flat.moments_state()
     }
 }
 
@@ -250,19 +205,55 @@ impl FlatAdamW {
     pub fn update(&mut self, params: &mut [f32], grads: &[f32]) -> crate::Result<()> {
         self.check_len(params)?;
         self.check_len(grads)?;
-        self.step += 1;
-        let c = AdamStep::new(self.lr, self.beta1, self.beta2, self.eps, self.step);
-        for s in &self.specs {
-            let r = s.range();
-            let shrink = decay_factor(s.decay, self.lr, self.weight_decay);
-            let (m, v) = (&mut self.m[r.clone()], &mut self.v[r.clone()]);
-            adamw_update(&mut params[r.clone()], &grads[r], m, v, shrink, c);
+        let c = self.begin_step();
+        for i in 0..self.specs.len() {
+            let r = self.specs[i].range();
+            self.update_param(i, &mut params[r.clone()], &grads[r], c);
         }
         Ok(())
     }
 
+    /// Counts a new step and returns its constants.
+    fn begin_step(&mut self) -> AdamStep {
+        self.step += 1;
+        AdamStep::new(self.lr, self.beta1, self.beta2, self.eps, self.step)
+    }
+
+    /// The update of parameter `i` (its values `theta`, gradient `g`) at the step of `c`.
+    fn update_param(&mut self, i: usize, theta: &mut [f32], g: &[f32], c: AdamStep) {
+        let s = &self.specs[i];
+        let shrink = decay_factor(s.decay, self.lr, self.weight_decay);
+        let (m, v) = (&mut self.m[s.range()], &mut self.v[s.range()]);
+        adamw_update(theta, g, m, v, shrink, c);
+    }
+
+    /// Zeroes the moments of rows `rows` of the parameter `name` seen as a matrix
+    /// (dim 0 × the rest), e.g. after re-seeding codebook entries. Unknown names and rows
+    /// out of range are ignored; returns how many rows were reset.
+    pub fn reset_rows(&mut self, name: &str, rows: &[usize]) -> usize {
+        let Some(s) = self.specs.iter().find(|s| s.name == name) else {
+            return 0;
+        };
+        let (n, per) = match s.shape.first() {
+            Some(&n) if n > 0 => (n, s.len() / n),
+            _ => return 0,
+        };
+        let (m, v) = (&mut self.m[s.range()], &mut self.v[s.range()]);
+        let mut done = 0;
+        for &r in rows.iter().filter(|&&r| r < n) {
+            m[r * per..(r + 1) * per].fill(0.0);
+            v[r * per..(r + 1) * per].fill(0.0);
+            done += 1;
+        }
+        done
+    }
+
     /// Moment tensors by name plus the step count, in [`state_format`] ([`AdamW`]'s form too).
     pub fn state(&self) -> crate::Result<HashMap<String, Tensor>> {
+        Ok(self.moments_state()?)
+    }
+
+    fn moments_state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
         for s in &self.specs {
             let (m, v) = (&self.m[s.range()], &self.v[s.range()]);
@@ -272,8 +263,9 @@ impl FlatAdamW {
         Ok(out)
     }
 
-    /// Restores what [`state`](Self::state) (or [`AdamW`]) saved. The error is a one-line
-    /// description (the caller adds the file name).
+    /// Restores what [`state`](Self::state) (or [`AdamW`]) saved; every parameter must be
+    /// present with its shape. The error is a one-line description (the caller adds the file
+    /// name).
     pub fn load_state(
         &mut self,
         state: &HashMap<String, Tensor>,
@@ -514,8 +506,7 @@ mod tests {
         let mut theta: Vec<f32> = (0..n)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
             .collect();
-        let vars: Vec<(String, Var, bool)> = lay
-            .specs
+        let vars: Vec<(String, Var, bool)> = specs
             .iter()
             .map(|s| {
                 let t = Tensor::from_slice(&theta[s.range()], s.shape.as_slice(), &Device::Cpu)

@@ -11,11 +11,12 @@ use std::time::Instant;
 
 fn main() -> imgseq_core::Result<()> {
     imgseq_kernels::tune_allocator();
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("number"))
-        .collect();
-    let (batch, steps) = (*args.first().unwrap_or(&128), *args.get(1).unwrap_or(&6));
+    let arg = |i: usize, default: usize| {
+        std::env::args()
+            .nth(i)
+            .map_or(default, |a| a.parse().expect("a number"))
+    };
+    let (batch, steps) = (arg(1, 128), arg(2, 6));
     let cfg = ViTConfig::seed(3, &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]);
     let layout = ParamLayout::new(&cfg);
     let mut params = init_flat(&layout, 0.02, 0);
@@ -43,7 +44,11 @@ fn main() -> imgseq_core::Result<()> {
     println!("logits[0..4] {:?}", &logits[..4]);
     if steps > 2 {
         let per = timed / (steps - 2) as f64;
-        println!("train step batch {batch}: {:.1} ms, {:.0} img/s", per * 1e3, batch as f64 / per);
+        println!(
+            "train step batch {batch}: {:.1} ms, {:.0} img/s",
+            per * 1e3,
+            batch as f64 / per
+        );
     }
     Ok(())
 }

@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use crate::checkpoint::{load_classifier, load_tensors, ModelFiles};
 use crate::config::ViTConfig;
 use crate::data::{make_batch, pad_to, DataSource, ImageSet, Normalize};
+use crate::eval::{evaluate_with, tally, EvalReport, EVAL_BATCH};
 use crate::fused::FusedViT;
 use crate::model::{probabilities, ViTForImageClassification};
-use crate::eval::{evaluate_with, tally, EvalReport, EVAL_BATCH};
 use crate::run::{TrainConfig, TRAINING_FILE};
 
 /// A loaded classifier (on the CPU) with how its inputs are prepared.

@@ -436,36 +436,10 @@ pub fn train_with(
     model_cfg.validate()?;
     tc.check_sets(train_set, test_set)?;
     check_start(out, resume)?;
-    if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
-        return Err(Error::invalid(format!(
-            "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
-            train_set.channels,
-            train_set.height,
-            train_set.width,
-            model_cfg.num_channels,
-            model_cfg.image_size,
-            model_cfg.image_size
-        )));
-    }
+    check_fits(model_cfg, train_set)?;
     let dev = Device::Cpu;
     let mut tr = Trainer::new(model_cfg, tc, engine)?;
-    let state_path = out.join(STATE_FILE);
-    let mut state = TrainState::default();
-    if resume {
-        state = read_json(&state_path, "state.json")?;
-        tr.resume(out, tc)?;
-        eprintln!(
-            "resuming {} after epoch {} (step {})",
-            out.display(),
-            state.epochs_done,
-            state.steps_done
-        );
-    } else {
-        tr.set_params(init_flat(&tr.layout, model_cfg.initializer_range, tc.seed))?;
-        if tc.ema > 0.0 {
-            tr.ema = Some(tr.params.clone());
-        }
-    }
+    let mut state = start(&mut tr, model_cfg, tc, out, resume)?;
     if state.epochs_done >= tc.epochs {
         eprintln!(
             "{}: already at epoch {} of {}",
@@ -526,25 +500,15 @@ pub fn train_with(
             loss_sum += l;
             loss_n += 1;
             pb.inc(tc.batch_size as u64);
-            let tenth = (s + 1) % (steps_per_epoch / 10).max(1) == 0;
-            if s % 10 == 0 || tenth {
-                let ips = ((s + 1) * tc.batch_size) as f64 / t0.elapsed().as_secs_f64();
-                let msg = format!(
-                    "loss {:.4} lr {:.2e} {:.0} img/s",
-                    loss_sum / loss_n as f64,
-                    tr.lr(),
-                    ips
-                );
-                // Without a terminal (logs, CI) the bar is hidden: print a line every ~10%.
-                if pb.is_hidden() && tenth {
-                    eprintln!(
-                        "epoch {}/{} step {}/{}: {msg}",
-                        epoch + 1,
-                        tc.epochs,
-                        s + 1,
-                        steps_per_epoch
-                    );
-                }
+            let at = Progress {
+                epoch,
+                epochs: tc.epochs,
+                step: s,
+                steps: steps_per_epoch,
+                batch: tc.batch_size,
+            };
+            let loss = loss_sum / loss_n as f64;
+            if let Some(msg) = progress_message(at, loss, tr.lr(), t0, pb.is_hidden()) {
                 pb.set_message(msg);
             }
         }
@@ -567,6 +531,80 @@ pub fn train_with(
         tr.checkpoint(out, model_cfg, tc, &state)?;
     }
     Ok(state)
+}
+
+/// Refuses a data set whose images are not the model's input size.
+fn check_fits(model_cfg: &ViTConfig, train_set: &ImageSet) -> Result<()> {
+    if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
+        return Err(Error::invalid(format!(
+            "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
+            train_set.channels,
+            train_set.height,
+            train_set.width,
+            model_cfg.num_channels,
+            model_cfg.image_size,
+            model_cfg.image_size
+        )));
+    }
+    Ok(())
+}
+
+/// The run's state at its start: resumed from `out`, or fresh with seeded initial weights.
+fn start(
+    tr: &mut Trainer,
+    model_cfg: &ViTConfig,
+    tc: &TrainConfig,
+    out: &Path,
+    resume: bool,
+) -> Result<TrainState> {
+    if !resume {
+        tr.set_params(init_flat(&tr.layout, model_cfg.initializer_range, tc.seed))?;
+        if tc.ema > 0.0 {
+            tr.ema = Some(tr.params.clone());
+        }
+        return Ok(TrainState::default());
+    }
+    let state: TrainState = read_json(&out.join(STATE_FILE), "state.json")?;
+    tr.resume(out, tc)?;
+    eprintln!(
+        "resuming {} after epoch {} (step {})",
+        out.display(),
+        state.epochs_done,
+        state.steps_done
+    );
+    Ok(state)
+}
+
+/// Where a step is in the run.
+#[derive(Clone, Copy)]
+struct Progress {
+    epoch: usize,
+    epochs: usize,
+    /// Step within the epoch, of `steps`.
+    step: usize,
+    steps: usize,
+    batch: usize,
+}
+
+/// The progress bar's message, every 10 steps; without a terminal (logs, CI: `hidden`) the
+/// bar is hidden, so this also prints a line every ~10% of the epoch.
+fn progress_message(at: Progress, loss: f64, lr: f64, t0: Instant, hidden: bool) -> Option<String> {
+    let tenth = (at.step + 1) % (at.steps / 10).max(1) == 0;
+    if at.step % 10 != 0 && !tenth {
+        return None;
+    }
+    let ips = ((at.step + 1) * at.batch) as f64 / t0.elapsed().as_secs_f64();
+    let msg = format!("loss {loss:.4} lr {lr:.2e} {ips:.0} img/s");
+    if hidden && tenth {
+        eprintln!(
+            "epoch {}/{} step {}/{}: {msg}",
+            at.epoch + 1,
+            at.epochs,
+            at.step + 1,
+            at.steps
+        );
+    }
+    Some(msg)
 }
 
 /// Reads a teacher's `soft_labels.npy` and checks it fits the training set: (n, k) f32 rows

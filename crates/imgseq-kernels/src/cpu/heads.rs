@@ -29,7 +29,10 @@ pub fn mm(
     let covers = |len: usize, rows: usize, cols: usize, (rs, cs): (usize, usize)| {
         rows == 0 || cols == 0 || len > (rows - 1) * rs + (cols - 1) * cs
     };
-    assert!(covers(dst.len(), m, n, (ld, 1)), "mm: destination too short");
+    assert!(
+        covers(dst.len(), m, n, (ld, 1)),
+        "mm: destination too short"
+    );
     if k == 0 {
         if !acc {
             for i in 0..m {
@@ -202,4 +205,3 @@ pub fn attn_bwd_head(
         1.0,
     ); // dK = dSᵀ·Q
 }
-

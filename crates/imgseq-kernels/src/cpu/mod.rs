@@ -17,6 +17,7 @@ pub mod codebook;
 pub mod conv;
 mod gemm;
 pub mod heads;
+pub mod layer_norm;
 pub mod linear;
 pub mod norm;
 pub mod rows;

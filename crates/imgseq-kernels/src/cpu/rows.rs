@@ -204,7 +204,6 @@ simd_kernel! {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +244,4 @@ mod tests {
             eprintln!("note: this CPU lacks AVX-512 or AVX2; tested levels {levels:?} only");
         }
     }
-
 }

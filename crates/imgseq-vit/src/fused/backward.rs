@@ -34,7 +34,16 @@ pub(super) fn backward_shard(
     } = ws;
     let dlogits = &logits[..nb * dm.k];
     let dt = &mut scratch.dt[..r * d];
-    linear_backward(dm.simd, p, g, lay.head, &lnf[..nb * d], dlogits, &mut dt[..nb * d], nb);
+    linear_backward(
+        dm.simd,
+        p,
+        g,
+        lay.head,
+        &lnf[..nb * d],
+        dlogits,
+        &mut dt[..nb * d],
+        nb,
+    );
     let x_last = &xs[2 * dm.layers * slab..][..r * d];
     let dx = &mut scratch.dx[..r * d];
     dx.fill(0.0);
@@ -87,11 +96,35 @@ fn linear_backward(
 ) {
     let Linear { w, b, inp, out } = lin;
     let gw = &mut g[w..][..out * inp];
-    mm(out, inp, rows, gw, inp, false, dy, (1, out), x, (inp, 1), 1.0);
+    mm(
+        out,
+        inp,
+        rows,
+        gw,
+        inp,
+        false,
+        dy,
+        (1, out),
+        x,
+        (inp, 1),
+        1.0,
+    );
     if let Some(b) = b {
         col_sum(simd, dy, &mut g[b..][..out]);
     }
-    mm(rows, inp, out, dx, inp, false, dy, (out, 1), &p[w..], (inp, 1), 1.0);
+    mm(
+        rows,
+        inp,
+        out,
+        dx,
+        inp,
+        false,
+        dy,
+        (out, 1),
+        &p[w..],
+        (inp, 1),
+        1.0,
+    );
 }
 
 /// A LayerNorm's weight and bias gradients, zeroed (its backward accumulates into them).

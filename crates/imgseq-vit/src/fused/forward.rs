@@ -131,7 +131,19 @@ fn linear_forward(p: &[f32], lin: Linear, x: &[f32], y: &mut [f32], rows: usize)
         Some(b) => fill_rows(y, &p[b..][..out]),
         None => y.fill(0.0),
     }
-    mm(rows, out, inp, y, out, true, x, (inp, 1), &p[w..], (1, inp), 1.0);
+    mm(
+        rows,
+        out,
+        inp,
+        y,
+        out,
+        true,
+        x,
+        (inp, 1),
+        &p[w..],
+        (1, inp),
+        1.0,
+    );
 }
 
 /// y (rows, out) = res + x (rows, inp)·Wᵀ + b: a projection back into the residual stream.
@@ -147,7 +159,19 @@ fn residual_linear_forward(
     let Linear { w, b, inp, out } = lin;
     let b = b.expect("a residual projection has a bias");
     add_rows(simd, y, res, &p[b..][..out]);
-    mm(rows, out, inp, y, out, true, x, (inp, 1), &p[w..], (1, inp), 1.0);
+    mm(
+        rows,
+        out,
+        inp,
+        y,
+        out,
+        true,
+        x,
+        (inp, 1),
+        &p[w..],
+        (1, inp),
+        1.0,
+    );
 }
 
 /// Multi-head self-attention of every image and head: `att` ← P, ctx ← P·V per head.
@@ -200,6 +224,13 @@ fn final_norm_forward(
     let (n, d) = (dm.n, dm.d);
     for b in 0..nb {
         let cls = &x_last[b * n * d..][..d];
-        layernorm_forward(dm, p, ln, cls, &mut lnf[b * d..][..d], &mut stf[b * 2..][..2]);
+        layernorm_forward(
+            dm,
+            p,
+            ln,
+            cls,
+            &mut lnf[b * d..][..d],
+            &mut stf[b * 2..][..2],
+        );
     }
 }

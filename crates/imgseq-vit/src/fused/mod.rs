@@ -148,10 +148,7 @@ impl FusedViT {
         );
         let k = dm.k;
         let mut out = vec![0f32; b * k];
-        let mut jobs: Vec<Vec<(usize, &mut [f32])>> = (0..nw).map(|_| Vec::new()).collect();
-        for (s, o) in out.chunks_mut(si * k).enumerate() {
-            jobs[s % nw].push((s, o));
-        }
+        let jobs = deal(out.chunks_mut(si * k), nw);
         self.workers[..nw]
             .par_iter_mut()
             .zip(jobs)
@@ -164,7 +161,6 @@ impl FusedViT {
             });
         Ok(out)
     }
-
 
     /// One training step's forward and backward: writes dL/dθ into `grads` (same layout as
     /// `params`) and returns the mean loss over the batch. The loss is the cross-entropy with
@@ -205,20 +201,12 @@ impl FusedViT {
         loss_cfg: LossCfg,
         (shards, nw): (usize, usize),
     ) -> Vec<f64> {
-        let (dm, lay, si, px) = (
-            &self.dims,
-            &self.layout,
-            self.shard_images,
-            self.dims.pixels(),
-        );
-        let b = loss_cfg.batch;
-        let mut jobs: Vec<Vec<(usize, &mut [f32])>> = (0..nw).map(|_| Vec::new()).collect();
+        let (dm, lay, si) = (&self.dims, &self.layout, self.shard_images);
+        let (b, px) = (loss_cfg.batch, dm.pixels());
         let slots = std::iter::once(grads)
             .chain(self.shard_grads.iter_mut().map(|g| g.as_mut_slice()))
             .take(shards);
-        for (s, g) in slots.enumerate() {
-            jobs[s % nw].push((s, g));
-        }
+        let jobs = deal(slots, nw);
         let losses: Vec<Vec<(usize, f64)>> = self.workers[..nw]
             .par_iter_mut()
             .zip(jobs)
@@ -259,6 +247,15 @@ impl FusedViT {
         });
     }
 }
+/// `items` dealt round-robin to `nw` workers, each with its index.
+fn deal<T>(items: impl Iterator<Item = T>, nw: usize) -> Vec<Vec<(usize, T)>> {
+    let mut jobs: Vec<Vec<(usize, T)>> = (0..nw).map(|_| Vec::new()).collect();
+    for (s, item) in items.enumerate() {
+        jobs[s % nw].push((s, item));
+    }
+    jobs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
