@@ -450,14 +450,10 @@ pub fn train_with(
         return Ok(state);
     }
 
-    let teacher = match &tc.soft_labels {
-        Some(p) => Some(load_soft_labels(
-            Path::new(p),
-            train_set,
-            model_cfg.num_labels(),
-        )?),
-        None => None,
-    };
+    let k = model_cfg.num_labels();
+    let teacher = (tc.soft_labels.as_ref())
+        .map(|p| load_soft_labels(Path::new(p), train_set, k))
+        .transpose()?;
     let steps_per_epoch = train_set.n / tc.batch_size;
     let total_steps = steps_per_epoch * tc.epochs;
     let warmup = (tc.warmup_epochs * steps_per_epoch as f64) as usize;
@@ -475,6 +471,13 @@ pub fn train_with(
         );
         let t0 = Instant::now();
         let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        let mut at = Progress {
+            epoch,
+            epochs: tc.epochs,
+            step: 0,
+            steps: steps_per_epoch,
+            batch: tc.batch_size,
+        };
         for s in 0..steps_per_epoch {
             let idx = &order[s * tc.batch_size..(s + 1) * tc.batch_size];
             let seed = imgseq_core::data::augment::mix_seed(&[tc.seed, epoch as u64, s as u64]);
@@ -488,7 +491,7 @@ pub fn train_with(
             let lr = warmup_cosine(state.steps_done, warmup, total_steps, tc.lr, tc.min_lr);
             let probs = teacher
                 .as_deref()
-                .map(|t| distill_targets(t, train_set, idx, model_cfg.num_labels(), tc.distill));
+                .map(|t| distill_targets(t, train_set, idx, k, tc.distill));
             let l = tr.step(&x, &y, probs.as_deref(), lr, tc)?;
             state.steps_done += 1;
             if !l.is_finite() {
@@ -500,13 +503,7 @@ pub fn train_with(
             loss_sum += l;
             loss_n += 1;
             pb.inc(tc.batch_size as u64);
-            let at = Progress {
-                epoch,
-                epochs: tc.epochs,
-                step: s,
-                steps: steps_per_epoch,
-                batch: tc.batch_size,
-            };
+            at.step = s;
             let loss = loss_sum / loss_n as f64;
             if let Some(msg) = progress_message(at, loss, tr.lr(), t0, pb.is_hidden()) {
                 pb.set_message(msg);
@@ -514,19 +511,9 @@ pub fn train_with(
         }
         pb.finish_and_clear();
         let secs = t0.elapsed().as_secs_f64();
-        state.seconds += secs;
         let report = tr.evaluate(model_cfg, test_set, &tc.normalize)?;
-        state.epochs_done = epoch + 1;
-        state.train_loss.push(loss_sum / loss_n.max(1) as f64);
-        state.test_accuracy.push(report.accuracy);
-        eprintln!(
-            "epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} img/s",
-            epoch + 1,
-            tc.epochs,
-            loss_sum / loss_n.max(1) as f64,
-            100.0 * report.accuracy,
-            (steps_per_epoch * tc.batch_size) as f64 / secs
-        );
+        let loss = loss_sum / loss_n.max(1) as f64;
+        end_epoch(&mut state, at, loss, report.accuracy, secs);
         // The checkpoint; the folder is made at the first one.
         tr.checkpoint(out, model_cfg, tc, &state)?;
     }
@@ -605,6 +592,23 @@ fn progress_message(at: Progress, loss: f64, lr: f64, t0: Instant, hidden: bool)
         );
     }
     Some(msg)
+}
+
+/// Records a finished epoch (its `secs`, mean training `loss`, test `accuracy`) in `state`
+/// and prints its summary line.
+fn end_epoch(state: &mut TrainState, at: Progress, loss: f64, accuracy: f64, secs: f64) {
+    state.seconds += secs;
+    state.epochs_done = at.epoch + 1;
+    state.train_loss.push(loss);
+    state.test_accuracy.push(accuracy);
+    eprintln!(
+        "epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} img/s",
+        at.epoch + 1,
+        at.epochs,
+        loss,
+        100.0 * accuracy,
+        (at.steps * at.batch) as f64 / secs
+    );
 }
 
 /// Reads a teacher's `soft_labels.npy` and checks it fits the training set: (n, k) f32 rows

@@ -126,11 +126,16 @@ fn layernorm_forward(dm: &Dims, p: &[f32], ln: Norm, x: &[f32], y: &mut [f32], s
 
 /// y (rows, out) = x (rows, inp)·Wᵀ + b.
 fn linear_forward(p: &[f32], lin: Linear, x: &[f32], y: &mut [f32], rows: usize) {
-    let Linear { w, b, inp, out } = lin;
-    match b {
-        Some(b) => fill_rows(y, &p[b..][..out]),
+    match lin.b {
+        Some(b) => fill_rows(y, &p[b..][..lin.out]),
         None => y.fill(0.0),
     }
+    add_product(p, lin, x, y, rows);
+}
+
+/// y (rows, out) += x (rows, inp)·Wᵀ.
+fn add_product(p: &[f32], lin: Linear, x: &[f32], y: &mut [f32], rows: usize) {
+    let Linear { w, inp, out, .. } = lin;
     mm(
         rows,
         out,
@@ -156,22 +161,9 @@ fn residual_linear_forward(
     y: &mut [f32],
     rows: usize,
 ) {
-    let Linear { w, b, inp, out } = lin;
-    let b = b.expect("a residual projection has a bias");
-    add_rows(simd, y, res, &p[b..][..out]);
-    mm(
-        rows,
-        out,
-        inp,
-        y,
-        out,
-        true,
-        x,
-        (inp, 1),
-        &p[w..],
-        (1, inp),
-        1.0,
-    );
+    let b = lin.b.expect("a residual projection has a bias");
+    add_rows(simd, y, res, &p[b..][..lin.out]);
+    add_product(p, lin, x, y, rows);
 }
 
 /// Multi-head self-attention of every image and head: `att` ← P, ctx ← P·V per head.

@@ -23,9 +23,9 @@
 //! (`imgseq vit train --engine autograd`); tests hold the two within 1e-4 of each other and
 //! of PyTorch.
 //!
-//! One file per part, in llm.c's shape: [`layout`] (the flat arrays), [`workspace`] (sizes and
-//! the one preallocated block per worker), [`forward`] (one `*_forward` per layer, called in
-//! order), [`backward`] (one `*_backward` per layer, called in reverse), [`loss`]. The numeric
+//! One file per part, in llm.c's shape: `layout` (the flat arrays), `workspace` (sizes and
+//! the one preallocated block per worker), `forward` (one `*_forward` per layer, called in
+//! order), `backward` (one `*_backward` per layer, called in reverse), `loss`. The numeric
 //! rules are not owned here: GEMM, attention heads, LayerNorm, GELU and softmax rows are
 //! `imgseq_kernels::cpu::{heads, rows}` at an `imgseq_kernels::cpu::simd::Simd` level, and
 //! AdamW is `imgseq_core::optim::FlatAdamW`.
