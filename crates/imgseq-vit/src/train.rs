@@ -551,7 +551,7 @@ fn start(
         }
         return Ok(TrainState::default());
     }
-    let state: TrainState = read_json(&out.join(STATE_FILE), "state.json")?;
+    let state: TrainState = read_json(out.join(STATE_FILE), "state.json")?;
     tr.resume(out, tc)?;
     eprintln!(
         "resuming {} after epoch {} (step {})",
@@ -576,8 +576,8 @@ struct Progress {
 /// The progress bar's message, every 10 steps; without a terminal (logs, CI: `hidden`) the
 /// bar is hidden, so this also prints a line every ~10% of the epoch.
 fn progress_message(at: Progress, loss: f64, lr: f64, t0: Instant, hidden: bool) -> Option<String> {
-    let tenth = (at.step + 1) % (at.steps / 10).max(1) == 0;
-    if at.step % 10 != 0 && !tenth {
+    let tenth = (at.step + 1).is_multiple_of((at.steps / 10).max(1));
+    if !at.step.is_multiple_of(10) && !tenth {
         return None;
     }
     let ips = ((at.step + 1) * at.batch) as f64 / t0.elapsed().as_secs_f64();
