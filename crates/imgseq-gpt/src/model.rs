@@ -15,6 +15,7 @@
 
 use candle_core::{DType, Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
+pub use imgseq_kernels::cpu::layer_norm::LayerNorm;
 use imgseq_kernels::ops;
 
 use crate::config::GptConfig;
@@ -62,26 +63,11 @@ impl Module for Conv1D {
     }
 }
 
-/// LayerNorm over the last dimension (`ln_1`, `ln_2`, `ln_f`).
-#[derive(Debug, Clone)]
-pub struct LayerNorm {
-    pub weight: Tensor,
-    pub bias: Tensor,
-    eps: f64,
-}
-
-impl LayerNorm {
-    fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
-        let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
-        let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
-        Ok(Self { weight, bias, eps })
-    }
-}
-
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::layer_norm(x, &self.weight, &self.bias, self.eps)
-    }
+/// LayerNorm `vb` (`ln_1`, `ln_2`, `ln_f`) of `dim` values.
+fn layer_norm(dim: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+    let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
+    let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
+    Ok(LayerNorm::new(weight, bias, eps))
 }
 
 /// One layer's keys and values: buffers (b, n_head, n_positions, head_dim) filled up to `len`.
@@ -277,9 +263,9 @@ impl Block {
     fn new(cfg: &GptConfig, vb: VarBuilder) -> Result<Self> {
         let (d, eps) = (cfg.n_embd, cfg.layer_norm_epsilon);
         Ok(Self {
-            ln_1: LayerNorm::new(d, eps, vb.pp("ln_1"))?,
+            ln_1: layer_norm(d, eps, vb.pp("ln_1"))?,
             attn: Attention::new(cfg, vb.pp("attn"))?,
-            ln_2: LayerNorm::new(d, eps, vb.pp("ln_2"))?,
+            ln_2: layer_norm(d, eps, vb.pp("ln_2"))?,
             mlp: Mlp::new(cfg, vb.pp("mlp"))?,
         })
     }
@@ -315,7 +301,7 @@ impl Gpt2LMHeadModel {
         let h = (0..cfg.n_layer)
             .map(|i| Block::new(cfg, t.pp("h").pp(i.to_string())))
             .collect::<Result<Vec<_>>>()?;
-        let ln_f = LayerNorm::new(d, cfg.layer_norm_epsilon, t.pp("ln_f"))?;
+        let ln_f = layer_norm(d, cfg.layer_norm_epsilon, t.pp("ln_f"))?;
         let lm_head = if cfg.tie_word_embeddings {
             None
         } else {

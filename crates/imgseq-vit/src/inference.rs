@@ -18,9 +18,10 @@ use std::sync::Mutex;
 use crate::checkpoint::{load_classifier, load_tensors, ModelFiles};
 use crate::config::ViTConfig;
 use crate::data::{make_batch, pad_to, DataSource, ImageSet, Normalize};
+use crate::eval::{evaluate_with, tally, EvalReport, EVAL_BATCH};
 use crate::fused::FusedViT;
 use crate::model::{probabilities, ViTForImageClassification};
-use crate::train::{evaluate_with, EvalReport, TrainConfig, EVAL_BATCH, TRAINING_FILE};
+use crate::run::{TrainConfig, TRAINING_FILE};
 
 /// A loaded classifier (on the CPU) with how its inputs are prepared.
 pub struct Classifier {
@@ -298,7 +299,7 @@ impl Classifier {
                 .classify(&hidden)?
                 .argmax(candle_core::D::Minus1)?
                 .to_vec1::<u32>()?;
-            crate::train::tally(&mut confusion, set, chunk, &pred)?;
+            tally(&mut confusion, set, chunk, &pred)?;
             if let Some(pb) = &pb {
                 pb.inc(chunk.len() as u64);
             }

@@ -8,18 +8,22 @@
 //!   default training engine on the CPU).
 //! - [`checkpoint`]: strict loading / saving in HF's folder layout.
 //! - [`data`]: datasets on disk → u8 sets on the model's canvas → normalised batches.
-//! - [`train`]: AdamW training with warmup + cosine, evaluation, confusion matrix.
+//! - [`run`]: a training run's folder: `TrainConfig` (`training.json`), run files, progress.
+//! - [`train`]: AdamW training with warmup + cosine.
+//! - [`eval`]: evaluation over an image set: accuracy, per-class accuracy, confusion matrix.
 //! - [`inference`]: a trained [`Classifier`]: image preprocessing, tokens, top-k labels.
 //! - [`precision`]: f32 or bf16 linear layers (`--precision`), with `auto`'s agreement check.
 
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod eval;
 pub mod fused;
 pub mod inference;
 pub mod interpolate;
 pub mod model;
 pub mod precision;
+pub mod run;
 pub mod teacher;
 pub mod train;
 

@@ -10,6 +10,7 @@
 
 use candle_core::{Module, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
+pub use imgseq_kernels::cpu::layer_norm::LayerNorm;
 use imgseq_kernels::ops::{self, Bf16Kernel, Bf16Linear};
 use imgseq_kernels::Precision;
 
@@ -76,26 +77,11 @@ impl Module for Linear {
 /// Every linear layer of a block, for [`ViTForImageClassification::set_precision`].
 type LinearVisitor<'a> = dyn FnMut(&mut Linear) -> Result<()> + 'a;
 
-/// LayerNorm over the last dimension, computed by `ops::layer_norm`.
-#[derive(Debug, Clone)]
-pub struct LayerNorm {
-    pub weight: Tensor,
-    pub bias: Tensor,
-    eps: f64,
-}
-
-impl LayerNorm {
-    fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
-        let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
-        let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
-        Ok(Self { weight, bias, eps })
-    }
-}
-
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        ops::layer_norm(x, &self.weight, &self.bias, self.eps)
-    }
+/// LayerNorm `vb` (`layernorm_before`, `layernorm_after`, `layernorm`) of `dim` values.
+fn layer_norm(dim: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+    let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
+    let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
+    Ok(LayerNorm::new(weight, bias, eps))
 }
 
 /// Conv2d with kernel = stride = patch: cuts the image into non-overlapping patches and
@@ -319,9 +305,9 @@ impl Layer {
             cfg.initializer_range,
         );
         Ok(Self {
-            layernorm_before: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
+            layernorm_before: layer_norm(h, cfg.layer_norm_eps, vb.pp("layernorm_before"))?,
             attention: SelfAttention::new(cfg, vb.pp("attention"))?,
-            layernorm_after: LayerNorm::new(h, cfg.layer_norm_eps, vb.pp("layernorm_after"))?,
+            layernorm_after: layer_norm(h, cfg.layer_norm_eps, vb.pp("layernorm_after"))?,
             intermediate: Linear::new(h, m, true, std, vb.pp("intermediate").pp("dense"))?,
             output: Linear::new(m, h, true, std, vb.pp("output").pp("dense"))?,
         })
@@ -369,7 +355,7 @@ impl ViTModel {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::new(cfg, vbl.pp(i)))
             .collect::<Result<Vec<_>>>()?;
-        let layernorm = LayerNorm::new(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("layernorm"))?;
+        let layernorm = layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("layernorm"))?;
         Ok(Self {
             embeddings,
             layers,

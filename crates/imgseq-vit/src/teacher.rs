@@ -26,7 +26,8 @@ use std::time::Instant;
 
 use crate::checkpoint::save_tensors;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
-use crate::train::{cross_entropy_smoothed, EvalReport};
+use crate::eval::EvalReport;
+use crate::train::cross_entropy_smoothed;
 
 /// The soft-label file a teacher run writes: (n_train, classes) f32 probabilities.
 pub const SOFT_LABELS_FILE: &str = "soft_labels.npy";

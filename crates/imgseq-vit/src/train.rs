@@ -1,4 +1,4 @@
-//! Training and evaluation of a ViT classifier.
+//! Training of a ViT classifier (its run folder: [`crate::run`]; evaluation: [`crate::eval`]).
 //!
 //! A run folder holds everything needed to use or resume it:
 //! `config.json` + `model.safetensors` (HF layout), `training.json` (this [`TrainConfig`]),
@@ -17,288 +17,23 @@ use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_distr_free::normal;
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
 use crate::checkpoint::{load_tensors, save_tensors, CONFIG_FILE, WEIGHTS_FILE};
 use crate::config::ViTConfig;
-use crate::data::{make_batch, Augment, ImageSet, Normalize};
+use crate::data::{make_batch, ImageSet, Normalize};
+use crate::eval::{argmax, evaluate_with};
 use crate::fused::{decays, ema_update, FlatAdamW, FusedViT, ParamLayout, Targets};
 use crate::model::ViTForImageClassification;
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 
-/// The run file that holds the [`TrainConfig`].
-pub const TRAINING_FILE: &str = "training.json";
-
-/// Images per forward pass when evaluating.
-pub const EVAL_BATCH: usize = 500;
-
-/// Everything that defines a training run (saved as `training.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainConfig {
-    /// Where the data came from (for the record): e.g. "fashion-mnist".
-    pub dataset: String,
-    /// Size of the dataset images before centre padding to the model's `image_size`
-    /// (28 for Fashion-MNIST in a 32×32 model); user images are letterboxed to this size.
-    #[serde(default)]
-    pub input_size: Option<usize>,
-    pub epochs: usize,
-    pub batch_size: usize,
-    /// Peak learning rate of AdamW.
-    pub lr: f64,
-    pub min_lr: f64,
-    pub weight_decay: f64,
-    pub warmup_epochs: f64,
-    pub label_smoothing: f64,
-    pub seed: u64,
-    /// Decay of the exponential moving average of the weights, updated after every step
-    /// (0 = off). With it the EMA weights are what each epoch evaluates and what
-    /// `model.safetensors` holds; the raw weights go to `optimizer.safetensors` for resuming.
-    #[serde(default)]
-    pub ema: f64,
-    /// A teacher's class probabilities for the training images (`vit teacher`'s
-    /// `soft_labels.npy`, (n_train, classes) f32, in the training set's order), or `None`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soft_labels: Option<String>,
-    /// Weight α of the teacher in each image's target: (1 − α)·one-hot(label) + α·teacher's
-    /// probabilities (DeiT's soft distillation into the CLS head; cross-entropy is linear in
-    /// the target, so this is the mix of the two losses). Used with `soft_labels`.
-    #[serde(default)]
-    pub distill: f64,
-    pub augment: Augment,
-    #[serde(flatten)]
-    pub normalize: Normalize,
-}
-
-impl TrainConfig {
-    /// The recipe of the shipped Fashion-MNIST default.
-    pub fn fashion_mnist_default(normalize: Normalize) -> Self {
-        Self {
-            dataset: "fashion-mnist".into(),
-            input_size: Some(28),
-            epochs: 30,
-            batch_size: 128,
-            lr: 2e-3,
-            min_lr: 1e-5,
-            weight_decay: 0.05,
-            warmup_epochs: 2.0,
-            label_smoothing: 0.1,
-            seed: 0,
-            ema: 0.0,
-            soft_labels: None,
-            distill: 0.5,
-            augment: Augment::default(),
-            normalize,
-        }
-    }
-
-    /// Reads and validates ([`validate`](Self::validate)) a `training.json`; a bad value is
-    /// an error naming the file.
-    pub fn load(path: &Path) -> Result<Self> {
-        let tc: Self = read_json(path, TRAINING_FILE)?;
-        tc.validate()
-            .map_err(|e| Error::format(path, e.to_string()))?;
-        Ok(tc)
-    }
-
-    /// Checks every number of the recipe; a bad one is an error naming its setting
-    /// (`batch_size 0 must be positive`). The one owner of these rules: a new run's options
-    /// and a resumed `training.json` both go through it.
-    pub fn validate(&self) -> Result<()> {
-        let positive = |name: &'static str, v: usize| {
-            if v == 0 {
-                return Err(Error::setting(name, v, "must be positive"));
-            }
-            Ok(())
-        };
-        positive("epochs", self.epochs)?;
-        positive("batch_size", self.batch_size)?;
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return Err(Error::setting("lr", self.lr, "must be a positive number"));
-        }
-        for (name, v) in [
-            ("min_lr", self.min_lr),
-            ("weight_decay", self.weight_decay),
-            ("warmup_epochs", self.warmup_epochs),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return Err(Error::setting(name, v, "must be a number ≥ 0"));
-            }
-        }
-        if !(0.0..1.0).contains(&self.label_smoothing) {
-            return Err(Error::setting(
-                "label_smoothing",
-                self.label_smoothing,
-                "must be in [0, 1)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.distill) {
-            return Err(Error::setting("distill", self.distill, "must be in [0, 1]"));
-        }
-        if !(0.0..1.0).contains(&self.ema) {
-            return Err(Error::setting(
-                "ema",
-                self.ema,
-                "must be in [0, 1) (0 = off)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.augment.erase_prob) {
-            return Err(Error::setting(
-                "erase_prob",
-                self.augment.erase_prob,
-                "must be a probability in [0, 1]",
-            ));
-        }
-        if let Some(s) = self.input_size {
-            positive("input_size", s)?;
-        }
-        let n = &self.normalize;
-        if n.image_mean.len() != n.image_std.len()
-            || n.image_mean.iter().any(|m| !m.is_finite())
-            || n.image_std.iter().any(|s| !(*s > 0.0 && s.is_finite()))
-        {
-            return Err(Error::invalid(format!(
-                "image_mean {:?} / image_std {:?}: one finite mean and one positive std per \
-                 channel are needed",
-                n.image_mean, n.image_std
-            )));
-        }
-        Ok(())
-    }
-
-    pub fn save(&self, path: &Path) -> Result<()> {
-        write_json(path, self)
-    }
-
-    /// Side of the image content before centre padding to the model's `image_size`: the
-    /// recorded `input_size`, else the whole canvas.
-    pub fn content_size(&self, cfg: &ViTConfig) -> usize {
-        self.input_size.unwrap_or(cfg.image_size)
-    }
-
-    /// [`check_train_set`](Self::check_train_set), and the test set (every epoch is scored
-    /// on it) must not be empty.
-    pub fn check_sets(&self, train_set: &ImageSet, test_set: &ImageSet) -> Result<()> {
-        self.check_train_set(train_set)?;
-        if test_set.n == 0 {
-            return Err(Error::invalid(
-                "the test set has no images (every epoch is scored on it)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks the recipe ([`validate`](Self::validate)) and that `train_set` fills at least
-    /// one batch.
-    pub fn check_train_set(&self, train_set: &ImageSet) -> Result<()> {
-        self.validate()?;
-        if train_set.n < self.batch_size {
-            return Err(Error::invalid(format!(
-                "the training set has {} images, fewer than one batch of {}",
-                train_set.n, self.batch_size
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The shipped default's recipe ([`TrainConfig::fashion_mnist_default`]) with HF's default
-/// normalisation for one channel ([`Normalize::hf_default`]); a new run replaces `normalize`
-/// with its data's statistics.
-impl Default for TrainConfig {
-    fn default() -> Self {
-        Self::fashion_mnist_default(Normalize::hf_default(1))
-    }
-}
-
-/// The model config and training config of the run in `dir`, or `None` when `dir` holds no
-/// `training.json` (nothing to resume).
-pub fn load_run(dir: &Path) -> Result<Option<(ViTConfig, TrainConfig)>> {
-    let tc_path = dir.join(TRAINING_FILE);
-    if !tc_path.exists() {
-        return Ok(None);
-    }
-    let tc = TrainConfig::load(&tc_path)?;
-    let cfg = ViTConfig::load(dir.join(CONFIG_FILE))?;
-    Ok(Some((cfg, tc)))
-}
-
-/// The files of a run folder.
-pub const RUN_FILES: [&str; 5] = [
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    TRAINING_FILE,
-    OPTIMIZER_FILE,
-    STATE_FILE,
-];
-/// The run file with the AdamW moments (and, with an EMA, the raw weights: [`RAW_PREFIX`]).
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-/// The run file with the progress ([`TrainState`]); written last at every checkpoint.
-pub const STATE_FILE: &str = "state.json";
-
-/// The run files present in `dir`.
-pub fn run_files(dir: &Path) -> Vec<&'static str> {
-    imgseq_core::fsutil::present_files(dir, &RUN_FILES)
-}
-
-/// [`imgseq_core::fsutil::check_run_start`] for this run folder's files.
-pub fn check_start(out: &Path, resume: bool) -> Result<()> {
-    imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
-}
-
-/// Removes the run files from `out` (only those: other files and the folder stay).
-pub fn clear_run(out: &Path) -> Result<()> {
-    imgseq_core::fsutil::clear_run(out, &RUN_FILES)
-}
-
-/// Progress of a run (saved as `state.json` after every epoch).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TrainState {
-    pub epochs_done: usize,
-    pub steps_done: usize,
-    /// Test accuracy after each epoch.
-    pub test_accuracy: Vec<f64>,
-    pub train_loss: Vec<f64>,
-    /// Training seconds spent so far (across resumes).
-    pub seconds: f64,
-}
-
-/// Accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted).
-#[derive(Debug, Clone, Serialize)]
-pub struct EvalReport {
-    pub accuracy: f64,
-    pub per_class: Vec<f64>,
-    pub confusion: Vec<Vec<usize>>,
-    pub n: usize,
-}
-
-impl EvalReport {
-    /// Accuracy and per-class accuracy (NaN for a class with no images) from a confusion
-    /// matrix `[true][predicted]`.
-    pub fn from_confusion(confusion: Vec<Vec<usize>>) -> Self {
-        let k = confusion.len();
-        let n: usize = confusion.iter().flatten().sum();
-        let correct: usize = (0..k).map(|i| confusion[i][i]).sum();
-        let per_class = (0..k)
-            .map(|i| {
-                let tot: usize = confusion[i].iter().sum();
-                if tot == 0 {
-                    f64::NAN
-                } else {
-                    confusion[i][i] as f64 / tot as f64
-                }
-            })
-            .collect();
-        Self {
-            accuracy: correct as f64 / n.max(1) as f64,
-            per_class,
-            confusion,
-            n,
-        }
-    }
-}
+pub use crate::eval::{evaluate, EvalReport, EVAL_BATCH};
+pub use crate::run::{
+    check_start, clear_run, load_run, run_files, TrainConfig, TrainState, OPTIMIZER_FILE,
+    RUN_FILES, STATE_FILE, TRAINING_FILE,
+};
 
 /// Prefix of the raw weights' names (`raw.<HF name>`) in `optimizer.safetensors`, where a
 /// run with an EMA keeps them (its `model.safetensors` holds the EMA weights); shared with
@@ -407,76 +142,6 @@ fn tensor_err(e: candle_core::Error) -> Error {
     Error::Candle(e)
 }
 
-/// Adds the predictions `pred` of the images `chunk` of `set` to `confusion` (true class ×
-/// predicted class), refusing a label the model has no class for.
-pub(crate) fn tally(
-    confusion: &mut [Vec<usize>],
-    set: &ImageSet,
-    chunk: &[usize],
-    pred: &[u32],
-) -> Result<()> {
-    let k = confusion.len();
-    for (&i, &p) in chunk.iter().zip(pred) {
-        let t = set.labels[i] as usize;
-        if t >= k {
-            return Err(Error::invalid(format!(
-                "label {t} out of range for a {k}-class model"
-            )));
-        }
-        confusion[t][p as usize] += 1;
-    }
-    Ok(())
-}
-
-/// The confusion matrix of `predict` (a batch (b, c, h, w) → one class per image) over `set`.
-pub(crate) fn evaluate_with(
-    k: usize,
-    set: &ImageSet,
-    norm: &Normalize,
-    batch_size: usize,
-    progress: bool,
-    mut predict: impl FnMut(&Tensor) -> Result<Vec<u32>>,
-) -> Result<EvalReport> {
-    if set.n == 0 {
-        return Err(Error::invalid("the evaluation set has no images"));
-    }
-    if batch_size == 0 {
-        return Err(Error::setting("batch_size", batch_size, "must be positive"));
-    }
-    let mut confusion = vec![vec![0usize; k]; k];
-    let dev = Device::Cpu;
-    let pb = progress.then(|| bar(set.n as u64, 0, "eval"));
-    let idx: Vec<usize> = (0..set.n).collect();
-    for chunk in idx.chunks(batch_size) {
-        let (x, _) = make_batch(set, chunk, norm, None, &dev)?;
-        tally(&mut confusion, set, chunk, &predict(&x)?)?;
-        if let Some(pb) = &pb {
-            pb.inc(chunk.len() as u64);
-        }
-    }
-    if let Some(pb) = pb {
-        pb.finish_and_clear();
-    }
-    Ok(EvalReport::from_confusion(confusion))
-}
-
-/// Classifies every image of `set` and reports accuracy, per-class accuracy and confusion.
-pub fn evaluate(
-    model: &ViTForImageClassification,
-    cfg: &ViTConfig,
-    set: &ImageSet,
-    norm: &Normalize,
-    batch_size: usize,
-    progress: bool,
-) -> Result<EvalReport> {
-    evaluate_with(cfg.num_labels(), set, norm, batch_size, progress, |x| {
-        Ok(model
-            .forward(x, false)?
-            .argmax(D::Minus1)?
-            .to_vec1::<u32>()?)
-    })
-}
-
 /// [`evaluate`] with the fused engine's forward on flat `params`.
 pub fn evaluate_fused(
     net: &mut FusedViT,
@@ -491,17 +156,6 @@ pub fn evaluate_fused(
         let logits = net.logits(params, &x.flatten_all()?.to_vec1::<f32>()?)?;
         Ok(logits.chunks_exact(k).map(argmax).collect())
     })
-}
-
-/// Index of the first largest value.
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// The weights, optimizer and (optionally) EMA of a run on one engine.
@@ -782,36 +436,10 @@ pub fn train_with(
     model_cfg.validate()?;
     tc.check_sets(train_set, test_set)?;
     check_start(out, resume)?;
-    if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
-        return Err(Error::invalid(format!(
-            "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
-            train_set.channels,
-            train_set.height,
-            train_set.width,
-            model_cfg.num_channels,
-            model_cfg.image_size,
-            model_cfg.image_size
-        )));
-    }
+    check_fits(model_cfg, train_set)?;
     let dev = Device::Cpu;
     let mut tr = Trainer::new(model_cfg, tc, engine)?;
-    let state_path = out.join(STATE_FILE);
-    let mut state = TrainState::default();
-    if resume {
-        state = read_json(&state_path, "state.json")?;
-        tr.resume(out, tc)?;
-        eprintln!(
-            "resuming {} after epoch {} (step {})",
-            out.display(),
-            state.epochs_done,
-            state.steps_done
-        );
-    } else {
-        tr.set_params(init_flat(&tr.layout, model_cfg.initializer_range, tc.seed))?;
-        if tc.ema > 0.0 {
-            tr.ema = Some(tr.params.clone());
-        }
-    }
+    let mut state = start(&mut tr, model_cfg, tc, out, resume)?;
     if state.epochs_done >= tc.epochs {
         eprintln!(
             "{}: already at epoch {} of {}",
@@ -822,14 +450,10 @@ pub fn train_with(
         return Ok(state);
     }
 
-    let teacher = match &tc.soft_labels {
-        Some(p) => Some(load_soft_labels(
-            Path::new(p),
-            train_set,
-            model_cfg.num_labels(),
-        )?),
-        None => None,
-    };
+    let k = model_cfg.num_labels();
+    let teacher = (tc.soft_labels.as_ref())
+        .map(|p| load_soft_labels(Path::new(p), train_set, k))
+        .transpose()?;
     let steps_per_epoch = train_set.n / tc.batch_size;
     let total_steps = steps_per_epoch * tc.epochs;
     let warmup = (tc.warmup_epochs * steps_per_epoch as f64) as usize;
@@ -847,6 +471,13 @@ pub fn train_with(
         );
         let t0 = Instant::now();
         let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        let mut at = Progress {
+            epoch,
+            epochs: tc.epochs,
+            step: 0,
+            steps: steps_per_epoch,
+            batch: tc.batch_size,
+        };
         for s in 0..steps_per_epoch {
             let idx = &order[s * tc.batch_size..(s + 1) * tc.batch_size];
             let seed = imgseq_core::data::augment::mix_seed(&[tc.seed, epoch as u64, s as u64]);
@@ -860,7 +491,7 @@ pub fn train_with(
             let lr = warmup_cosine(state.steps_done, warmup, total_steps, tc.lr, tc.min_lr);
             let probs = teacher
                 .as_deref()
-                .map(|t| distill_targets(t, train_set, idx, model_cfg.num_labels(), tc.distill));
+                .map(|t| distill_targets(t, train_set, idx, k, tc.distill));
             let l = tr.step(&x, &y, probs.as_deref(), lr, tc)?;
             state.steps_done += 1;
             if !l.is_finite() {
@@ -872,47 +503,112 @@ pub fn train_with(
             loss_sum += l;
             loss_n += 1;
             pb.inc(tc.batch_size as u64);
-            let tenth = (s + 1) % (steps_per_epoch / 10).max(1) == 0;
-            if s % 10 == 0 || tenth {
-                let ips = ((s + 1) * tc.batch_size) as f64 / t0.elapsed().as_secs_f64();
-                let msg = format!(
-                    "loss {:.4} lr {:.2e} {:.0} img/s",
-                    loss_sum / loss_n as f64,
-                    tr.lr(),
-                    ips
-                );
-                // Without a terminal (logs, CI) the bar is hidden: print a line every ~10%.
-                if pb.is_hidden() && tenth {
-                    eprintln!(
-                        "epoch {}/{} step {}/{}: {msg}",
-                        epoch + 1,
-                        tc.epochs,
-                        s + 1,
-                        steps_per_epoch
-                    );
-                }
+            at.step = s;
+            let loss = loss_sum / loss_n as f64;
+            if let Some(msg) = progress_message(at, loss, tr.lr(), t0, pb.is_hidden()) {
                 pb.set_message(msg);
             }
         }
         pb.finish_and_clear();
         let secs = t0.elapsed().as_secs_f64();
-        state.seconds += secs;
         let report = tr.evaluate(model_cfg, test_set, &tc.normalize)?;
-        state.epochs_done = epoch + 1;
-        state.train_loss.push(loss_sum / loss_n.max(1) as f64);
-        state.test_accuracy.push(report.accuracy);
-        eprintln!(
-            "epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} img/s",
-            epoch + 1,
-            tc.epochs,
-            loss_sum / loss_n.max(1) as f64,
-            100.0 * report.accuracy,
-            (steps_per_epoch * tc.batch_size) as f64 / secs
-        );
+        let loss = loss_sum / loss_n.max(1) as f64;
+        end_epoch(&mut state, at, loss, report.accuracy, secs);
         // The checkpoint; the folder is made at the first one.
         tr.checkpoint(out, model_cfg, tc, &state)?;
     }
     Ok(state)
+}
+
+/// Refuses a data set whose images are not the model's input size.
+fn check_fits(model_cfg: &ViTConfig, train_set: &ImageSet) -> Result<()> {
+    if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
+        return Err(Error::invalid(format!(
+            "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
+            train_set.channels,
+            train_set.height,
+            train_set.width,
+            model_cfg.num_channels,
+            model_cfg.image_size,
+            model_cfg.image_size
+        )));
+    }
+    Ok(())
+}
+
+/// The run's state at its start: resumed from `out`, or fresh with seeded initial weights.
+fn start(
+    tr: &mut Trainer,
+    model_cfg: &ViTConfig,
+    tc: &TrainConfig,
+    out: &Path,
+    resume: bool,
+) -> Result<TrainState> {
+    if !resume {
+        tr.set_params(init_flat(&tr.layout, model_cfg.initializer_range, tc.seed))?;
+        if tc.ema > 0.0 {
+            tr.ema = Some(tr.params.clone());
+        }
+        return Ok(TrainState::default());
+    }
+    let state: TrainState = read_json(out.join(STATE_FILE), "state.json")?;
+    tr.resume(out, tc)?;
+    eprintln!(
+        "resuming {} after epoch {} (step {})",
+        out.display(),
+        state.epochs_done,
+        state.steps_done
+    );
+    Ok(state)
+}
+
+/// Where a step is in the run.
+#[derive(Clone, Copy)]
+struct Progress {
+    epoch: usize,
+    epochs: usize,
+    /// Step within the epoch, of `steps`.
+    step: usize,
+    steps: usize,
+    batch: usize,
+}
+
+/// The progress bar's message, every 10 steps; without a terminal (logs, CI: `hidden`) the
+/// bar is hidden, so this also prints a line every ~10% of the epoch.
+fn progress_message(at: Progress, loss: f64, lr: f64, t0: Instant, hidden: bool) -> Option<String> {
+    let tenth = (at.step + 1).is_multiple_of((at.steps / 10).max(1));
+    if !at.step.is_multiple_of(10) && !tenth {
+        return None;
+    }
+    let ips = ((at.step + 1) * at.batch) as f64 / t0.elapsed().as_secs_f64();
+    let msg = format!("loss {loss:.4} lr {lr:.2e} {ips:.0} img/s");
+    if hidden && tenth {
+        eprintln!(
+            "epoch {}/{} step {}/{}: {msg}",
+            at.epoch + 1,
+            at.epochs,
+            at.step + 1,
+            at.steps
+        );
+    }
+    Some(msg)
+}
+
+/// Records a finished epoch (its `secs`, mean training `loss`, test `accuracy`) in `state`
+/// and prints its summary line.
+fn end_epoch(state: &mut TrainState, at: Progress, loss: f64, accuracy: f64, secs: f64) {
+    state.seconds += secs;
+    state.epochs_done = at.epoch + 1;
+    state.train_loss.push(loss);
+    state.test_accuracy.push(accuracy);
+    eprintln!(
+        "epoch {:>3}/{}: train loss {:.4}, test accuracy {:.2}%, {:.0} img/s",
+        at.epoch + 1,
+        at.epochs,
+        loss,
+        100.0 * accuracy,
+        (at.steps * at.batch) as f64 / secs
+    );
 }
 
 /// Reads a teacher's `soft_labels.npy` and checks it fits the training set: (n, k) f32 rows
@@ -964,25 +660,5 @@ mod rand_distr_free {
         let u1: f64 = rng.random::<f64>().max(1e-300);
         let u2: f64 = rng.random();
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tally_counts_true_by_predicted_and_refuses_a_label_the_model_lacks() {
-        let set =
-            ImageSet::new(vec![0u8; 3], vec![0, 1, 2], (1, 1, 1), vec!["a".into(); 3]).unwrap();
-        let mut confusion = vec![vec![0usize; 3]; 3];
-        tally(&mut confusion, &set, &[0, 1, 2], &[0, 2, 2]).unwrap();
-        assert_eq!(confusion, vec![vec![1, 0, 0], vec![0, 0, 1], vec![0, 0, 1]]);
-        let mut two = vec![vec![0usize; 2]; 2];
-        let e = tally(&mut two, &set, &[2], &[0]).unwrap_err().to_string();
-        assert!(
-            e.contains("label 2 out of range for a 2-class model"),
-            "{e}"
-        );
     }
 }

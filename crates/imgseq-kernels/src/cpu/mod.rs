@@ -16,8 +16,12 @@ pub mod bf16;
 pub mod codebook;
 pub mod conv;
 mod gemm;
+pub mod heads;
+pub mod layer_norm;
 pub mod linear;
 pub mod norm;
+pub mod rows;
+pub mod simd;
 pub mod upsample;
 pub mod winograd;
 

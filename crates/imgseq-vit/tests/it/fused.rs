@@ -204,3 +204,44 @@ fn every_simd_level_gives_the_portable_bits() {
         );
     }
 }
+
+/// Three AdamW steps of the seed model from a fixed seed keep the losses, parameter sum and
+/// logits the engine gave before its layers, GEMM, row kernels and AdamW moved to their
+/// shared owners (`imgseq_kernels::cpu::{heads, rows}`, `imgseq_core::optim`) — to float
+/// tolerance, as the GEMM's kernels may differ by CPU. The same run as
+/// `examples/vit_fused_probe.rs 16 3`.
+#[test]
+fn fused_training_steps_keep_the_recorded_losses() {
+    use imgseq_vit::fused::FlatAdamW;
+    let cfg = ViTConfig::seed(3, &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]);
+    let layout = ParamLayout::new(&cfg);
+    let mut params = imgseq_vit::train::init_flat(&layout, 0.02, 0);
+    let mut grads = vec![0f32; layout.len()];
+    let (batch, px) = (16, 3 * 32 * 32);
+    let x: Vec<f32> = (0..batch * px)
+        .map(|i| ((i as f32 * 0.618_034).fract() - 0.5) * 2.0)
+        .collect();
+    let y: Vec<u32> = (0..batch as u32).map(|i| (i * 7 + 3) % 10).collect();
+    let mut net = FusedViT::new(&cfg).unwrap();
+    let mut opt = FlatAdamW::new(&layout, 1e-3, 0.05);
+    let want = [2.307_521_400, 2.266_793_911, 2.252_965_731];
+    for (s, want) in want.iter().enumerate() {
+        let loss = net
+            .forward_backward(&params, &mut grads, &x, Targets::Labels(&y), 0.1)
+            .unwrap();
+        opt.update(&mut params, &grads).unwrap();
+        assert!(
+            (loss - want).abs() < 1e-5,
+            "step {s}: loss {loss} vs {want}"
+        );
+    }
+    let sum: f64 = params.iter().map(|&v| v as f64).sum();
+    assert!((sum - 436.034_046_302).abs() < 1e-3, "parameter sum {sum}");
+    let logits = net.logits(&params, &x[..8 * px]).unwrap();
+    for (got, want) in logits
+        .iter()
+        .zip([0.214_152_71, 0.224_045_56, -0.260_011_14, 0.350_919_96])
+    {
+        assert!((got - want).abs() < 1e-4, "logit {got} vs {want}");
+    }
+}
