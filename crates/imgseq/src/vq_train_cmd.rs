@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 /// `imgseq vq train` options. A new run takes every option from the command line, whose
 /// defaults are the shipped model's recipe (`TrainConfig::default_for`); with --resume the
-/// run's train.json is used and only the options given on the command line override it (e.g.
+/// run's training.json is used and only the options given on the command line override it (e.g.
 /// `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
@@ -216,9 +216,10 @@ fn check_start(out: &Path, resume: bool) -> Result<()> {
 pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
     let (cfg, tc) = if a.resume {
         check_start(&a.out, true)?;
-        let train_json = a.out.join(train::TRAIN_FILE);
+        let run = imgseq_core::run::RunDir::new(&a.out);
+        let train_json = run.training_path();
         let mut tc = TrainConfig::load(&train_json)?;
-        let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
+        let cfg = VqConfig::from_json_file(run.file(train::CONFIG_FILE))?;
         a.apply(m, &mut tc)?;
         // A bad value is the flag's when it was given, else the saved recipe's.
         if let Err(e) = tc.validate(&cfg) {
@@ -266,7 +267,7 @@ pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
         st.seconds
     );
     println!(
-        "wrote {}/{{model.safetensors, config.json, train.json, optimizer.safetensors, state.json}}",
+        "wrote {}/{{model.safetensors, config.json, training.json, optimizer.safetensors, state.json}}",
         a.out.display()
     );
     Ok(())
