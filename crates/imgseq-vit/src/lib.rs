@@ -19,6 +19,7 @@ pub mod fused;
 pub mod inference;
 pub mod interpolate;
 pub mod model;
+pub mod position_plot;
 pub mod precision;
 pub mod teacher;
 pub mod train;

@@ -9,7 +9,7 @@ use imgseq_core::npy::{read_npy_f32, write_npy_f32};
 use imgseq_kernels::PrecisionChoice;
 use imgseq_vit::checkpoint::save_preprocessor_config;
 use imgseq_vit::config::SEED_IMAGE_SIZE;
-use imgseq_vit::data::{channel_stats, Augment, DataSource, Normalize};
+use imgseq_vit::data::{channel_stats, Augment, Normalize};
 use imgseq_vit::inference::relabel;
 use imgseq_vit::model::param_count;
 use imgseq_vit::train::{check_start, clear_run, load_run, TrainConfig};
@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
 use crate::precision_arg::PrecisionArg;
+use crate::vit_data_arg::DataArgs;
 
 /// The shipped default ViT (Fashion-MNIST, seed shapes).
 pub const DEFAULT_VIT: &str = "vit-fashion-mnist";
@@ -69,28 +70,6 @@ pub struct EmbedArgs {
     invert: bool,
     #[command(flatten)]
     prec: PrecisionArg,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum DatasetKind {
-    FashionMnist,
-    Cifar10,
-    Folder,
-}
-
-#[derive(Args)]
-pub struct DataArgs {
-    /// Which dataset.
-    #[arg(long, value_enum, default_value = "fashion-mnist")]
-    dataset: DatasetKind,
-    /// Dataset folder. Fashion-MNIST default: /usr/share/datasets/fashion-mnist (Debian package
-    /// dataset-fashion-mnist). CIFAR-10: the folder with data_batch_*.bin / test_batch.bin.
-    /// Folder: a folder with `train/` and `test/`, each with one subfolder per class.
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Use only the first N images of each split (quick experiments).
-    #[arg(long)]
-    pub(crate) limit: Option<usize>,
 }
 
 /// The library's training defaults: the one source of the defaults `vit train --help` shows.
@@ -287,23 +266,6 @@ fn load_classifier(path: &Path, prec: &PrecisionArg) -> Result<(Classifier, Prec
         .with_context(|| format!("{}: cannot set precision", path.display()))?;
     prec.report(&choice);
     Ok((m, choice))
-}
-
-impl DataArgs {
-    /// The dataset the flags name; `--data` is required where there is no default folder.
-    pub(crate) fn source(&self) -> Result<DataSource> {
-        Ok(match self.dataset {
-            DatasetKind::FashionMnist => DataSource::FashionMnist(self.data.clone()),
-            DatasetKind::Cifar10 => DataSource::Cifar10(self.data.clone().context(
-                "--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)",
-            )?),
-            DatasetKind::Folder => DataSource::ImageFolder(
-                self.data
-                    .clone()
-                    .context("--data DIR is required for an image folder")?,
-            ),
-        })
-    }
 }
 
 fn embed(a: EmbedArgs) -> Result<()> {
@@ -558,7 +520,21 @@ fn plot_positions(a: PlotArgs) -> Result<()> {
     let m = Classifier::load(&a.w.resolve()?)?;
     let pos = m.model.vit.embeddings.patch_positions()?; // (64, hidden), CLS excluded
     let (n, d) = pos.dims2()?;
-    crate::vit_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d, &a.output, &mut outs)?;
+    let plot = imgseq_vit::position_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d)?;
+    outs.write(&a.output, |p| {
+        imgseq_core::image_io::save_image(p, &plot.image)
+    })?;
+    let side = plot.side;
+    println!(
+        "wrote {} ({side}x{side} maps of {side}x{side}; colour: cosine similarity -1 (dark) .. 1 (yellow))",
+        a.output.display()
+    );
+    println!(
+        "mean cosine similarity: neighbouring patches {:.3}, patches >= {} apart {:.3}",
+        plot.near,
+        side / 2,
+        plot.far
+    );
     outs.finish();
     Ok(())
 }

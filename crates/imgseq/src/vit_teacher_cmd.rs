@@ -9,7 +9,7 @@ use imgseq_vit::data::{channel_stats, Augment, Normalize};
 use imgseq_vit::teacher::{train_teacher, TeacherConfig, SOFT_LABELS_FILE};
 use std::path::PathBuf;
 
-use crate::vit_cmd::DataArgs;
+use crate::vit_data_arg::DataArgs;
 
 #[derive(Args)]
 pub struct TeacherArgs {
