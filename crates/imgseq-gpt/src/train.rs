@@ -494,7 +494,6 @@ pub fn train(
         _ => None,
     };
     let val_set = val_part.as_ref().or(val_set);
-    let dev = Device::Cpu;
     let (vars, model, named, mut opt) = build(cfg, tc)?;
     let mut state = if resume {
         let state = restore(&run, &named, &mut opt)?;
@@ -510,19 +509,8 @@ pub fn train(
     if run.finished(state.step, tc.steps) {
         return Ok(state);
     }
-    let params: usize = named
-        .iter()
-        .map(|(_, v, _)| v.as_tensor().elem_count())
-        .sum();
     let tokens_per_step = (tc.batch_size * layout.n_tokens()) as u64;
-    eprintln!(
-        "training {:.2} M parameters on {} sequences of {} tokens, {} steps of {} sequences",
-        params as f64 / 1e6,
-        train_set.len(),
-        layout.n_tokens(),
-        tc.steps,
-        tc.batch_size
-    );
+    announce(&named, train_set, &layout, tc);
 
     let pb = bar(tc.steps as u64, state.step as u64, "train");
     let (t_run, start_step, secs_before) = (Instant::now(), state.step, state.seconds);
@@ -536,21 +524,12 @@ pub fn train(
     let end = stop_at.unwrap_or(tc.steps).min(tc.steps);
     while state.step < end {
         let step = state.step;
-        let idx = batch_indices(train_set.len(), tc.batch_size, tc.seed, step);
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[tc.seed, 0xc1a55, step as u64]));
-        let (x, y) = make_batch(train_set, &layout, &idx, tc.class_dropout, &mut rng, &dev)?;
-        let loss = model.loss(&x, &y, layout.n_codes)?;
-        let mut grads = loss.backward()?;
-        clip_grads(&mut grads, &named, tc.grad_clip)?;
-        opt.lr = warmup_cosine(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr);
-        opt.step(&grads)?;
-        let l = loss.to_scalar::<f32>()? as f64;
-        if !l.is_finite() {
-            return Err(Error::invalid(format!(
-                "training diverged: loss is {l} at step {}",
-                step + 1
-            )));
-        }
+        let batch = Batch {
+            set: train_set,
+            layout: &layout,
+            tc,
+        };
+        let l = train_step(&model, &named, &mut opt, &batch, step)?;
         state.step += 1;
         state.tokens_seen += tokens_per_step;
         win.tokens += tokens_per_step;
@@ -590,6 +569,57 @@ pub fn train(
     }
     pb.finish_and_clear();
     Ok(state)
+}
+
+/// The training set, its layout and the recipe: what a step draws its batch from.
+struct Batch<'a> {
+    set: &'a TokenSet,
+    layout: &'a SeqLayout,
+    tc: &'a TrainConfig,
+}
+
+/// One optimisation step (index `step`) on its seeded batch; returns the loss.
+fn train_step(
+    model: &Gpt2LMHeadModel,
+    named: &[(String, Var, bool)],
+    opt: &mut AdamW,
+    b: &Batch,
+    step: usize,
+) -> Result<f64> {
+    let (tc, layout) = (b.tc, b.layout);
+    let idx = batch_indices(b.set.len(), tc.batch_size, tc.seed, step);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[tc.seed, 0xc1a55, step as u64]));
+    let dev = Device::Cpu;
+    let (x, y) = make_batch(b.set, layout, &idx, tc.class_dropout, &mut rng, &dev)?;
+    let loss = model.loss(&x, &y, layout.n_codes)?;
+    let mut grads = loss.backward()?;
+    clip_grads(&mut grads, named, tc.grad_clip)?;
+    opt.lr = warmup_cosine(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr);
+    opt.step(&grads)?;
+    let l = loss.to_scalar::<f32>()? as f64;
+    if !l.is_finite() {
+        return Err(Error::invalid(format!(
+            "training diverged: loss is {l} at step {}",
+            step + 1
+        )));
+    }
+    Ok(l)
+}
+
+/// Says what is trained on what.
+fn announce(named: &[(String, Var, bool)], set: &TokenSet, layout: &SeqLayout, tc: &TrainConfig) {
+    let params: usize = named
+        .iter()
+        .map(|(_, v, _)| v.as_tensor().elem_count())
+        .sum();
+    eprintln!(
+        "training {:.2} M parameters on {} sequences of {} tokens, {} steps of {} sequences",
+        params as f64 / 1e6,
+        set.len(),
+        layout.n_tokens(),
+        tc.steps,
+        tc.batch_size
+    );
 }
 
 /// The progress bar's message every 10 steps and at the end.
