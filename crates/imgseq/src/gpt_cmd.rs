@@ -48,8 +48,7 @@ pub struct ModelArgs {
 
 #[derive(Args)]
 pub struct VqArgs {
-    /// VQ weights (folder or file) that decode the tokens. Default: the VQ named in the
-    /// GPT's config.json when it exists, else the shipped vq-fashion-mnist.
+    /// VQ weights that decode the tokens (default: the GPT config's VQ, else vq-fashion-mnist).
     #[arg(long)]
     vq: Option<PathBuf>,
 }
@@ -65,8 +64,7 @@ pub struct DrawArgs {
     /// Sample from the smallest set of codes whose probability reaches p.
     #[arg(long)]
     top_p: Option<f64>,
-    /// Classifier-free guidance scale (1: none; conditional and unconditional run in one
-    /// batch).
+    /// Classifier-free guidance scale (1: none).
     #[arg(long, default_value_t = 2.0)]
     guidance: f64,
     #[arg(long, default_value_t = 0)]
@@ -104,8 +102,7 @@ pub struct SampleArgs {
     /// The labelled grid (.png).
     #[arg(short, long)]
     out: PathBuf,
-    /// The tokens (n_classes·n, h, w) int64 .npy, class after class. Default: the grid's
-    /// path with .npy.
+    /// Tokens out as (n_classes·n, h, w) int64 .npy (default: the grid's path with .npy).
     #[arg(long)]
     tokens_out: Option<PathBuf>,
     /// Pixel enlargement of the grid.
@@ -117,8 +114,7 @@ pub struct SampleArgs {
 
 #[derive(Args)]
 pub struct CompleteArgs {
-    /// The image (smaller than the VQ's input: centred on a black canvas, as Fashion-MNIST
-    /// was tokenized; larger: shorter side resized, centre crop).
+    /// The image to complete (see README, "Generating images from tokens", for its fitting).
     image: PathBuf,
     #[command(flatten)]
     m: ModelArgs,
@@ -158,9 +154,7 @@ pub struct EvalArgs {
 
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Token inputs: shard folders from `imgseq vq tokenize` (manifest.json + .tar), single
-    /// shard .tar files, or .npy token files (unlabelled). With --resume: default the
-    /// run's recorded inputs.
+    /// Token inputs: shard folders, shard .tar files or .npy files (--resume: the run's own).
     #[arg(long, num_args = 1..)]
     tokens: Vec<PathBuf>,
     /// Held-out token inputs, scored in bits per token every --eval-every steps.
@@ -216,8 +210,7 @@ pub struct TrainArgs {
     /// Periodic evaluations score the first N held-out sequences (0: all; default 2000).
     #[arg(long)]
     val_limit: Option<usize>,
-    /// Stop after this step with a checkpoint (resume later with --resume); the schedule
-    /// stays that of --steps.
+    /// Stop after this step with a checkpoint (the schedule stays that of --steps).
     #[arg(long)]
     stop_at: Option<usize>,
 }

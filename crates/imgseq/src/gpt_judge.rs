@@ -30,8 +30,7 @@ use std::time::Instant;
 /// Options of `gpt judge` (the models come from the `gpt` command's common flags).
 #[derive(Args, Debug, Clone)]
 pub struct JudgeArgs {
-    /// Also measure the images with this ViT classifier (a run folder, e.g.
-    /// weights/vit-fashion-mnist): reconstruction and class faithfulness, Fréchet distances.
+    /// Also judge the images with this ViT classifier folder (e.g. weights/vit-fashion-mnist).
     #[arg(long)]
     pub judge: Option<PathBuf>,
     /// Folder with the Fashion-MNIST IDX files (default: the Debian package's folder).

@@ -44,8 +44,7 @@ pub enum VitCmd {
 
 #[derive(Args)]
 pub struct WeightsArg {
-    /// Checkpoint folder (config.json + model.safetensors) or a .safetensors file with
-    /// config.json beside it. Default: the shipped Fashion-MNIST model.
+    /// Model folder, or a .safetensors with config.json beside it (default: the shipped one).
     #[arg(long)]
     weights: Option<PathBuf>,
 }
@@ -55,8 +54,7 @@ pub struct EmbedArgs {
     image: PathBuf,
     #[command(flatten)]
     w: WeightsArg,
-    /// Run at this input size (a multiple of the patch size) with interpolated positions,
-    /// e.g. 48 → 145 tokens. Default: the model's image_size.
+    /// Input size, a multiple of the patch size (positions interpolated; default: the model's).
     #[arg(long)]
     size: Option<usize>,
     /// Write the token embeddings (1, tokens, hidden) as float32 .npy.
@@ -113,22 +111,16 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
-    /// Which implementation runs the steps: `fused` (the forward and backward written by hand
-    /// over preallocated buffers; the faster one) or `autograd` (candle's autograd, the
-    /// reference). Both write the same run files and give the same losses (within rounding),
-    /// so a run started on one resumes on the other.
+    /// Training engine: `fused` (hand-written, faster) or `autograd` (the reference); see README.
     #[arg(long, value_enum, default_value = "fused")]
     engine: EngineArg,
-    /// Keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 =
-    /// off): it is what each epoch evaluates and what model.safetensors holds.
+    /// Decay of a moving average of the weights, evaluated and saved as the model (0: off).
     #[arg(long, allow_negative_numbers = true, default_value_t = train_default().ema)]
     ema: f64,
-    /// Distil a teacher: its `soft_labels.npy` from `imgseq vit teacher` on the same training
-    /// data (same --dataset, --data and --limit).
+    /// Distil a teacher's `soft_labels.npy` (from `vit teacher` on the same data and --limit).
     #[arg(long)]
     soft_labels: Option<PathBuf>,
-    /// Weight of the teacher's probabilities in each image's target (the rest is the one-hot
-    /// label); used with --soft-labels.
+    /// Weight of the teacher's probabilities in each target (with --soft-labels).
     #[arg(long, allow_negative_numbers = true, default_value_t = train_default().distill)]
     distill: f64,
     /// New model: encoder layers (the seed has 4; width stays 48, tokens stay 65).
@@ -140,14 +132,10 @@ pub struct TrainArgs {
     /// New model: MLP width (HF `intermediate_size`).
     #[arg(long, default_value_t = 192)]
     intermediate_size: usize,
-    /// New model: image channels. A gray dataset feeds a 3-channel model three equal channels,
-    /// which is what HF's pipeline makes of a gray PNG. Default: the dataset's own.
+    /// New model: image channels (default: the dataset's; gray data feeds 3 equal channels).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     channels: Option<u8>,
-    /// New model: side the dataset's images are brought to before the 32×32 canvas. 32 resizes
-    /// Fashion-MNIST 28→32 with Pillow's bilinear filter, which HF's `ViTImageProcessor` can
-    /// express (a `preprocessor_config.json` is written); the default, the dataset's own 28,
-    /// centres it on a zero border.
+    /// New model: image side before the 32×32 canvas (default: the dataset's own); see README.
     #[arg(long)]
     input_size: Option<usize>,
 }
@@ -164,8 +152,7 @@ pub struct EvalArgs {
     data: DataArgs,
     #[command(flatten)]
     w: WeightsArg,
-    /// Which split to score: `test` (the held-out images), or `train` (how well the model
-    /// fits its training images, without augmentation: under- or over-fitting at a glance).
+    /// Split to score: `test` (held out) or `train` (the training images, unaugmented).
     #[arg(long, value_enum, default_value_t = SplitArg::Test)]
     split: SplitArg,
     /// Also write the report as JSON to this file.

@@ -17,9 +17,7 @@ pub struct DataArgs {
     /// Which dataset.
     #[arg(long, value_enum, default_value = "fashion-mnist")]
     dataset: DatasetKind,
-    /// Dataset folder. Fashion-MNIST default: /usr/share/datasets/fashion-mnist (Debian package
-    /// dataset-fashion-mnist). CIFAR-10: the folder with data_batch_*.bin / test_batch.bin.
-    /// Folder: a folder with `train/` and `test/`, each with one subfolder per class.
+    /// Dataset folder (Fashion-MNIST default: /usr/share/datasets/fashion-mnist); see README.
     #[arg(long)]
     pub(crate) data: Option<PathBuf>,
     /// Use only the first N images of each split (quick experiments).

@@ -15,9 +15,7 @@ use crate::vit_data_arg::DataArgs;
 pub struct TeacherArgs {
     #[command(flatten)]
     data: DataArgs,
-    /// Output folder: teacher.safetensors, soft_labels.npy (the training images' class
-    /// probabilities, in dataset order), teacher.json (recipe and figures); a checkpoint
-    /// after every epoch (teacher_optimizer.safetensors, teacher_state.json).
+    /// Output folder: teacher weights, soft_labels.npy, teacher.json, per-epoch checkpoints.
     #[arg(short, long, default_value = "runs/teacher")]
     out: PathBuf,
     /// Continue the interrupted run in --out (same flags and data as it was started with).
