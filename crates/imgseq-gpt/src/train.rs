@@ -451,11 +451,11 @@ fn eval_line(point: &EvalPoint, steps: usize) -> String {
     )
 }
 
+/// The variables by name, with whether weight decay applies to each.
+type NamedVars = Vec<(String, Var, bool)>;
+
 /// The model as trainable variables (sorted, with whether weight decay applies) and AdamW.
-fn build(
-    cfg: &GptConfig,
-    tc: &TrainConfig,
-) -> Result<(VarMap, Gpt2LMHeadModel, Vec<(String, Var, bool)>, AdamW)> {
+fn build(cfg: &GptConfig, tc: &TrainConfig) -> Result<(VarMap, Gpt2LMHeadModel, NamedVars, AdamW)> {
     let vars = VarMap::new();
     let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
     let model = Gpt2LMHeadModel::new(cfg, vb)?;
