@@ -22,6 +22,7 @@ pub mod model;
 pub mod position_plot;
 pub mod precision;
 pub mod teacher;
+pub mod teacher_job;
 pub mod train;
 
 pub use config::ViTConfig;
