@@ -24,6 +24,7 @@ pub mod precision;
 pub mod teacher;
 pub mod teacher_job;
 pub mod train;
+pub mod train_job;
 
 pub use config::ViTConfig;
 pub use inference::Classifier;

@@ -7,13 +7,10 @@ use imgseq_core::data::Split;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
 use imgseq_kernels::PrecisionChoice;
-use imgseq_vit::checkpoint::save_preprocessor_config;
-use imgseq_vit::config::SEED_IMAGE_SIZE;
-use imgseq_vit::data::{channel_stats, Augment, Normalize};
-use imgseq_vit::inference::relabel;
-use imgseq_vit::model::param_count;
-use imgseq_vit::train::{check_start, clear_run, load_run, TrainConfig};
-use imgseq_vit::{Classifier, ViTConfig};
+use imgseq_vit::data::{Augment, Normalize};
+use imgseq_vit::train::{check_start, clear_run, TrainConfig};
+use imgseq_vit::train_job::{self, ModelOptions};
+use imgseq_vit::Classifier;
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
@@ -315,45 +312,20 @@ fn check_run_folder(out: &Path, resume: bool) -> Result<()> {
 fn train(a: TrainArgs) -> Result<()> {
     let source = a.data.source()?;
     let limit = a.data.limit;
-    let (model_cfg, mut tc, train_set, test_set) = if a.resume {
+    let job = if a.resume {
         check_run_folder(&a.out, true)?;
-        let Some((cfg, tc)) = load_run(&a.out)? else {
-            bail!(
-                "{}: no run to resume (no training.json there)",
-                a.out.display()
-            );
-        };
-        let (input, c, size) = (tc.content_size(&cfg), cfg.num_channels, cfg.image_size);
-        let tr = source.load_split(Split::Train, input, c, size, limit)?;
-        let te = source.load_split(Split::Test, input, c, size, limit)?;
-        let (tr, te) = (relabel(tr, &cfg, &source)?, relabel(te, &cfg, &source)?);
-        (cfg, tc, tr, te)
+        train_job::resume(&a.out, &source, limit, a.epochs)?
     } else {
-        let (native_channels, native_input) = source.native_shape();
-        let channels = a.channels.map_or(native_channels, usize::from);
-        let input = a.input_size.unwrap_or(native_input);
-        if channels == 2 {
-            bail!("--channels 2: a model takes 1 (gray) or 3 (RGB) channels");
-        }
-        if a.layers > 64 || a.intermediate_size > 16384 {
-            bail!(
-                "--layers {} / --intermediate-size {}: at most 64 layers and an MLP of 16384",
-                a.layers,
-                a.intermediate_size
-            );
-        }
-        if native_channels == 3 && channels == 1 {
-            bail!(
-                "--channels {channels}: the {} data has {native_channels} channels (a gray set can \
-                 feed a 3-channel model, not the other way round)",
-                source.name()
-            );
-        }
-        if input == 0 || input > SEED_IMAGE_SIZE {
-            bail!("--input-size {input}: must be 1..={SEED_IMAGE_SIZE} (the model's canvas)");
-        }
+        let m = ModelOptions {
+            channels: a.channels.map(usize::from),
+            input_size: a.input_size,
+            layers: a.layers,
+            heads: a.heads,
+            intermediate_size: a.intermediate_size,
+        };
+        let (channels, input) = m.settle(&source)?;
         // The options are checked before any data is read.
-        let mut tc = TrainConfig {
+        let tc = TrainConfig {
             dataset: source.name().into(),
             input_size: Some(input),
             epochs: a.epochs,
@@ -379,52 +351,13 @@ fn train(a: TrainArgs) -> Result<()> {
             clear_run(&a.out)?;
         }
         check_run_folder(&a.out, false)?;
-        let size = SEED_IMAGE_SIZE;
-        let tr = source.load_split(Split::Train, input, channels, size, limit)?;
-        let te = source.load_split(Split::Test, input, channels, size, limit)?;
-        // The classes are the training data's (its class folders' names for an image folder);
-        // the test split is labelled by name with them.
-        let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
-        let cfg = ViTConfig {
-            num_hidden_layers: a.layers,
-            num_attention_heads: a.heads,
-            intermediate_size: a.intermediate_size,
-            ..ViTConfig::seed(channels, &names)
-        };
-        cfg.validate()
-            .context("--layers / --heads / --intermediate-size")?;
-        let te = relabel(te, &cfg, &source)?;
-        let (mean, std) = channel_stats(&tr);
-        tc.normalize = Normalize {
-            image_mean: mean,
-            image_std: std,
-        };
-        (cfg, tc, tr, te)
+        train_job::new_run(&source, limit, &m, (channels, input), tc)?
     };
-    if a.resume {
-        tc.epochs = a.epochs.max(tc.epochs);
-    }
-    tc.check_sets(&train_set, &test_set)?;
-    if tc.content_size(&model_cfg) == model_cfg.image_size {
-        // Whole-canvas inputs: HF's ViTImageProcessor prepares them as imgseq does.
-        save_preprocessor_config(&a.out, &model_cfg, &tc.normalize)?;
-    }
-    eprintln!(
-        "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
-        param_count(&model_cfg),
-        train_set.n,
-        test_set.n,
-        tc.epochs,
-        tc.batch_size,
-        a.out.display()
-    );
     let engine = match a.engine {
         EngineArg::Fused => imgseq_vit::train::Engine::Fused,
         EngineArg::Autograd => imgseq_vit::train::Engine::Autograd,
     };
-    let state = imgseq_vit::train::train_with(
-        &model_cfg, &tc, &train_set, &test_set, &a.out, a.resume, engine,
-    )?;
+    let state = job.run(&a.out, a.resume, engine)?;
     println!(
         "done: {} epochs, test accuracy {:.2}%, checkpoint in {}",
         state.epochs_done,
