@@ -3,7 +3,7 @@
 //! statistics, then [`train_teacher`].
 
 use crate::config::SEED_IMAGE_SIZE;
-use crate::data::{channel_stats, Augment, DataSource, Normalize};
+use crate::data::{channel_stats, DataSource, Normalize};
 use crate::teacher::{train_teacher, TeacherConfig, TeacherReport};
 use imgseq_core::data::Split;
 use imgseq_core::{Error, Result};
@@ -16,16 +16,10 @@ pub struct TeacherOptions {
     pub channels: Option<usize>,
     /// Image side before the canvas (default: the dataset's); must be the student's.
     pub input_size: Option<usize>,
+    /// The three stage widths, as given.
     pub widths: Vec<usize>,
-    pub epochs: usize,
-    pub batch_size: usize,
-    pub lr: f64,
-    pub weight_decay: f64,
-    pub label_smoothing: f64,
-    pub temperature: f64,
-    /// Max random shift in pixels (augmentation).
-    pub shift: usize,
-    pub seed: u64,
+    /// The recipe; its channels, widths, number of labels and normalisation are settled here.
+    pub recipe: TeacherConfig,
 }
 
 /// The channels and input side `o` settles on for `source`, every option checked.
@@ -53,11 +47,9 @@ fn settle(source: &DataSource, o: &TeacherOptions) -> Result<(usize, usize)> {
     if o.widths.contains(&0) {
         return bad("--widths: every stage needs at least one channel".into());
     }
-    if !(o.temperature > 0.0 && o.temperature.is_finite()) {
-        return bad(format!(
-            "--temperature {}: must be a positive number",
-            o.temperature
-        ));
+    let t = o.recipe.temperature;
+    if !(t > 0.0 && t.is_finite()) {
+        return bad(format!("--temperature {t}: must be a positive number"));
     }
     Ok((channels, input))
 }
@@ -80,22 +72,11 @@ pub fn teacher(
         channels,
         widths: [o.widths[0], o.widths[1], o.widths[2]],
         num_labels: tr.class_names.len(),
-        epochs: o.epochs,
-        batch_size: o.batch_size,
-        lr: o.lr,
-        weight_decay: o.weight_decay,
-        label_smoothing: o.label_smoothing,
-        temperature: o.temperature,
-        seed: o.seed,
-        augment: Augment {
-            shift: o.shift,
-            hflip: true,
-            erase_prob: 0.0,
-        },
         normalize: Normalize {
             image_mean,
             image_std,
         },
+        ..o.recipe.clone()
     };
     train_teacher(&cfg, &tr, &te, out, true, resume)
 }

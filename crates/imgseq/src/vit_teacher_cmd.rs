@@ -3,7 +3,8 @@
 
 use anyhow::Result;
 use clap::Args;
-use imgseq_vit::teacher::SOFT_LABELS_FILE;
+use imgseq_vit::data::{Augment, Normalize};
+use imgseq_vit::teacher::{TeacherConfig, SOFT_LABELS_FILE};
 use imgseq_vit::teacher_job::{self, TeacherOptions};
 use std::path::PathBuf;
 
@@ -54,14 +55,28 @@ pub fn teacher(a: TeacherArgs) -> Result<()> {
         channels: a.channels.map(usize::from),
         input_size: a.input_size,
         widths: a.widths.clone(),
-        epochs: a.epochs,
-        batch_size: a.batch_size,
-        lr: a.lr,
-        weight_decay: a.weight_decay,
-        label_smoothing: a.label_smoothing,
-        temperature: a.temperature,
-        shift: a.shift,
-        seed: a.seed,
+        // Channels, widths, labels and normalisation are settled from the data.
+        recipe: TeacherConfig {
+            channels: 0,
+            widths: [0; 3],
+            num_labels: 0,
+            epochs: a.epochs,
+            batch_size: a.batch_size,
+            lr: a.lr,
+            weight_decay: a.weight_decay,
+            label_smoothing: a.label_smoothing,
+            temperature: a.temperature,
+            seed: a.seed,
+            augment: Augment {
+                shift: a.shift,
+                hflip: true,
+                erase_prob: 0.0,
+            },
+            normalize: Normalize {
+                image_mean: vec![],
+                image_std: vec![],
+            },
+        },
     };
     let r = teacher_job::teacher(&source, a.data.limit, &o, &a.out, a.resume)?;
     println!(
