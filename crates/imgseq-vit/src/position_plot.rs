@@ -53,6 +53,7 @@ pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
 }
 
 /// The figure of a set of position vectors, with how much 2-D structure they hold.
+#[derive(Debug, Clone)]
 pub struct PositionPlot {
     pub image: RgbImage,
     /// Patches per grid side.
@@ -117,4 +118,36 @@ pub fn plot_positions(pos: &[f32], n: usize, d: usize) -> Result<PositionPlot> {
         near: near / nn.max(1) as f32,
         far: far / nf.max(1) as f32,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Positions that vary smoothly over a 4×4 grid: neighbours alike, far patches not.
+    fn smooth_grid() -> Vec<f32> {
+        let mut pos = Vec::new();
+        for i in 0..16 {
+            let (y, x) = ((i / 4) as f32, (i % 4) as f32);
+            pos.extend([x.cos(), x.sin(), y.cos(), y.sin()]);
+        }
+        pos
+    }
+
+    #[test]
+    fn smooth_positions_show_two_dimensional_structure() {
+        let p = plot_positions(&smooth_grid(), 16, 4).unwrap();
+        assert_eq!(p.side, 4);
+        assert!(p.near > p.far, "{} vs {}", p.near, p.far);
+        let side = 4 * (4 * CELL) + 5 * GAP;
+        assert_eq!(p.image.dimensions(), (side, side));
+    }
+
+    #[test]
+    fn a_count_that_is_no_square_or_a_short_buffer_is_refused() {
+        let e = plot_positions(&[0.0; 12], 3, 4).unwrap_err().to_string();
+        assert!(e.contains("do not form a square grid"), "{e}");
+        let e = plot_positions(&[0.0; 10], 4, 4).unwrap_err().to_string();
+        assert!(e.contains("10 position values for 4 vectors of 4"), "{e}");
+    }
 }
