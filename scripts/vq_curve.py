@@ -28,6 +28,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def recipe_path(run):
+    """A run's recipe: training.json, or train.json in runs written before that name."""
+    new = os.path.join(run, "training.json")
+    return new if os.path.exists(new) else os.path.join(run, "train.json")
+
+
 def snapshots(folder, need="model.safetensors"):
     """(step, seconds, folder) of each `step-NNNNN` snapshot holding `need`: the weights to
     measure, or for the plot only `state.json` (a run's committed figures keep each snapshot's
@@ -88,7 +94,7 @@ def training_line(run):
     no `seconds` at all, scaled so that the last point lands on the run's measured total."""
     with open(os.path.join(run, "state.json")) as fh:
         st = json.load(fh)
-    with open(os.path.join(run, "train.json")) as fh:
+    with open(recipe_path(run)) as fh:
         train = json.load(fh)
     t, last_step, xs, ys = 0.0, 0, [], []
     for p in st["history"]:
@@ -165,7 +171,7 @@ def cmd_plot(a):
                         transform=ax.get_xaxis_transform())
         if not snaps:
             continue
-        with open(os.path.join(run, "train.json")) as fh:
+        with open(recipe_path(run)) as fh:
             warm = json.load(fh).get("ae_warmup", 0)
         for name, colour, what in [("eval.json", "#1f77b4", "held-out photos"),
                                    ("coffee.json", "#d62728", "coffee")]:

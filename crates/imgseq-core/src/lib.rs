@@ -13,6 +13,7 @@ pub mod npy;
 pub mod optim;
 pub mod progress;
 pub mod resample;
+pub mod run;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -13,12 +13,14 @@
 //!   `.npy` token files.
 //! * [`sample`]: temperature / top-k / top-p sampling with classifier-free guidance, seeded.
 //! * [`grid`]: labelled sample grids (a tiny built-in bitmap font).
+//! * [`job`]: a training run as the command line starts it (new or resumed).
 //! * [`train`]: AdamW + warm-up/cosine training with exact resume, held-out bits per token.
 
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod grid;
+pub mod job;
 pub mod model;
 pub mod sample;
 pub mod train;

@@ -13,10 +13,10 @@
 use candle_core::{backprop::GradStore, DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::data::augment::mix_seed;
-use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
+use imgseq_core::fsutil::{read_json, write_bytes_atomic};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::progress::bar;
-use imgseq_core::weights::{load_tensors, save_tensors};
+use imgseq_core::run::{checkpoint_due, init_vars, sorted_vars, Init, RunDir};
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -24,25 +24,12 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::{self, CONFIG_FILE};
 use crate::config::{GptConfig, SeqLayout};
 use crate::data::{sequence, TokenSet};
 use crate::model::Gpt2LMHeadModel;
 
-pub const TRAINING_FILE: &str = "training.json";
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-pub const STATE_FILE: &str = "state.json";
-pub const EVAL_LOG: &str = "eval.jsonl";
-
-/// The files of a run folder.
-pub const RUN_FILES: [&str; 6] = [
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    TRAINING_FILE,
-    OPTIMIZER_FILE,
-    STATE_FILE,
-    EVAL_LOG,
-];
+pub use imgseq_core::run::{EVAL_LOG, OPTIMIZER_FILE, RUN_FILES, STATE_FILE, TRAINING_FILE};
 
 /// Sequences per forward pass when evaluating.
 pub const EVAL_BATCH: usize = 256;
@@ -167,24 +154,24 @@ pub struct TrainState {
     pub pending_loss: (f64, usize),
 }
 
-/// [`imgseq_core::fsutil::check_run_start`] for this run folder's files.
+/// [`RunDir::check_start`] for `out`.
 pub fn check_start(out: &Path, resume: bool) -> Result<()> {
-    imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
+    RunDir::new(out).check_start(resume)
 }
 
-/// Removes the run files from `out` (only those: other files and the folder stay).
+/// Removes the run files from `out` ([`RunDir::clear`]).
 pub fn clear_run(out: &Path) -> Result<()> {
-    imgseq_core::fsutil::clear_run(out, &RUN_FILES)
+    RunDir::new(out).clear()
 }
 
 /// The model config and training config of the run in `dir`, or `None` when `dir` holds no
 /// `training.json`.
 pub fn load_run(dir: &Path) -> Result<Option<(GptConfig, TrainConfig)>> {
-    let tc_path = dir.join(TRAINING_FILE);
-    if !tc_path.exists() {
+    let run = RunDir::new(dir);
+    if !run.has_training() {
         return Ok(None);
     }
-    let tc = TrainConfig::load(&tc_path)?;
+    let tc = TrainConfig::load(&run.training_path())?;
     let cfg = GptConfig::load(dir.join(CONFIG_FILE))?;
     Ok(Some((cfg, tc)))
 }
@@ -195,48 +182,25 @@ pub fn init_weights(vars: &VarMap, cfg: &GptConfig, seed: u64) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let std = cfg.initializer_range;
     let proj_std = std / ((2 * cfg.n_layer) as f64).sqrt();
-    let data = vars.data().lock().expect("poisoned");
-    let mut names: Vec<&String> = data.keys().collect();
-    names.sort();
-    for name in names {
-        let var = &data[name];
-        let shape = var.as_tensor().shape().clone();
-        let n = shape.elem_count();
-        let is_ln = name.contains(".ln_");
-        let vals: Vec<f32> = if is_ln && name.ends_with("weight") {
-            vec![1.0; n]
+    init_vars(vars, &mut rng, |name, _| {
+        if name.contains(".ln_") && name.ends_with("weight") {
+            Init::Fill(1.0)
         } else if name.ends_with("bias") {
-            vec![0.0; n]
+            Init::Fill(0.0)
+        } else if name.ends_with("c_proj.weight") {
+            Init::Normal(proj_std)
         } else {
-            let s = if name.ends_with("c_proj.weight") {
-                proj_std
-            } else {
-                std
-            };
-            (0..n).map(|_| (normal(&mut rng) * s) as f32).collect()
-        };
-        var.set(&Tensor::from_vec(vals, shape, var.as_tensor().device())?)?;
-    }
-    Ok(())
-}
-
-/// Standard normal (Box–Muller), so the init depends only on `rand`'s uniform stream.
-fn normal(rng: &mut impl Rng) -> f64 {
-    let u1: f64 = rng.random::<f64>().max(1e-300);
-    let u2: f64 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+            Init::Normal(std)
+        }
+    })
 }
 
 /// The variables by name with whether weight decay applies (matrices only, as nanoGPT:
 /// not biases, LayerNorms).
 fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
-    let data = vars.data().lock().expect("poisoned");
-    let mut v: Vec<(String, Var, bool)> = data
-        .iter()
-        .map(|(k, var)| (k.clone(), var.clone(), var.as_tensor().rank() >= 2))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    let decays = |v: &Var| v.as_tensor().rank() >= 2;
+    let named = sorted_vars(vars).into_iter();
+    named.map(|(k, v)| (k, v.clone(), decays(&v))).collect()
 }
 
 /// Scales the gradients so that their global L2 norm is at most `max`; returns the norm
@@ -371,28 +335,142 @@ pub fn bits_per_token(
 /// Writes a checkpoint: model folder files, training config, optimizer, then `state.json`
 /// last (each file atomically), and `eval.jsonl` from the history.
 fn save_checkpoint(
-    out: &Path,
+    run: &RunDir,
     cfg: &GptConfig,
     tc: &TrainConfig,
     vars: &VarMap,
     opt: &AdamW,
     state: &TrainState,
 ) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    checkpoint::save(out, cfg, &checkpoint::var_tensors(vars))?;
-    write_json(out.join(TRAINING_FILE), tc)?;
-    save_tensors(out.join(OPTIMIZER_FILE), &opt.state()?)?;
-    write_eval_log(out, &state.history)?;
-    write_json(out.join(STATE_FILE), state)
+    run.create()?;
+    checkpoint::save(run.path(), cfg, &checkpoint::var_tensors(vars))?;
+    run.write_training(tc)?;
+    run.write_optimizer(&opt.state()?)?;
+    write_eval_log(run, &state.history)?;
+    run.write_state(state)
 }
 
-fn write_eval_log(out: &Path, history: &[EvalPoint]) -> Result<()> {
+fn write_eval_log(run: &RunDir, history: &[EvalPoint]) -> Result<()> {
     let mut s = String::new();
     for p in history {
         s.push_str(&serde_json::to_string(p).map_err(|e| Error::invalid(e.to_string()))?);
         s.push('\n');
     }
-    write_bytes_atomic(out.join(EVAL_LOG), s.as_bytes())
+    write_bytes_atomic(run.file(EVAL_LOG), s.as_bytes())
+}
+
+/// Checks the model, the recipe and the sets before anything is read or written.
+fn check_inputs(
+    cfg: &GptConfig,
+    tc: &TrainConfig,
+    train_set: &TokenSet,
+    val_set: Option<&TokenSet>,
+    run: &RunDir,
+    resume: bool,
+) -> Result<SeqLayout> {
+    cfg.validate()?;
+    tc.validate()?;
+    if cfg.resid_pdrop > 0.0 || cfg.embd_pdrop > 0.0 || cfg.attn_pdrop > 0.0 {
+        return Err(Error::invalid(
+            "dropout (resid/embd/attn_pdrop > 0) is not implemented in training; set them to 0",
+        ));
+    }
+    run.check_start(resume)?;
+    let layout = cfg.layout()?;
+    check_set(train_set, &layout, "training set")?;
+    if let Some(v) = val_set {
+        check_set(v, &layout, "held-out set")?;
+    }
+    if train_set.len() < tc.batch_size {
+        return Err(Error::invalid(format!(
+            "the training set has {} sequences, fewer than one batch of {}",
+            train_set.len(),
+            tc.batch_size
+        )));
+    }
+    Ok(layout)
+}
+
+/// The training losses and tokens since the last evaluation.
+struct Window {
+    loss_sum: f64,
+    loss_n: usize,
+    t_mark: Instant,
+    tokens: u64,
+}
+
+impl Window {
+    fn mean(&self) -> f64 {
+        self.loss_sum / self.loss_n.max(1) as f64
+    }
+
+    /// The evaluation point at `step` (scoring `val_set`), then a fresh window.
+    fn close(
+        &mut self,
+        step: usize,
+        lr: f64,
+        model: &Gpt2LMHeadModel,
+        layout: &SeqLayout,
+        val_set: Option<&TokenSet>,
+    ) -> Result<EvalPoint> {
+        let val = match val_set {
+            Some(v) => Some(bits_per_token(model, layout, v, EVAL_BATCH, false)?),
+            None => None,
+        };
+        let secs = self.t_mark.elapsed().as_secs_f64();
+        let point = EvalPoint {
+            step,
+            train_loss: self.mean(),
+            val_bits_per_token: val,
+            lr,
+            tokens_per_s: self.tokens as f64 / secs.max(1e-9),
+        };
+        *self = Window {
+            loss_sum: 0.0,
+            loss_n: 0,
+            t_mark: Instant::now(),
+            tokens: 0,
+        };
+        Ok(point)
+    }
+}
+
+/// The log line of an evaluation point.
+fn eval_line(point: &EvalPoint, steps: usize) -> String {
+    format!(
+        "step {}/{}: train loss {:.4} nats ({:.3} bits/token){}, {:.0} tok/s",
+        point.step,
+        steps,
+        point.train_loss,
+        point.train_loss / std::f64::consts::LN_2,
+        match point.val_bits_per_token {
+            Some(b) => format!(", held-out {b:.4} bits/token"),
+            None => String::new(),
+        },
+        point.tokens_per_s
+    )
+}
+
+/// The variables by name, with whether weight decay applies to each.
+type NamedVars = Vec<(String, Var, bool)>;
+
+/// The model as trainable variables (sorted, with whether weight decay applies) and AdamW.
+fn build(cfg: &GptConfig, tc: &TrainConfig) -> Result<(VarMap, Gpt2LMHeadModel, NamedVars, AdamW)> {
+    let vars = VarMap::new();
+    let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+    let model = Gpt2LMHeadModel::new(cfg, vb)?;
+    let named = named_vars(&vars);
+    let mut opt = AdamW::new(named.clone(), tc.lr, tc.weight_decay)?;
+    opt.beta2 = 0.95;
+    Ok((vars, model, named, opt))
+}
+
+/// The state of the run in `run`, its weights into `named` and its moments into `opt`.
+fn restore(run: &RunDir, named: &[(String, Var, bool)], opt: &mut AdamW) -> Result<TrainState> {
+    let state: TrainState = run.read_state()?;
+    run.read_weights(named.iter().map(|(n, v, _)| (n.as_str(), v)))?;
+    run.read_optimizer(opt, state.step)?;
+    Ok(state)
 }
 
 /// Trains (or, with `resume`, continues the run in `out`) the model `cfg` on `train_set`,
@@ -409,138 +487,59 @@ pub fn train(
     resume: bool,
     stop_at: Option<usize>,
 ) -> Result<TrainState> {
-    cfg.validate()?;
-    tc.validate()?;
-    if cfg.resid_pdrop > 0.0 || cfg.embd_pdrop > 0.0 || cfg.attn_pdrop > 0.0 {
-        return Err(Error::invalid(
-            "dropout (resid/embd/attn_pdrop > 0) is not implemented in training; set them to 0",
-        ));
-    }
-    check_start(out, resume)?;
-    let layout = cfg.layout()?;
-    check_set(train_set, &layout, "training set")?;
-    if let Some(v) = val_set {
-        check_set(v, &layout, "held-out set")?;
-    }
-    if train_set.len() < tc.batch_size {
-        return Err(Error::invalid(format!(
-            "the training set has {} sequences, fewer than one batch of {}",
-            train_set.len(),
-            tc.batch_size
-        )));
-    }
+    let run = RunDir::new(out);
+    let layout = check_inputs(cfg, tc, train_set, val_set, &run, resume)?;
     let val_part = match val_set {
         Some(v) if tc.val_limit > 0 && v.len() > tc.val_limit => Some(v.first(tc.val_limit)),
         _ => None,
     };
     let val_set = val_part.as_ref().or(val_set);
-    let dev = Device::Cpu;
-    let vars = VarMap::new();
-    let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
-    let model = Gpt2LMHeadModel::new(cfg, vb)?;
-    let named = named_vars(&vars);
-    let mut opt = AdamW::new(named.clone(), tc.lr, tc.weight_decay)?;
-    opt.beta2 = 0.95;
-    let mut state = TrainState {
-        rng: format!("StdRng from (seed {}, step)", tc.seed),
-        ..Default::default()
-    };
-    if resume {
-        state = read_json(out.join(STATE_FILE), STATE_FILE)?;
-        let wpath = out.join(WEIGHTS_FILE);
-        let saved = load_tensors(&wpath, &dev)?;
-        for (name, var, _) in &named {
-            let t = saved
-                .get(name)
-                .ok_or_else(|| Error::weights(&wpath, format!("missing tensor `{name}`")))?;
-            var.set(t)
-                .map_err(|e| Error::weights(&wpath, format!("`{name}`: {e}")))?;
-        }
-        let opath = out.join(OPTIMIZER_FILE);
-        opt.load_state(&load_tensors(&opath, &dev)?)
-            .map_err(|m| Error::format(&opath, m))?;
-        if opt.step != state.step {
-            return Err(Error::format(
-                &opath,
-                format!(
-                    "optimizer is at step {} but state.json at {}",
-                    opt.step, state.step
-                ),
-            ));
-        }
-        eprintln!(
-            "resuming {} at step {} of {}",
-            out.display(),
-            state.step,
-            tc.steps
-        );
+    let (vars, model, named, mut opt) = build(cfg, tc)?;
+    let mut state = if resume {
+        let state = restore(&run, &named, &mut opt)?;
+        run.announce_resume(state.step, tc.steps);
+        state
     } else {
         init_weights(&vars, cfg, tc.seed)?;
-    }
-    if state.step >= tc.steps {
-        eprintln!(
-            "{}: already at step {} of {}",
-            out.display(),
-            state.step,
-            tc.steps
-        );
+        TrainState {
+            rng: format!("StdRng from (seed {}, step)", tc.seed),
+            ..Default::default()
+        }
+    };
+    if run.finished(state.step, tc.steps) {
         return Ok(state);
     }
-    let params: usize = named
-        .iter()
-        .map(|(_, v, _)| v.as_tensor().elem_count())
-        .sum();
     let tokens_per_step = (tc.batch_size * layout.n_tokens()) as u64;
-    eprintln!(
-        "training {:.2} M parameters on {} sequences of {} tokens, {} steps of {} sequences",
-        params as f64 / 1e6,
-        train_set.len(),
-        layout.n_tokens(),
-        tc.steps,
-        tc.batch_size
-    );
+    announce(&named, train_set, &layout, tc);
 
     let pb = bar(tc.steps as u64, state.step as u64, "train");
-    let t_run = Instant::now();
-    let start_step = state.step;
-    let secs_before = state.seconds;
-    let (mut loss_sum, mut loss_n) = state.pending_loss;
-    let mut t_mark = Instant::now();
-    let mut tokens_mark = 0u64;
+    let (t_run, start_step, secs_before) = (Instant::now(), state.step, state.seconds);
+    let (loss_sum, loss_n) = state.pending_loss;
+    let mut win = Window {
+        loss_sum,
+        loss_n,
+        t_mark: Instant::now(),
+        tokens: 0,
+    };
     let end = stop_at.unwrap_or(tc.steps).min(tc.steps);
     while state.step < end {
         let step = state.step;
-        let idx = batch_indices(train_set.len(), tc.batch_size, tc.seed, step);
-        let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[tc.seed, 0xc1a55, step as u64]));
-        let (x, y) = make_batch(train_set, &layout, &idx, tc.class_dropout, &mut rng, &dev)?;
-        let loss = model.loss(&x, &y, layout.n_codes)?;
-        let mut grads = loss.backward()?;
-        clip_grads(&mut grads, &named, tc.grad_clip)?;
-        opt.lr = warmup_cosine(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr);
-        opt.step(&grads)?;
-        let l = loss.to_scalar::<f32>()? as f64;
-        if !l.is_finite() {
-            return Err(Error::invalid(format!(
-                "training diverged: loss is {l} at step {}",
-                step + 1
-            )));
-        }
+        let batch = Batch {
+            set: train_set,
+            layout: &layout,
+            tc,
+        };
+        let l = train_step(&model, &named, &mut opt, &batch, step)?;
         state.step += 1;
         state.tokens_seen += tokens_per_step;
-        tokens_mark += tokens_per_step;
-        loss_sum += l;
-        loss_n += 1;
+        win.tokens += tokens_per_step;
+        win.loss_sum += l;
+        win.loss_n += 1;
         pb.inc(1);
         let done_run = (state.step - start_step) as u64 * tokens_per_step;
         let tps = done_run as f64 / t_run.elapsed().as_secs_f64().max(1e-9);
-        if state.step.is_multiple_of(10) || state.step == tc.steps {
-            pb.set_message(format!(
-                "loss {:.4} ({:.3} bits) lr {:.2e} {:.0} tok/s",
-                loss_sum / loss_n as f64,
-                loss_sum / loss_n as f64 / std::f64::consts::LN_2,
-                opt.lr,
-                tps
-            ));
+        if let Some(msg) = progress_message(&state, tc, &win, opt.lr, tps) {
+            pb.set_message(msg);
         }
         // Without a terminal (logs) the bar is hidden: a line every ~1% of the run.
         if pb.is_hidden() && state.step.is_multiple_of((tc.steps / 100).max(10)) {
@@ -549,51 +548,97 @@ pub fn train(
                 "step {}/{}: loss {:.4} lr {:.2e} {:.0} tok/s, ETA {:.0} min",
                 state.step,
                 tc.steps,
-                loss_sum / loss_n.max(1) as f64,
+                win.mean(),
                 opt.lr,
                 tps,
                 left / 60.0
             );
         }
         let last = state.step == tc.steps;
-        let eval_now = last || (tc.eval_every > 0 && state.step.is_multiple_of(tc.eval_every));
-        if eval_now {
-            let val = match val_set {
-                Some(v) => Some(bits_per_token(&model, &layout, v, EVAL_BATCH, false)?),
-                None => None,
-            };
-            let secs = t_mark.elapsed().as_secs_f64();
-            let point = EvalPoint {
-                step: state.step,
-                train_loss: loss_sum / loss_n.max(1) as f64,
-                val_bits_per_token: val,
-                lr: opt.lr,
-                tokens_per_s: tokens_mark as f64 / secs.max(1e-9),
-            };
-            let line = format!(
-                "step {}/{}: train loss {:.4} nats ({:.3} bits/token){}, {:.0} tok/s",
-                point.step,
-                tc.steps,
-                point.train_loss,
-                point.train_loss / std::f64::consts::LN_2,
-                match val {
-                    Some(b) => format!(", held-out {b:.4} bits/token"),
-                    None => String::new(),
-                },
-                point.tokens_per_s
-            );
+        if last || (tc.eval_every > 0 && state.step.is_multiple_of(tc.eval_every)) {
+            let point = win.close(state.step, opt.lr, &model, &layout, val_set)?;
+            let line = eval_line(&point, tc.steps);
             pb.suspend(|| eprintln!("{line}"));
             state.history.push(point);
-            (loss_sum, loss_n) = (0.0, 0);
-            t_mark = Instant::now();
-            tokens_mark = 0;
         }
-        if last || state.step == end || state.step.is_multiple_of(tc.checkpoint_every) {
+        if state.step == end || checkpoint_due(state.step, tc.checkpoint_every, tc.steps) {
             state.seconds = secs_before + t_run.elapsed().as_secs_f64();
-            state.pending_loss = (loss_sum, loss_n);
-            save_checkpoint(out, cfg, tc, &vars, &opt, &state)?;
+            state.pending_loss = (win.loss_sum, win.loss_n);
+            save_checkpoint(&run, cfg, tc, &vars, &opt, &state)?;
         }
     }
     pb.finish_and_clear();
     Ok(state)
+}
+
+/// The training set, its layout and the recipe: what a step draws its batch from.
+struct Batch<'a> {
+    set: &'a TokenSet,
+    layout: &'a SeqLayout,
+    tc: &'a TrainConfig,
+}
+
+/// One optimisation step (index `step`) on its seeded batch; returns the loss.
+fn train_step(
+    model: &Gpt2LMHeadModel,
+    named: &[(String, Var, bool)],
+    opt: &mut AdamW,
+    b: &Batch,
+    step: usize,
+) -> Result<f64> {
+    let (tc, layout) = (b.tc, b.layout);
+    let idx = batch_indices(b.set.len(), tc.batch_size, tc.seed, step);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(mix_seed(&[tc.seed, 0xc1a55, step as u64]));
+    let dev = Device::Cpu;
+    let (x, y) = make_batch(b.set, layout, &idx, tc.class_dropout, &mut rng, &dev)?;
+    let loss = model.loss(&x, &y, layout.n_codes)?;
+    let mut grads = loss.backward()?;
+    clip_grads(&mut grads, named, tc.grad_clip)?;
+    opt.lr = warmup_cosine(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr);
+    opt.step(&grads)?;
+    let l = loss.to_scalar::<f32>()? as f64;
+    if !l.is_finite() {
+        return Err(Error::invalid(format!(
+            "training diverged: loss is {l} at step {}",
+            step + 1
+        )));
+    }
+    Ok(l)
+}
+
+/// Says what is trained on what.
+fn announce(named: &[(String, Var, bool)], set: &TokenSet, layout: &SeqLayout, tc: &TrainConfig) {
+    let params: usize = named
+        .iter()
+        .map(|(_, v, _)| v.as_tensor().elem_count())
+        .sum();
+    eprintln!(
+        "training {:.2} M parameters on {} sequences of {} tokens, {} steps of {} sequences",
+        params as f64 / 1e6,
+        set.len(),
+        layout.n_tokens(),
+        tc.steps,
+        tc.batch_size
+    );
+}
+
+/// The progress bar's message every 10 steps and at the end.
+fn progress_message(
+    state: &TrainState,
+    tc: &TrainConfig,
+    win: &Window,
+    lr: f64,
+    tps: f64,
+) -> Option<String> {
+    if !(state.step.is_multiple_of(10) || state.step == tc.steps) {
+        return None;
+    }
+    let mean = win.loss_sum / win.loss_n as f64;
+    Some(format!(
+        "loss {:.4} ({:.3} bits) lr {:.2e} {:.0} tok/s",
+        mean,
+        mean / std::f64::consts::LN_2,
+        lr,
+        tps
+    ))
 }

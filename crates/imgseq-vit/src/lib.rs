@@ -22,10 +22,13 @@ pub mod fused;
 pub mod inference;
 pub mod interpolate;
 pub mod model;
+pub mod position_plot;
 pub mod precision;
 pub mod run;
 pub mod teacher;
+pub mod teacher_job;
 pub mod train;
+pub mod train_job;
 
 pub use config::ViTConfig;
 pub use inference::Classifier;

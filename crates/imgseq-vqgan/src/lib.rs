@@ -24,7 +24,7 @@
 //! Training it:
 //! * [`loss`]: L1 + L2 + image-gradient L1 + codebook loss.
 //! * [`codebook`]: k-means initialisation and dead-code restarts.
-//! * [`train`]: the training loop, its config (`train.json`) and run folder (checkpoints).
+//! * [`train`]: the training loop, its config (`training.json`) and run folder (checkpoints).
 
 pub mod codebook;
 pub mod config;

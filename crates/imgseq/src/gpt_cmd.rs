@@ -6,8 +6,9 @@ use clap::{Args, Subcommand};
 use image::{Rgb, RgbImage};
 use imgseq_core::fsutil::Outputs;
 use imgseq_gpt::config::{GptConfig, SeqLayout};
-use imgseq_gpt::data::{self, TokenSet};
+use imgseq_gpt::data;
 use imgseq_gpt::grid::labelled_grid;
+use imgseq_gpt::job;
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
 use imgseq_gpt::train::{self as gtrain, TrainConfig};
 use imgseq_gpt::Gpt2LMHeadModel;
@@ -47,8 +48,7 @@ pub struct ModelArgs {
 
 #[derive(Args)]
 pub struct VqArgs {
-    /// VQ weights (folder or file) that decode the tokens. Default: the VQ named in the
-    /// GPT's config.json when it exists, else the shipped vq-fashion-mnist.
+    /// VQ weights that decode the tokens (default: the GPT config's VQ, else vq-fashion-mnist).
     #[arg(long)]
     vq: Option<PathBuf>,
 }
@@ -64,8 +64,7 @@ pub struct DrawArgs {
     /// Sample from the smallest set of codes whose probability reaches p.
     #[arg(long)]
     top_p: Option<f64>,
-    /// Classifier-free guidance scale (1: none; conditional and unconditional run in one
-    /// batch).
+    /// Classifier-free guidance scale (1: none).
     #[arg(long, default_value_t = 2.0)]
     guidance: f64,
     #[arg(long, default_value_t = 0)]
@@ -103,8 +102,7 @@ pub struct SampleArgs {
     /// The labelled grid (.png).
     #[arg(short, long)]
     out: PathBuf,
-    /// The tokens (n_classes·n, h, w) int64 .npy, class after class. Default: the grid's
-    /// path with .npy.
+    /// Tokens out as (n_classes·n, h, w) int64 .npy (default: the grid's path with .npy).
     #[arg(long)]
     tokens_out: Option<PathBuf>,
     /// Pixel enlargement of the grid.
@@ -116,8 +114,7 @@ pub struct SampleArgs {
 
 #[derive(Args)]
 pub struct CompleteArgs {
-    /// The image (smaller than the VQ's input: centred on a black canvas, as Fashion-MNIST
-    /// was tokenized; larger: shorter side resized, centre crop).
+    /// The image to complete (see README, "Generating images from tokens", for its fitting).
     image: PathBuf,
     #[command(flatten)]
     m: ModelArgs,
@@ -157,9 +154,7 @@ pub struct EvalArgs {
 
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Token inputs: shard folders from `imgseq vq tokenize` (manifest.json + .tar), single
-    /// shard .tar files, or .npy token files (unlabelled). With --resume: default the
-    /// run's recorded inputs.
+    /// Token inputs: shard folders, shard .tar files or .npy files (--resume: the run's own).
     #[arg(long, num_args = 1..)]
     tokens: Vec<PathBuf>,
     /// Held-out token inputs, scored in bits per token every --eval-every steps.
@@ -215,8 +210,7 @@ pub struct TrainArgs {
     /// Periodic evaluations score the first N held-out sequences (0: all; default 2000).
     #[arg(long)]
     val_limit: Option<usize>,
-    /// Stop after this step with a checkpoint (resume later with --resume); the schedule
-    /// stays that of --steps.
+    /// Stop after this step with a checkpoint (the schedule stays that of --steps).
     #[arg(long)]
     stop_at: Option<usize>,
 }
@@ -506,141 +500,49 @@ fn strings(p: &[PathBuf]) -> Vec<String> {
     p.iter().map(|p| p.display().to_string()).collect()
 }
 
-/// The class names of a model trained on `set`: the names the samples carry, else
-/// `--class-names`, else the label numbers.
-fn class_names(set: &TokenSet, given: &[String]) -> Result<Vec<String>> {
-    let k = set.n_classes();
-    if !given.is_empty() {
-        if given.len() < k {
-            bail!(
-                "--class-names gives {} names but the labels go up to {}",
-                given.len(),
-                k - 1
-            );
-        }
-        return Ok(given.to_vec());
+/// A new run's recipe: the library's defaults, overridden by the flags given.
+fn recipe(a: &TrainArgs) -> TrainConfig {
+    let d = TrainConfig::default();
+    TrainConfig {
+        tokens: strings(&a.tokens),
+        val: strings(&a.val),
+        steps: a.steps.unwrap_or(d.steps),
+        batch_size: a.batch_size.unwrap_or(d.batch_size),
+        lr: a.lr.unwrap_or(d.lr),
+        min_lr: a.min_lr.unwrap_or(d.min_lr),
+        warmup_steps: a.warmup_steps.unwrap_or(d.warmup_steps),
+        weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
+        grad_clip: a.grad_clip.unwrap_or(d.grad_clip),
+        class_dropout: a.class_dropout.unwrap_or(d.class_dropout),
+        seed: a.seed.unwrap_or(d.seed),
+        eval_every: a.eval_every.unwrap_or(d.eval_every),
+        checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
+        val_limit: a.val_limit.unwrap_or(d.val_limit),
     }
-    Ok((0..k)
-        .map(|c| {
-            set.class_names
-                .get(&c)
-                .cloned()
-                .unwrap_or_else(|| c.to_string())
-        })
-        .collect())
 }
 
 fn train(a: TrainArgs) -> Result<()> {
-    let saved = if a.resume {
-        gtrain::check_start(&a.out, true)?;
-        gtrain::load_run(&a.out)?
+    let job = if a.resume {
+        job::resume(&a.out, &a.tokens, &a.val)?
     } else {
         gtrain::check_start(&a.out, false)?;
-        None
+        if a.tokens.is_empty() {
+            bail!("--tokens is required for a new run");
+        }
+        let spec = job::ModelSpec {
+            n_embd: a.n_embd,
+            n_layer: a.n_layer,
+            n_head: a.n_head,
+            n_codes: a.n_codes,
+            class_names: a.class_names.clone(),
+            vq: a.vq.clone(),
+        };
+        job::new_run(recipe(&a), &a.tokens, &a.val, &spec)?
     };
-    let (cfg, tc, train_set, val_set) = match saved {
-        Some((cfg, tc)) => {
-            let tokens: Vec<PathBuf> = if a.tokens.is_empty() {
-                tc.tokens.iter().map(PathBuf::from).collect()
-            } else {
-                a.tokens.clone()
-            };
-            let val: Vec<PathBuf> = if a.val.is_empty() {
-                tc.val.iter().map(PathBuf::from).collect()
-            } else {
-                a.val.clone()
-            };
-            let train_set = data::load(&tokens)?;
-            let val_set = (!val.is_empty()).then(|| data::load(&val)).transpose()?;
-            (cfg, tc, train_set, val_set)
-        }
-        None => {
-            if a.resume {
-                bail!("{}: no training.json to resume", a.out.display());
-            }
-            if a.tokens.is_empty() {
-                bail!("--tokens is required for a new run");
-            }
-            let d = TrainConfig::default();
-            let tc = TrainConfig {
-                tokens: strings(&a.tokens),
-                val: strings(&a.val),
-                steps: a.steps.unwrap_or(d.steps),
-                batch_size: a.batch_size.unwrap_or(d.batch_size),
-                lr: a.lr.unwrap_or(d.lr),
-                min_lr: a.min_lr.unwrap_or(d.min_lr),
-                warmup_steps: a.warmup_steps.unwrap_or(d.warmup_steps),
-                weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
-                grad_clip: a.grad_clip.unwrap_or(d.grad_clip),
-                class_dropout: a.class_dropout.unwrap_or(d.class_dropout),
-                seed: a.seed.unwrap_or(d.seed),
-                eval_every: a.eval_every.unwrap_or(d.eval_every),
-                checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
-                val_limit: a.val_limit.unwrap_or(d.val_limit),
-            };
-            // The options are checked before any data is read.
-            tc.validate()?;
-            let train_set = data::load(&a.tokens)?;
-            let val_set = (!a.val.is_empty())
-                .then(|| data::load(&a.val))
-                .transpose()?;
-            let n_codes = match (train_set.n_codes, a.n_codes) {
-                (Some(m), Some(g)) if m != g => {
-                    bail!("--n-codes {g} differs from the tokenizer's {m} codes in the manifest")
-                }
-                (Some(m), _) => m,
-                (None, Some(g)) => g,
-                (None, None) => bail!(
-                    "the inputs do not say the codebook size (no manifest.json): give --n-codes"
-                ),
-            };
-            let layout = SeqLayout {
-                n_codes,
-                class_names: class_names(&train_set, &a.class_names)?,
-                h: train_set.h,
-                w: train_set.w,
-            };
-            let vq = a.vq.clone().or(train_set.vq.clone());
-            let cfg = GptConfig::new_imgseq(&layout, a.n_embd, a.n_layer, a.n_head, vq);
-            cfg.validate()?;
-            (cfg, tc, train_set, val_set)
-        }
-    };
-    let layout = cfg.layout()?;
-    eprintln!(
-        "{} training sequences ({} labelled, {} classes: {}), grid {}x{}, {} codes{}",
-        train_set.len(),
-        train_set.labels.iter().filter(|l| l.is_some()).count(),
-        layout.n_classes(),
-        layout.class_names.join(", "),
-        layout.h,
-        layout.w,
-        layout.n_codes,
-        match &val_set {
-            Some(v) => format!("; {} held-out", v.len()),
-            None => String::new(),
-        }
-    );
-    let state = gtrain::train(
-        &cfg,
-        &tc,
-        &train_set,
-        val_set.as_ref(),
-        &a.out,
-        a.resume,
-        a.stop_at,
-    )
-    .with_context(|| format!("training into {}", a.out.display()))?;
-    let tps = state.tokens_seen as f64 / state.seconds.max(1e-9);
-    eprintln!(
-        "done: step {} in {:.0} s ({:.0} tokens/s){}",
-        state.step,
-        state.seconds,
-        tps,
-        match state.history.last().and_then(|p| p.val_bits_per_token) {
-            Some(b) => format!(", held-out {b:.4} bits/token"),
-            None => String::new(),
-        }
-    );
+    eprintln!("{}", job.describe()?);
+    let state = job
+        .run(&a.out, a.resume, a.stop_at)
+        .with_context(|| format!("training into {}", a.out.display()))?;
+    eprintln!("{}", job::summary(&state));
     Ok(())
 }

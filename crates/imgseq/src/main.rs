@@ -11,7 +11,7 @@ mod paths;
 mod precision_arg;
 mod tokenize_cmd;
 mod vit_cmd;
-mod vit_plot;
+mod vit_data_arg;
 mod vit_teacher_cmd;
 mod vq_cmd;
 mod vq_eval_cmd;

@@ -7,17 +7,15 @@ use imgseq_core::data::Split;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
 use imgseq_kernels::PrecisionChoice;
-use imgseq_vit::checkpoint::save_preprocessor_config;
-use imgseq_vit::config::SEED_IMAGE_SIZE;
-use imgseq_vit::data::{channel_stats, Augment, DataSource, Normalize};
-use imgseq_vit::inference::relabel;
-use imgseq_vit::model::param_count;
-use imgseq_vit::train::{check_start, clear_run, load_run, TrainConfig};
-use imgseq_vit::{Classifier, ViTConfig};
+use imgseq_vit::data::{Augment, Normalize};
+use imgseq_vit::train::{check_start, clear_run, TrainConfig};
+use imgseq_vit::train_job::{self, ModelOptions};
+use imgseq_vit::Classifier;
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
 use crate::precision_arg::PrecisionArg;
+use crate::vit_data_arg::DataArgs;
 
 /// The shipped default ViT (Fashion-MNIST, seed shapes).
 pub const DEFAULT_VIT: &str = "vit-fashion-mnist";
@@ -43,8 +41,7 @@ pub enum VitCmd {
 
 #[derive(Args)]
 pub struct WeightsArg {
-    /// Checkpoint folder (config.json + model.safetensors) or a .safetensors file with
-    /// config.json beside it. Default: the shipped Fashion-MNIST model.
+    /// Model folder, or a .safetensors with config.json beside it (default: the shipped one).
     #[arg(long)]
     weights: Option<PathBuf>,
 }
@@ -54,8 +51,7 @@ pub struct EmbedArgs {
     image: PathBuf,
     #[command(flatten)]
     w: WeightsArg,
-    /// Run at this input size (a multiple of the patch size) with interpolated positions,
-    /// e.g. 48 → 145 tokens. Default: the model's image_size.
+    /// Input size, a multiple of the patch size (positions interpolated; default: the model's).
     #[arg(long)]
     size: Option<usize>,
     /// Write the token embeddings (1, tokens, hidden) as float32 .npy.
@@ -69,28 +65,6 @@ pub struct EmbedArgs {
     invert: bool,
     #[command(flatten)]
     prec: PrecisionArg,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum DatasetKind {
-    FashionMnist,
-    Cifar10,
-    Folder,
-}
-
-#[derive(Args)]
-pub struct DataArgs {
-    /// Which dataset.
-    #[arg(long, value_enum, default_value = "fashion-mnist")]
-    dataset: DatasetKind,
-    /// Dataset folder. Fashion-MNIST default: /usr/share/datasets/fashion-mnist (Debian package
-    /// dataset-fashion-mnist). CIFAR-10: the folder with data_batch_*.bin / test_batch.bin.
-    /// Folder: a folder with `train/` and `test/`, each with one subfolder per class.
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Use only the first N images of each split (quick experiments).
-    #[arg(long)]
-    pub(crate) limit: Option<usize>,
 }
 
 /// The library's training defaults: the one source of the defaults `vit train --help` shows.
@@ -134,22 +108,16 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
-    /// Which implementation runs the steps: `fused` (the forward and backward written by hand
-    /// over preallocated buffers; the faster one) or `autograd` (candle's autograd, the
-    /// reference). Both write the same run files and give the same losses (within rounding),
-    /// so a run started on one resumes on the other.
+    /// Training engine: `fused` (hand-written, faster) or `autograd` (the reference); see README.
     #[arg(long, value_enum, default_value = "fused")]
     engine: EngineArg,
-    /// Keep an exponential moving average of the weights with this decay (e.g. 0.999; 0 =
-    /// off): it is what each epoch evaluates and what model.safetensors holds.
+    /// Decay of a moving average of the weights, evaluated and saved as the model (0: off).
     #[arg(long, allow_negative_numbers = true, default_value_t = train_default().ema)]
     ema: f64,
-    /// Distil a teacher: its `soft_labels.npy` from `imgseq vit teacher` on the same training
-    /// data (same --dataset, --data and --limit).
+    /// Distil a teacher's `soft_labels.npy` (from `vit teacher` on the same data and --limit).
     #[arg(long)]
     soft_labels: Option<PathBuf>,
-    /// Weight of the teacher's probabilities in each image's target (the rest is the one-hot
-    /// label); used with --soft-labels.
+    /// Weight of the teacher's probabilities in each target (with --soft-labels).
     #[arg(long, allow_negative_numbers = true, default_value_t = train_default().distill)]
     distill: f64,
     /// New model: encoder layers (the seed has 4; width stays 48, tokens stay 65).
@@ -161,14 +129,10 @@ pub struct TrainArgs {
     /// New model: MLP width (HF `intermediate_size`).
     #[arg(long, default_value_t = 192)]
     intermediate_size: usize,
-    /// New model: image channels. A gray dataset feeds a 3-channel model three equal channels,
-    /// which is what HF's pipeline makes of a gray PNG. Default: the dataset's own.
+    /// New model: image channels (default: the dataset's; gray data feeds 3 equal channels).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     channels: Option<u8>,
-    /// New model: side the dataset's images are brought to before the 32×32 canvas. 32 resizes
-    /// Fashion-MNIST 28→32 with Pillow's bilinear filter, which HF's `ViTImageProcessor` can
-    /// express (a `preprocessor_config.json` is written); the default, the dataset's own 28,
-    /// centres it on a zero border.
+    /// New model: image side before the 32×32 canvas (default: the dataset's own); see README.
     #[arg(long)]
     input_size: Option<usize>,
 }
@@ -185,8 +149,7 @@ pub struct EvalArgs {
     data: DataArgs,
     #[command(flatten)]
     w: WeightsArg,
-    /// Which split to score: `test` (the held-out images), or `train` (how well the model
-    /// fits its training images, without augmentation: under- or over-fitting at a glance).
+    /// Split to score: `test` (held out) or `train` (the training images, unaugmented).
     #[arg(long, value_enum, default_value_t = SplitArg::Test)]
     split: SplitArg,
     /// Also write the report as JSON to this file.
@@ -289,23 +252,6 @@ fn load_classifier(path: &Path, prec: &PrecisionArg) -> Result<(Classifier, Prec
     Ok((m, choice))
 }
 
-impl DataArgs {
-    /// The dataset the flags name; `--data` is required where there is no default folder.
-    pub(crate) fn source(&self) -> Result<DataSource> {
-        Ok(match self.dataset {
-            DatasetKind::FashionMnist => DataSource::FashionMnist(self.data.clone()),
-            DatasetKind::Cifar10 => DataSource::Cifar10(self.data.clone().context(
-                "--data DIR is required for CIFAR-10 (the folder with data_batch_1.bin ...)",
-            )?),
-            DatasetKind::Folder => DataSource::ImageFolder(
-                self.data
-                    .clone()
-                    .context("--data DIR is required for an image folder")?,
-            ),
-        })
-    }
-}
-
 fn embed(a: EmbedArgs) -> Result<()> {
     let mut outs = Outputs::new(std::iter::once(a.image.clone()).chain(a.w.inputs()));
     for p in a.npy.iter().chain(&a.pos_npy) {
@@ -366,45 +312,20 @@ fn check_run_folder(out: &Path, resume: bool) -> Result<()> {
 fn train(a: TrainArgs) -> Result<()> {
     let source = a.data.source()?;
     let limit = a.data.limit;
-    let (model_cfg, mut tc, train_set, test_set) = if a.resume {
+    let job = if a.resume {
         check_run_folder(&a.out, true)?;
-        let Some((cfg, tc)) = load_run(&a.out)? else {
-            bail!(
-                "{}: no run to resume (no training.json there)",
-                a.out.display()
-            );
-        };
-        let (input, c, size) = (tc.content_size(&cfg), cfg.num_channels, cfg.image_size);
-        let tr = source.load_split(Split::Train, input, c, size, limit)?;
-        let te = source.load_split(Split::Test, input, c, size, limit)?;
-        let (tr, te) = (relabel(tr, &cfg, &source)?, relabel(te, &cfg, &source)?);
-        (cfg, tc, tr, te)
+        train_job::resume(&a.out, &source, limit, a.epochs)?
     } else {
-        let (native_channels, native_input) = source.native_shape();
-        let channels = a.channels.map_or(native_channels, usize::from);
-        let input = a.input_size.unwrap_or(native_input);
-        if channels == 2 {
-            bail!("--channels 2: a model takes 1 (gray) or 3 (RGB) channels");
-        }
-        if a.layers > 64 || a.intermediate_size > 16384 {
-            bail!(
-                "--layers {} / --intermediate-size {}: at most 64 layers and an MLP of 16384",
-                a.layers,
-                a.intermediate_size
-            );
-        }
-        if native_channels == 3 && channels == 1 {
-            bail!(
-                "--channels {channels}: the {} data has {native_channels} channels (a gray set can \
-                 feed a 3-channel model, not the other way round)",
-                source.name()
-            );
-        }
-        if input == 0 || input > SEED_IMAGE_SIZE {
-            bail!("--input-size {input}: must be 1..={SEED_IMAGE_SIZE} (the model's canvas)");
-        }
+        let m = ModelOptions {
+            channels: a.channels.map(usize::from),
+            input_size: a.input_size,
+            layers: a.layers,
+            heads: a.heads,
+            intermediate_size: a.intermediate_size,
+        };
+        let (channels, input) = m.settle(&source)?;
         // The options are checked before any data is read.
-        let mut tc = TrainConfig {
+        let tc = TrainConfig {
             dataset: source.name().into(),
             input_size: Some(input),
             epochs: a.epochs,
@@ -430,52 +351,13 @@ fn train(a: TrainArgs) -> Result<()> {
             clear_run(&a.out)?;
         }
         check_run_folder(&a.out, false)?;
-        let size = SEED_IMAGE_SIZE;
-        let tr = source.load_split(Split::Train, input, channels, size, limit)?;
-        let te = source.load_split(Split::Test, input, channels, size, limit)?;
-        // The classes are the training data's (its class folders' names for an image folder);
-        // the test split is labelled by name with them.
-        let names: Vec<&str> = tr.class_names.iter().map(|s| s.as_str()).collect();
-        let cfg = ViTConfig {
-            num_hidden_layers: a.layers,
-            num_attention_heads: a.heads,
-            intermediate_size: a.intermediate_size,
-            ..ViTConfig::seed(channels, &names)
-        };
-        cfg.validate()
-            .context("--layers / --heads / --intermediate-size")?;
-        let te = relabel(te, &cfg, &source)?;
-        let (mean, std) = channel_stats(&tr);
-        tc.normalize = Normalize {
-            image_mean: mean,
-            image_std: std,
-        };
-        (cfg, tc, tr, te)
+        train_job::new_run(&source, limit, &m, (channels, input), tc)?
     };
-    if a.resume {
-        tc.epochs = a.epochs.max(tc.epochs);
-    }
-    tc.check_sets(&train_set, &test_set)?;
-    if tc.content_size(&model_cfg) == model_cfg.image_size {
-        // Whole-canvas inputs: HF's ViTImageProcessor prepares them as imgseq does.
-        save_preprocessor_config(&a.out, &model_cfg, &tc.normalize)?;
-    }
-    eprintln!(
-        "training ViT ({} params) on {} images ({} test), {} epochs of batch {}, into {}",
-        param_count(&model_cfg),
-        train_set.n,
-        test_set.n,
-        tc.epochs,
-        tc.batch_size,
-        a.out.display()
-    );
     let engine = match a.engine {
         EngineArg::Fused => imgseq_vit::train::Engine::Fused,
         EngineArg::Autograd => imgseq_vit::train::Engine::Autograd,
     };
-    let state = imgseq_vit::train::train_with(
-        &model_cfg, &tc, &train_set, &test_set, &a.out, a.resume, engine,
-    )?;
+    let state = job.run(&a.out, a.resume, engine)?;
     println!(
         "done: {} epochs, test accuracy {:.2}%, checkpoint in {}",
         state.epochs_done,
@@ -558,7 +440,21 @@ fn plot_positions(a: PlotArgs) -> Result<()> {
     let m = Classifier::load(&a.w.resolve()?)?;
     let pos = m.model.vit.embeddings.patch_positions()?; // (64, hidden), CLS excluded
     let (n, d) = pos.dims2()?;
-    crate::vit_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d, &a.output, &mut outs)?;
+    let plot = imgseq_vit::position_plot::plot_positions(&pos.flatten_all()?.to_vec1()?, n, d)?;
+    outs.write(&a.output, |p| {
+        imgseq_core::image_io::save_image(p, &plot.image)
+    })?;
+    let side = plot.side;
+    println!(
+        "wrote {} ({side}x{side} maps of {side}x{side}; colour: cosine similarity -1 (dark) .. 1 (yellow))",
+        a.output.display()
+    );
+    println!(
+        "mean cosine similarity: neighbouring patches {:.3}, patches >= {} apart {:.3}",
+        plot.near,
+        side / 2,
+        plot.far
+    );
     outs.finish();
     Ok(())
 }

@@ -81,7 +81,7 @@ pub enum VqCmd {
     /// Train a VQGAN on an image folder (random crops): L1 + L2 + image-gradient L1 +
     /// codebook/commitment loss (β = 0.25), k-means codebook init, dead-code restarts; no
     /// perceptual or adversarial loss. Checkpoints (model.safetensors, config.json,
-    /// train.json, optimizer.safetensors, state.json) go to --out; --resume continues.
+    /// training.json, optimizer.safetensors, state.json) go to --out; --resume continues.
     Train(Box<crate::vq_train_cmd::TrainArgs>),
     /// Whole datasets → WebDataset token shards (resumable; job arrays with --num-shards/
     /// --shard-index); skipped images are listed in errors.jsonl.

@@ -13,21 +13,17 @@ use std::sync::LazyLock;
 
 /// `imgseq vq train` options. A new run takes every option from the command line, whose
 /// defaults are the shipped model's recipe (`TrainConfig::default_for`); with --resume the
-/// run's train.json is used and only the options given on the command line override it (e.g.
+/// run's training.json is used and only the options given on the command line override it (e.g.
 /// `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Image folder, a .txt list of image paths, or an IDX image file (Fashion-MNIST's
-    /// `train-images-idx3-ubyte.gz`: images centred on a --resize canvas, and the defaults
-    /// below give way to the `fmnist_f4` recipe); required unless resuming.
+    /// Image folder, .txt image list or IDX image file (required unless resuming); see README.
     #[arg(long)]
     data: Option<PathBuf>,
     /// Run folder for checkpoints.
     #[arg(long, default_value = "runs/vq-small")]
     out: PathBuf,
-    /// Architecture: a preset (`small`: the shipped default's; `photo`: one ResnetBlock per
-    /// level, 1,024 l2-normalised 8-value codes, loadable by taming's code; `f16_1024`,
-    /// `fmnist_f4`, `fmnist_f2`) or a config file (our config.json or taming's model.yaml).
+    /// Architecture: a preset (see README, "Training a VQGAN") or a config.json / model.yaml.
     #[arg(long, default_value = "small")]
     config: String,
     /// Continue the run in --out from its last checkpoint (there must be one).
@@ -47,8 +43,7 @@ pub struct TrainArgs {
     resize: usize,
     #[arg(long, default_value_t = RECIPE.batch_size)]
     batch_size: usize,
-    /// From this step on, train on --context-crop crops in batches of --context-batch-size, so
-    /// that attention and GroupNorm see eval-size latents (0: never).
+    /// From this step on, train on --context-crop crops of --context-batch-size (0: never).
     #[arg(long, default_value_t = RECIPE.context_from)]
     context_from: usize,
     #[arg(long, default_value_t = RECIPE.context_crop)]
@@ -67,8 +62,7 @@ pub struct TrainArgs {
     /// Learning-rate warm-up steps.
     #[arg(long, default_value_t = RECIPE.warmup)]
     warmup: usize,
-    /// Train this many steps as a plain autoencoder (quantizer bypassed), then initialise the
-    /// codebook by k-means of the trained encoder's outputs (0: k-means at step 0).
+    /// Steps as a plain autoencoder before the k-means codebook init (0: k-means at step 0).
     #[arg(long, default_value_t = RECIPE.ae_warmup)]
     ae_warmup: usize,
     /// Weight of the L1 reconstruction loss.
@@ -86,8 +80,7 @@ pub struct TrainArgs {
     /// Keep the colour channels in order (by default each crop gets a random order of r, g, b).
     #[arg(long)]
     no_shuffle_channels: bool,
-    /// Also crop from copies of every image with its shorter side resized to these sizes,
-    /// comma-separated; `none` for none.
+    /// Also crop from copies resized (shorter side) to these sizes, comma-separated, or `none`.
     #[arg(long, value_delimiter = ',', default_values_t = RECIPE.extra_scales.iter().map(ToString::to_string).collect::<Vec<_>>())]
     extra_scales: Vec<String>,
     /// Encoder outputs for the k-means codebook init (0: taming's uniform init).
@@ -102,17 +95,13 @@ pub struct TrainArgs {
     /// Checkpoint every this many steps, and at the end.
     #[arg(long, default_value_t = RECIPE.checkpoint_every)]
     checkpoint_every: usize,
-    /// Also keep a copy of the model every this many steps in <out>/snapshots/step-NNNNN/
-    /// (the points of `scripts/vq_curve.py`'s held-out PSNR curve); 0: none
+    /// Copy the model to <out>/snapshots/step-NNNNN/ every this many steps (0: none).
     #[arg(long, default_value_t = RECIPE.snapshot_every)]
     snapshot_every: usize,
-    /// Keep a moving average of the weights with this decay per step (0: none; 0.999 ≈ the
-    /// last 1,000 steps): the run's model.safetensors and snapshots hold the average, the raw
-    /// weights go on training. Given with --resume on a run without one, it starts there.
+    /// Decay per step of a moving average of the weights, saved as the model (0: none).
     #[arg(long, default_value_t = RECIPE.ema)]
     ema: f64,
-    /// History point (and, without a terminal, a log line) every this many steps (0: every 1%
-    /// of the run).
+    /// History point (and log line without a terminal) every this many steps (0: every 1%).
     #[arg(long, default_value_t = RECIPE.log_every)]
     log_every: usize,
     #[arg(long, default_value_t = RECIPE.seed)]
@@ -216,9 +205,10 @@ fn check_start(out: &Path, resume: bool) -> Result<()> {
 pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
     let (cfg, tc) = if a.resume {
         check_start(&a.out, true)?;
-        let train_json = a.out.join(train::TRAIN_FILE);
+        let run = imgseq_core::run::RunDir::new(&a.out);
+        let train_json = run.training_path();
         let mut tc = TrainConfig::load(&train_json)?;
-        let cfg = VqConfig::from_json_file(a.out.join(train::CONFIG_FILE))?;
+        let cfg = VqConfig::from_json_file(run.file(train::CONFIG_FILE))?;
         a.apply(m, &mut tc)?;
         // A bad value is the flag's when it was given, else the saved recipe's.
         if let Err(e) = tc.validate(&cfg) {
@@ -266,7 +256,7 @@ pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
         st.seconds
     );
     println!(
-        "wrote {}/{{model.safetensors, config.json, train.json, optimizer.safetensors, state.json}}",
+        "wrote {}/{{model.safetensors, config.json, training.json, optimizer.safetensors, state.json}}",
         a.out.display()
     );
     Ok(())

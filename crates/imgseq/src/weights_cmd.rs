@@ -23,20 +23,16 @@ pub enum WeightsCmd {
     Convert {
         /// The checkpoint (e.g. `last.ckpt`, `vq_ds16_c2i.pt`) or diffusers `vqvae/` folder.
         input: PathBuf,
-        /// taming's `model.yaml`, our, LlamaGen's or diffusers' `config.json` (default: one
-        /// beside the input; a LlamaGen `.pt` needs none).
+        /// The model's model.yaml or config.json (default: the one beside the input).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Output `.safetensors` path; `config.json` goes into the same folder.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
-        /// Write the codebook l2-normalised and drop the config's `l2_norm` (LlamaGen's
-        /// `codebook_l2_norm`, or an imgseq run trained with it): the same tokens with the
-        /// plain nearest-entry search, so a taming-family model loads in taming's own code.
+        /// Store an l2 codebook normalised and drop `l2_norm` (same tokens; see README).
         #[arg(long)]
         fold_l2_norm: bool,
-        /// Also write taming's `model.yaml` beside the output (for `VQModel(**params)` in
-        /// taming's code); refused for a model taming's code cannot build.
+        /// Also write taming's `model.yaml` beside the output.
         #[arg(long)]
         taming_yaml: bool,
     },

@@ -1,4 +1,4 @@
-//! `train.json`: everything that defines a training run, and the recipe of the shipped model.
+//! `training.json`: everything that defines a training run, and the recipe of the shipped model.
 
 use crate::config::VqConfig;
 use crate::loss::LossWeights;
@@ -14,7 +14,7 @@ fn positive(name: &'static str, v: usize) -> Result<()> {
     Ok(())
 }
 
-/// Everything that defines a training run (saved as `train.json`).
+/// Everything that defines a training run (saved as `training.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
     /// Image folder, or a text file with one image path per line (relative paths are taken
@@ -199,7 +199,8 @@ impl TrainConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        read_json(path, "train.json")
+        let what = path.file_name().and_then(|n| n.to_str());
+        read_json(path, what.unwrap_or(imgseq_core::run::TRAINING_FILE))
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
@@ -207,7 +208,7 @@ impl TrainConfig {
     }
 
     /// Checks the numbers against the model: every setting is named as its field is. The one
-    /// owner of these rules: a new run's options and a resumed `train.json` both go through it.
+    /// owner of these rules: a new run's options and a resumed `training.json` both go through it.
     pub fn validate(&self, cfg: &VqConfig) -> Result<()> {
         cfg.check_side("crop", self.crop)?;
         if self.context_from > 0 {

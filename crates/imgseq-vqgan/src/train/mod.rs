@@ -16,21 +16,22 @@ mod report;
 
 pub use crate::quantize::CODEBOOK;
 pub use checkpoint::{
-    LogPoint, TrainState, CONFIG_FILE, OPTIM_FILE, STATE_FILE, TRAIN_FILE, WEIGHTS_FILE,
+    LogPoint, TrainState, CONFIG_FILE, OPTIM_FILE, STATE_FILE, TRAINING_FILE, WEIGHTS_FILE,
 };
 pub use config::TrainConfig;
 
 use crate::codebook;
 use crate::config::VqConfig;
 use crate::data::{data_paths, load_idx_training_images, load_training_images, random_crops};
-use crate::loss::{loss, psnr_of_mse};
-use crate::model::{Bottleneck, VqModel};
-use candle_core::{DType, Device, Var};
+use crate::loss::{loss, psnr_of_mse, Loss};
+use crate::model::{Bottleneck, Forward, VqModel};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::data::idx::is_idx_images_name;
 use imgseq_core::optim::{warmup_cosine, AdamW};
+use imgseq_core::run::{checkpoint_due, RunDir};
 use imgseq_core::{Error, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -39,7 +40,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Trains (or, with `resume`, continues the run in `out`) a VQGAN. Starting follows
-/// [`checkpoint::check_start`]: a new run refuses a folder holding one, `resume` needs one.
+/// [`RunDir::check_start`]: a new run refuses a folder holding one, `resume` needs one.
 /// Writes a checkpoint every `checkpoint_every` steps and at the end, and nothing (not even
 /// the folder) before the first one, so a run that fails early (bad data, divergence) leaves
 /// nothing behind; returns the final state.
@@ -54,173 +55,226 @@ pub fn train(
 ) -> Result<TrainState> {
     cfg.validate(Path::new("<config>"))?;
     tc.validate(cfg)?;
-    checkpoint::check_start(out, resume)?;
+    let run = RunDir::new(out);
+    run.check_start(resume)?;
     let paths = if is_idx_images_name(&tc.data) {
         Vec::new()
     } else {
         data_paths(&tc.data)?
     };
-    let channels = cfg.ddconfig.in_channels;
-
-    // The model as trainable variables, and AdamW (weight decay on matrices, not the codebook).
-    let vars = VarMap::new();
-    let model = VqModel::new(
-        cfg,
-        VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu),
-    )?;
-    let named = checkpoint::sorted_vars(&vars);
-    let codebook_var = named
-        .iter()
-        .find(|(n, _)| n == CODEBOOK)
-        .map(|(_, v)| v.clone())
-        .ok_or_else(|| Error::invalid("the model has no codebook variable"))?;
-    let decays = |n: &str, v: &Var| v.as_tensor().rank() >= 2 && n != CODEBOOK;
-    let opt_vars = named
-        .iter()
-        .map(|(n, v)| (n.clone(), v.clone(), decays(n, v)));
-    let mut opt = AdamW::new(opt_vars.collect(), tc.lr, tc.weight_decay)?;
-    (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
-
-    let resuming = resume;
-    let (mut state, mut ema) = if resuming {
-        checkpoint::restore(out, cfg.n_embed, &named, &mut opt, tc.ema)?
+    let mut t = Trainer::new(cfg, tc)?;
+    if resume {
+        (t.state, t.ema) = checkpoint::restore(out, cfg.n_embed, &t.named, &mut t.opt, tc.ema)?;
     } else {
-        init::init_weights(&vars, tc.seed)?;
-        let ema = (tc.ema > 0.0)
-            .then(|| ema::Ema::start(tc.ema, &named))
-            .transpose()?;
-        let state = TrainState {
-            last_used: vec![0; cfg.n_embed],
-            ema_since: ema.as_ref().map(|_| 0),
-            ..Default::default()
-        };
-        (state, ema)
-    };
-    if state.step >= tc.steps {
-        eprintln!(
-            "{}: already at step {} of {}",
-            out.display(),
-            state.step,
-            tc.steps
-        );
-        return Ok(state);
+        t.init()?;
+    }
+    if run.finished(t.state.step, tc.steps) {
+        return Ok(t.state);
     }
     let images = load_images(tc, &paths)?;
-    if resuming {
-        eprintln!(
-            "resuming {} at step {} of {}",
-            out.display(),
-            state.step,
-            tc.steps
-        );
-        if ema.is_some() && state.ema_since == Some(state.step) {
-            eprintln!(
-                "moving average of the weights (decay {}) starts at step {}",
-                tc.ema, state.step
-            );
-        }
-    } else if tc.ae_warmup > 0 {
-        eprintln!(
-            "steps 1-{}: autoencoder warm-up (quantizer bypassed), then k-means codebook init",
-            tc.ae_warmup
-        );
-    } else {
-        init_codebook(&model, cfg, tc, &images, &codebook_var)?;
-        if let Some(e) = ema.as_mut() {
-            e.copy_rows(&named, CODEBOOK, &(0..cfg.n_embed).collect::<Vec<_>>())?;
-        }
-    }
-
-    let mut win = Window::new(tc, cfg.n_embed, &state, progress);
-    while state.step < tc.steps {
-        let step = state.step;
+    t.begin(&run, resume, &images)?;
+    let mut win = Window::new(tc, cfg.n_embed, &t.state, progress);
+    while t.state.step < tc.steps {
+        let step = t.state.step;
         let (crop, batch) = tc.crop_at(step);
         let seed = mix_seed(&[tc.seed, step as u64]);
-        let x = random_crops(
-            &images,
-            crop,
-            batch,
-            tc.hflip,
-            tc.shuffle_channels,
-            channels,
-            seed,
-        )?;
+        let (flip, shuffle, channels) = (tc.hflip, tc.shuffle_channels, cfg.ddconfig.in_channels);
+        let x = random_crops(&images, crop, batch, flip, shuffle, channels, seed)?;
         if tc.ae_warmup > 0 && step == tc.ae_warmup {
-            // End of the autoencoder warm-up: codes from what the trained encoder emits.
-            init_codebook(&model, cfg, tc, &images, &codebook_var)?;
-            let all: Vec<usize> = (0..cfg.n_embed).collect();
-            opt.reset_rows(CODEBOOK, &all);
-            if let Some(e) = ema.as_mut() {
-                e.copy_rows(&named, CODEBOOK, &all)?;
-            }
-            state.last_used.fill(step);
+            t.end_warmup(&images)?;
         }
-        let quantize = step >= tc.ae_warmup;
-        let bottleneck = if quantize {
+        let (l, f) = t.step(&x)?;
+        let indices = t.record_codes(f.quantized.as_ref())?;
+        let restarted = t.restart_dead_codes(&f)?;
+        if let Some(e) = t.ema.as_mut() {
+            e.update(&t.named)?;
+        }
+        let total = l.total.to_scalar::<f32>()? as f64;
+        win.add(batch, total, psnr_of_mse(l.mse), &indices, restarted);
+        win.report(&mut t.state, t.opt.lr);
+        let s = t.state.step;
+        let snap = tc.snapshot_every > 0 && s.is_multiple_of(tc.snapshot_every);
+        if snap || checkpoint_due(s, tc.checkpoint_every.max(1), tc.steps) {
+            t.state.seconds = win.run_seconds();
+            checkpoint::save(out, cfg, tc, &t.vars, &t.opt, t.ema.as_ref(), &t.state)?;
+            if snap {
+                checkpoint::snapshot(out, s)?;
+            }
+        }
+    }
+    win.finish();
+    Ok(t.state)
+}
+
+/// The model as trainable variables, AdamW, the weights' average and the run's progress.
+struct Trainer<'a> {
+    cfg: &'a VqConfig,
+    tc: &'a TrainConfig,
+    vars: VarMap,
+    model: VqModel,
+    named: Vec<(String, Var)>,
+    codebook_var: Var,
+    opt: AdamW,
+    ema: Option<ema::Ema>,
+    state: TrainState,
+}
+
+impl<'a> Trainer<'a> {
+    /// The model and AdamW (weight decay on matrices, not the codebook).
+    fn new(cfg: &'a VqConfig, tc: &'a TrainConfig) -> Result<Self> {
+        let vars = VarMap::new();
+        let vb = VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu);
+        let model = VqModel::new(cfg, vb)?;
+        let named = checkpoint::sorted_vars(&vars);
+        let codebook_var = named
+            .iter()
+            .find(|(n, _)| n == CODEBOOK)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Error::invalid("the model has no codebook variable"))?;
+        let decays = |n: &str, v: &Var| v.as_tensor().rank() >= 2 && n != CODEBOOK;
+        let opt_vars = named
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone(), decays(n, v)));
+        let mut opt = AdamW::new(opt_vars.collect(), tc.lr, tc.weight_decay)?;
+        (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
+        Ok(Self {
+            cfg,
+            tc,
+            vars,
+            model,
+            named,
+            codebook_var,
+            opt,
+            ema: None,
+            state: TrainState::default(),
+        })
+    }
+
+    /// A fresh run: seeded weights, the average (if any) starting at them.
+    fn init(&mut self) -> Result<()> {
+        init::init_weights(&self.vars, self.tc.seed)?;
+        self.ema = (self.tc.ema > 0.0)
+            .then(|| ema::Ema::start(self.tc.ema, &self.named))
+            .transpose()?;
+        self.state = TrainState {
+            last_used: vec![0; self.cfg.n_embed],
+            ema_since: self.ema.as_ref().map(|_| 0),
+            ..Default::default()
+        };
+        Ok(())
+    }
+
+    /// Says how the run starts; a fresh run without a warm-up gets its k-means codebook.
+    fn begin(&mut self, run: &RunDir, resume: bool, images: &[RgbImage]) -> Result<()> {
+        let tc = self.tc;
+        if resume {
+            run.announce_resume(self.state.step, tc.steps);
+            if self.ema.is_some() && self.state.ema_since == Some(self.state.step) {
+                eprintln!(
+                    "moving average of the weights (decay {}) starts at step {}",
+                    tc.ema, self.state.step
+                );
+            }
+        } else if tc.ae_warmup > 0 {
+            eprintln!(
+                "steps 1-{}: autoencoder warm-up (quantizer bypassed), then k-means codebook init",
+                tc.ae_warmup
+            );
+        } else {
+            init_codebook(&self.model, self.cfg, tc, images, &self.codebook_var)?;
+            if let Some(e) = self.ema.as_mut() {
+                let all: Vec<usize> = (0..self.cfg.n_embed).collect();
+                e.copy_rows(&self.named, CODEBOOK, &all)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// End of the autoencoder warm-up: codes from what the trained encoder emits.
+    fn end_warmup(&mut self, images: &[RgbImage]) -> Result<()> {
+        init_codebook(&self.model, self.cfg, self.tc, images, &self.codebook_var)?;
+        let all: Vec<usize> = (0..self.cfg.n_embed).collect();
+        self.opt.reset_rows(CODEBOOK, &all);
+        if let Some(e) = self.ema.as_mut() {
+            e.copy_rows(&self.named, CODEBOOK, &all)?;
+        }
+        self.state.last_used.fill(self.state.step);
+        Ok(())
+    }
+
+    /// One optimisation step on the batch `x`: the loss and the forward pass it came from.
+    fn step(&mut self, x: &Tensor) -> Result<(Loss, Forward)> {
+        let step = self.state.step;
+        let bottleneck = if step >= self.tc.ae_warmup {
             Bottleneck::Quantize
         } else {
             Bottleneck::Bypass
         };
-        let f = model.forward(&x, bottleneck)?; // latents (b, d, s/f, s/f), recon (b, 3, s, s)
+        let f = self.model.forward(x, bottleneck)?; // latents (b, d, s/f, s/f), recon (b, 3, s, s)
         let q = f.quantized.as_ref();
-        let l = loss(&x, &f.reconstruction, q.map(|q| &q.loss), tc.loss_weights())?;
+        let l = loss(
+            x,
+            &f.reconstruction,
+            q.map(|q| &q.loss),
+            self.tc.loss_weights(),
+        )?;
         let total = l.total.to_scalar::<f32>()? as f64;
         if !total.is_finite() {
             let msg = format!("training diverged: loss is {total} at step {}", step + 1);
             return Err(Error::invalid(msg));
         }
         let grads = l.total.backward()?;
-        opt.lr = warmup_cosine(step, tc.warmup, tc.steps, tc.lr, tc.min_lr);
-        opt.step(&grads)?;
+        let tc = self.tc;
+        self.opt.lr = warmup_cosine(step, tc.warmup, tc.steps, tc.lr, tc.min_lr);
+        self.opt.step(&grads)?;
         drop(grads);
-        state.step += 1;
+        self.state.step += 1;
+        Ok((l, f))
+    }
+
+    /// Marks the codes the step used (at the new step) and returns them.
+    fn record_codes(&mut self, q: Option<&crate::quantize::Quantized>) -> Result<Vec<u32>> {
         let indices = match q {
             Some(q) => q.indices.flatten_all()?.to_vec1::<u32>()?,
             None => Vec::new(),
         };
         for &i in &indices {
-            state.last_used[i as usize] = state.step;
+            self.state.last_used[i as usize] = self.state.step;
         }
-        let mut restarted = 0;
-        if quantize
-            && tc.dead_after > 0
-            && tc.restart_every > 0
-            && state.step.is_multiple_of(tc.restart_every)
-        {
-            let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, state.step as u64, 0xdead]));
-            let (rows, _) = codebook::latent_rows(&model.quantizer().search_space(&f.latents)?)?;
-            let (last_used, s) = (&mut state.last_used, state.step);
-            let dead = codebook::restart_dead_codes(
-                &codebook_var,
-                last_used,
-                s,
-                tc.dead_after,
-                &rows,
-                &mut rng,
-            )?;
-            opt.reset_rows(CODEBOOK, &dead);
-            if let Some(e) = ema.as_mut() {
-                e.copy_rows(&named, CODEBOOK, &dead)?;
-            }
-            restarted = dead.len();
-            state.restarts_total += restarted;
-        }
-        if let Some(e) = ema.as_mut() {
-            e.update(&named)?;
-        }
-        win.add(batch, total, psnr_of_mse(l.mse), &indices, restarted);
-        win.report(&mut state, opt.lr);
-        let snap = tc.snapshot_every > 0 && state.step.is_multiple_of(tc.snapshot_every);
-        if snap || state.step.is_multiple_of(tc.checkpoint_every.max(1)) || state.step == tc.steps {
-            state.seconds = win.run_seconds();
-            checkpoint::save(out, cfg, tc, &vars, &opt, ema.as_ref(), &state)?;
-            if snap {
-                checkpoint::snapshot(out, state.step)?;
-            }
-        }
+        Ok(indices)
     }
-    win.finish();
-    Ok(state)
+
+    /// Every `restart_every` steps, re-seeds the codes unused for `dead_after` steps from
+    /// encoder outputs of the batch `f` came from; returns how many.
+    fn restart_dead_codes(&mut self, f: &Forward) -> Result<usize> {
+        let (tc, step) = (self.tc, self.state.step);
+        let quantized = step > tc.ae_warmup;
+        if !quantized
+            || tc.dead_after == 0
+            || tc.restart_every == 0
+            || !step.is_multiple_of(tc.restart_every)
+        {
+            return Ok(0);
+        }
+        let mut rng = StdRng::seed_from_u64(mix_seed(&[tc.seed, step as u64, 0xdead]));
+        let space = self.model.quantizer().search_space(&f.latents)?;
+        let (rows, _) = codebook::latent_rows(&space)?;
+        let last_used = &mut self.state.last_used;
+        let dead = codebook::restart_dead_codes(
+            &self.codebook_var,
+            last_used,
+            step,
+            tc.dead_after,
+            &rows,
+            &mut rng,
+        )?;
+        self.opt.reset_rows(CODEBOOK, &dead);
+        if let Some(e) = self.ema.as_mut() {
+            e.copy_rows(&self.named, CODEBOOK, &dead)?;
+        }
+        self.state.restarts_total += dead.len();
+        Ok(dead.len())
+    }
 }
 
 /// The training images, at every scale the config asks for.

@@ -80,7 +80,7 @@ fn tiny_gray_model(dir: &Path, idx: &Path) -> PathBuf {
         "2",
     ]);
     let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run.join("train.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(run.join("training.json")).unwrap()).unwrap();
     // IDX data takes the Fashion-MNIST recipe: whole 32×32 canvases, no colour shuffling.
     assert_eq!(saved["crop"], 32, "{saved}");
     assert_eq!(saved["shuffle_channels"], false, "{saved}");

@@ -448,7 +448,7 @@ fn cli_train_resume_and_eval() {
     let st: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
     assert_eq!(st["step"], 5);
-    assert!(out.join("train.json").is_file() && out.join("config.json").is_file());
+    assert!(out.join("training.json").is_file() && out.join("config.json").is_file());
 
     let w = out.join("model.safetensors").display().to_string();
     let s = ok(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
@@ -517,4 +517,38 @@ fn cli_train_resume_and_eval() {
     std::fs::write(imgs.join("broken.png"), "not a png").unwrap();
     let e = fails(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
     assert!(e.contains("broken.png"), "{e}");
+}
+
+/// A run folder written before the recipe file was named `training.json` (the VQGAN wrote
+/// `train.json`, as the shipped `weights/vqgan` did) still resumes from the command line, and
+/// its next checkpoint leaves the recipe under the new name only.
+#[test]
+fn an_old_train_json_run_still_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let out = d.path().join("old");
+    train::train(&cfg, &tiny_tc(&imgs, 2), &out, false, false).unwrap();
+    std::fs::rename(out.join("training.json"), out.join("train.json")).unwrap();
+    // A new run refuses the old folder too.
+    let out_s = out.display().to_string();
+    let e = fails(&[
+        "vq",
+        "train",
+        "--data",
+        &imgs.display().to_string(),
+        "--out",
+        &out_s,
+    ]);
+    assert!(e.contains("train.json"), "{e}");
+    let s = ok(&["vq", "train", "--out", &out_s, "--resume", "--steps", "4"]);
+    assert!(s.contains("step 4/4"), "{s}");
+    assert!(out.join("training.json").is_file());
+    assert!(!out.join("train.json").exists());
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
+    assert_eq!(
+        (saved["steps"].as_u64(), saved["crop"].as_u64()),
+        (Some(4), Some(16))
+    );
 }

@@ -1,16 +1,10 @@
-//! `imgseq vit plot-positions`: what did the position embeddings learn?
-//!
-//! As in the ViT paper's figure 7: for every patch position (an 8×8 grid), a small 8×8 map of
-//! the cosine similarity between its learned position vector and that of every other patch.
-//! A model that learned 2-D structure shows a bright spot at the patch's own place, fading
-//! with distance, often with row/column stripes.
-//!
-//! Presentation only: the caller loads the model and passes the position vectors.
+//! What did the position embeddings learn? As in the ViT paper's figure 7: for every patch
+//! position (an 8×8 grid), a small 8×8 map of the cosine similarity between its learned
+//! position vector and that of every other patch. A model that learned 2-D structure shows a
+//! bright spot at the patch's own place, fading with distance, often with row/column stripes.
 
-use anyhow::{bail, Result};
 use image::{Rgb, RgbImage};
-use imgseq_core::fsutil::Outputs;
-use std::path::Path;
+use imgseq_core::{Error, Result};
 
 /// Pixels per similarity cell, and gap between the small maps.
 const CELL: u32 = 6;
@@ -58,22 +52,31 @@ pub fn similarity_maps(pos: &[f32], n: usize, d: usize) -> Vec<f32> {
     sim
 }
 
+/// The figure of a set of position vectors, with how much 2-D structure they hold.
+#[derive(Debug, Clone)]
+pub struct PositionPlot {
+    pub image: RgbImage,
+    /// Patches per grid side.
+    pub side: usize,
+    /// Mean cosine similarity of grid neighbours, and of patches at least `side / 2` apart.
+    pub near: f32,
+    pub far: f32,
+}
+
 /// Draws the similarity maps of `n` patch position vectors of width `d` (`pos`: (n, d) row
-/// major, CLS excluded; `n` must be a square) into `output` and prints how much 2-D structure
-/// they hold.
-pub fn plot_positions(
-    pos: &[f32],
-    n: usize,
-    d: usize,
-    output: &Path,
-    outs: &mut Outputs,
-) -> Result<()> {
+/// major, CLS excluded; `n` must be a square) and measures their 2-D structure.
+pub fn plot_positions(pos: &[f32], n: usize, d: usize) -> Result<PositionPlot> {
     let side = (n as f64).sqrt().round() as usize;
     if side * side != n {
-        bail!("{n} position slots do not form a square grid");
+        return Err(Error::invalid(format!(
+            "{n} position slots do not form a square grid"
+        )));
     }
     if pos.len() != n * d {
-        bail!("{} position values for {n} vectors of {d}", pos.len());
+        return Err(Error::invalid(format!(
+            "{} position values for {n} vectors of {d}",
+            pos.len()
+        )));
     }
     let sim = similarity_maps(pos, n, d);
     let map_px = side as u32 * CELL;
@@ -93,7 +96,6 @@ pub fn plot_positions(
             }
         }
     }
-    outs.write(output, |p| imgseq_core::image_io::save_image(p, &img))?;
     // A number that says whether 2-D structure was learned: mean similarity of grid neighbours
     // versus of patches at least half the grid apart.
     let (mut near, mut nn, mut far, mut nf) = (0f32, 0, 0f32, 0);
@@ -110,15 +112,42 @@ pub fn plot_positions(
             }
         }
     }
-    println!(
-        "wrote {} ({side}x{side} maps of {side}x{side}; colour: cosine similarity -1 (dark) .. 1 (yellow))",
-        output.display()
-    );
-    println!(
-        "mean cosine similarity: neighbouring patches {:.3}, patches >= {} apart {:.3}",
-        near / nn.max(1) as f32,
-        side / 2,
-        far / nf.max(1) as f32
-    );
-    Ok(())
+    Ok(PositionPlot {
+        image: img,
+        side,
+        near: near / nn.max(1) as f32,
+        far: far / nf.max(1) as f32,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Positions that vary smoothly over a 4×4 grid: neighbours alike, far patches not.
+    fn smooth_grid() -> Vec<f32> {
+        let mut pos = Vec::new();
+        for i in 0..16 {
+            let (y, x) = ((i / 4) as f32, (i % 4) as f32);
+            pos.extend([x.cos(), x.sin(), y.cos(), y.sin()]);
+        }
+        pos
+    }
+
+    #[test]
+    fn smooth_positions_show_two_dimensional_structure() {
+        let p = plot_positions(&smooth_grid(), 16, 4).unwrap();
+        assert_eq!(p.side, 4);
+        assert!(p.near > p.far, "{} vs {}", p.near, p.far);
+        let side = 4 * (4 * CELL) + 5 * GAP;
+        assert_eq!(p.image.dimensions(), (side, side));
+    }
+
+    #[test]
+    fn a_count_that_is_no_square_or_a_short_buffer_is_refused() {
+        let e = plot_positions(&[0.0; 12], 3, 4).unwrap_err().to_string();
+        assert!(e.contains("do not form a square grid"), "{e}");
+        let e = plot_positions(&[0.0; 10], 4, 4).unwrap_err().to_string();
+        assert!(e.contains("10 position values for 4 vectors of 4"), "{e}");
+    }
 }
