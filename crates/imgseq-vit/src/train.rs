@@ -16,7 +16,7 @@ use imgseq_core::progress::bar;
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use rand_distr_free::normal;
+use imgseq_core::run::normal;
 use std::path::Path;
 use std::time::Instant;
 
@@ -651,14 +651,4 @@ fn distill_targets(
         t.extend((0..k).map(|j| a * teacher[i * k + j] + if j == label { 1.0 - a } else { 0.0 }));
     }
     t
-}
-
-/// Standard normal sampling without an extra dependency (Box–Muller).
-mod rand_distr_free {
-    use rand::Rng;
-    pub fn normal(rng: &mut impl Rng) -> f64 {
-        let u1: f64 = rng.random::<f64>().max(1e-300);
-        let u2: f64 = rng.random();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
 }
