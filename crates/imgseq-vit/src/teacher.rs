@@ -272,8 +272,7 @@ fn run_teacher(
     let parameters = named.iter().map(|v| v.1.as_tensor().elem_count()).sum();
     seeded_init(&named, cfg.seed)?;
     let mut opt = AdamW::new(named.clone(), cfg.lr, cfg.weight_decay)?;
-    let steps_per_epoch = train_set.n.div_ceil(cfg.batch_size);
-    let total = cfg.epochs * steps_per_epoch;
+    let total = cfg.epochs * train_set.n.div_ceil(cfg.batch_size);
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let mut state = TeacherState {
         config: cfg.clone(),
@@ -293,23 +292,7 @@ fn run_teacher(
     }
     // Said only once the run folder has been accepted (a refused folder is a one-line error).
     if progress {
-        if resume {
-            eprintln!(
-                "resuming the teacher in {} after epoch {}/{}",
-                out.display(),
-                state.epochs_done,
-                cfg.epochs
-            );
-        } else {
-            eprintln!(
-                "training a CNN teacher (widths {:?}) on {} images ({} test), {} epochs, into {}",
-                cfg.widths,
-                train_set.n,
-                test_set.n,
-                cfg.epochs,
-                out.display()
-            );
-        }
+        announce(cfg, train_set, test_set, out, resume, state.epochs_done);
     }
     let weights = || -> std::collections::HashMap<String, Tensor> {
         named
@@ -327,40 +310,14 @@ fn run_teacher(
         }
         let mut order: Vec<usize> = (0..train_set.n).collect();
         order.shuffle(&mut rng);
-        let pb = progress.then(|| bar(train_set.n as u64, 0, "teacher"));
-        let mut loss_sum = 0.0;
-        for (s, chunk) in order.chunks(cfg.batch_size).enumerate() {
-            let step = epoch * steps_per_epoch + s;
-            opt.lr = warmup_cosine(step, steps_per_epoch, total, cfg.lr, cfg.lr * 1e-2);
-            let seed = cfg.seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let (x, y) = make_batch(
-                train_set,
-                chunk,
-                &cfg.normalize,
-                Some((&cfg.augment, seed)),
-                &dev,
-            )?;
-            let loss = model
-                .forward(&x)
-                .and_then(|l| cross_entropy_smoothed(&l, &y, cfg.label_smoothing))
-                .map_err(tensor_err)?;
-            let grads = loss.backward().map_err(tensor_err)?;
-            opt.step(&grads)?;
-            let l = loss.to_scalar::<f32>().map_err(tensor_err)? as f64;
-            if !l.is_finite() {
-                return Err(Error::invalid(format!(
-                    "teacher: the loss diverged at step {step} (lower --lr)"
-                )));
-            }
-            loss_sum += l * chunk.len() as f64;
-            if let Some(pb) = &pb {
-                pb.inc(chunk.len() as u64);
-                pb.set_message(format!("epoch {}/{} loss {l:.4}", epoch + 1, cfg.epochs));
-            }
-        }
-        if let Some(pb) = pb {
-            pb.finish_and_clear();
-        }
+        let ctx = EpochCtx {
+            cfg,
+            model: &model,
+            train_set,
+            dev: &dev,
+            progress,
+        };
+        let loss_sum = train_epoch(&ctx, &mut opt, &order, epoch, total)?;
         let acc = evaluate_teacher(&model, test_set, &cfg.normalize, cfg.num_labels)?.accuracy;
         state.train_loss.push(loss_sum / train_set.n as f64);
         state.test_accuracy.push(acc);
@@ -380,7 +337,105 @@ fn run_teacher(
         save_tensors(out.join(TEACHER_OPTIMIZER_FILE), &opt.state()?)?;
         imgseq_core::fsutil::write_json(out.join(TEACHER_STATE_FILE), &state)?;
     }
-    let probs = soft_labels(&model, train_set, &cfg.normalize, cfg.temperature)?;
+    finish(cfg, &model, train_set, out, &state, parameters)
+}
+
+/// Says what the run is about to do (once the run folder has been accepted).
+fn announce(
+    cfg: &TeacherConfig,
+    train_set: &ImageSet,
+    test_set: &ImageSet,
+    out: &Path,
+    resume: bool,
+    epochs_done: usize,
+) {
+    if resume {
+        eprintln!(
+            "resuming the teacher in {} after epoch {}/{}",
+            out.display(),
+            epochs_done,
+            cfg.epochs
+        );
+    } else {
+        eprintln!(
+            "training a CNN teacher (widths {:?}) on {} images ({} test), {} epochs, into {}",
+            cfg.widths,
+            train_set.n,
+            test_set.n,
+            cfg.epochs,
+            out.display()
+        );
+    }
+}
+
+/// What every step of an epoch reads.
+struct EpochCtx<'a> {
+    cfg: &'a TeacherConfig,
+    model: &'a TeacherCnn,
+    train_set: &'a ImageSet,
+    dev: &'a Device,
+    progress: bool,
+}
+
+/// One epoch over `order`: returns the summed (per-image) training loss.
+fn train_epoch(
+    ctx: &EpochCtx,
+    opt: &mut AdamW,
+    order: &[usize],
+    epoch: usize,
+    total: usize,
+) -> Result<f64> {
+    let (cfg, train_set) = (ctx.cfg, ctx.train_set);
+    let steps_per_epoch = train_set.n.div_ceil(cfg.batch_size);
+    let pb = ctx.progress.then(|| bar(train_set.n as u64, 0, "teacher"));
+    let mut loss_sum = 0.0;
+    for (s, chunk) in order.chunks(cfg.batch_size).enumerate() {
+        let step = epoch * steps_per_epoch + s;
+        opt.lr = warmup_cosine(step, steps_per_epoch, total, cfg.lr, cfg.lr * 1e-2);
+        let seed = cfg.seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let (x, y) = make_batch(
+            train_set,
+            chunk,
+            &cfg.normalize,
+            Some((&cfg.augment, seed)),
+            ctx.dev,
+        )?;
+        let loss = ctx
+            .model
+            .forward(&x)
+            .and_then(|l| cross_entropy_smoothed(&l, &y, cfg.label_smoothing))
+            .map_err(tensor_err)?;
+        let grads = loss.backward().map_err(tensor_err)?;
+        opt.step(&grads)?;
+        let l = loss.to_scalar::<f32>().map_err(tensor_err)? as f64;
+        if !l.is_finite() {
+            return Err(Error::invalid(format!(
+                "teacher: the loss diverged at step {step} (lower --lr)"
+            )));
+        }
+        loss_sum += l * chunk.len() as f64;
+        if let Some(pb) = &pb {
+            pb.inc(chunk.len() as u64);
+            pb.set_message(format!("epoch {}/{} loss {l:.4}", epoch + 1, cfg.epochs));
+        }
+    }
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(loss_sum)
+}
+
+/// The trained teacher's soft labels for the training set and the run's report, written to
+/// `out`.
+fn finish(
+    cfg: &TeacherConfig,
+    model: &TeacherCnn,
+    train_set: &ImageSet,
+    out: &Path,
+    state: &TeacherState,
+    parameters: usize,
+) -> Result<TeacherReport> {
+    let probs = soft_labels(model, train_set, &cfg.normalize, cfg.temperature)?;
     let k = cfg.num_labels;
     let correct = probs
         .chunks(k)
@@ -481,9 +536,13 @@ fn restore(
         ));
     }
     imgseq_core::weights::set_vars(&wpath, &w, named.iter().map(|(n, v, _)| (n.as_str(), v)))?;
-    let opath = out.join(TEACHER_OPTIMIZER_FILE);
-    let st = crate::checkpoint::load_tensors(&opath, &Device::Cpu)?;
-    opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;
+    // A finished run (a shipped teacher keeps no optimizer state) only recomputes its soft
+    // labels: the optimizer is needed when epochs remain.
+    if state.epochs_done < cfg.epochs {
+        let opath = out.join(TEACHER_OPTIMIZER_FILE);
+        let st = crate::checkpoint::load_tensors(&opath, &Device::Cpu)?;
+        opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;
+    }
     Ok(state)
 }
 
@@ -586,5 +645,23 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let e = train_teacher(&cfg, &tr, &te, empty.path(), false, true).unwrap_err();
         assert!(e.to_string().contains("no run to resume"), "{e}");
+    }
+
+    #[test]
+    fn a_finished_teacher_without_optimizer_state_regenerates_its_soft_labels() {
+        // Shipped teachers keep weights and state, not the optimizer: `--resume` on them
+        // recomputes the soft labels, byte-identical to the run's own.
+        let (mut cfg, tr, te) = (toy_cfg(), toy(32, 1), toy(16, 2));
+        cfg.epochs = 2;
+        let dir = tempfile::tempdir().unwrap();
+        train_teacher(&cfg, &tr, &te, dir.path(), false, false).unwrap();
+        let labels = std::fs::read(dir.path().join(SOFT_LABELS_FILE)).unwrap();
+        std::fs::remove_file(dir.path().join(TEACHER_OPTIMIZER_FILE)).unwrap();
+        std::fs::remove_file(dir.path().join(SOFT_LABELS_FILE)).unwrap();
+        train_teacher(&cfg, &tr, &te, dir.path(), false, true).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join(SOFT_LABELS_FILE)).unwrap(),
+            labels
+        );
     }
 }

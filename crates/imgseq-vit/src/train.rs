@@ -13,10 +13,10 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::progress::bar;
+use imgseq_core::run::normal;
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use imgseq_core::run::normal;
 use std::path::Path;
 use std::time::Instant;
 
