@@ -32,15 +32,63 @@ pub enum Error {
     /// An argument or input value is outside what the operation accepts.
     #[error("{0}")]
     Invalid(String),
+    /// The file is well formed but uses something imgseq does not support (a dtype, a byte
+    /// order, a format version, a model family's option).
+    #[error("{}: {msg}", path.display())]
+    Unsupported { path: PathBuf, msg: String },
+    /// The work would need more than a limit allows (memory, pixels, tokens, samples): refused
+    /// before anything is allocated.
+    #[error("{0}")]
+    ResourceLimit(String),
     /// A tensor operation failed.
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
+}
+
+/// The kind of an [`Error`], for callers that react to kinds differently: a service answers
+/// 4xx for the first four and 5xx otherwise, a dataset job skips a sample whose file is bad
+/// but stops on a bad setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A file's content is not what it should be (corrupt, truncated, wrong shape, weights
+    /// that do not fit the model).
+    BadInput,
+    /// A setting or argument has a value the operation cannot use.
+    BadSetting,
+    /// Well formed, but not supported.
+    Unsupported,
+    /// More than a limit allows.
+    ResourceLimit,
+    /// Opening, reading or writing a file failed.
+    Io,
+    /// A tensor operation failed (a bug, or the machine).
+    Internal,
 }
 
 /// Result alias used throughout the imgseq crates.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// What kind of error this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Format { .. } | Error::Weights { .. } => ErrorKind::BadInput,
+            Error::Setting { .. } | Error::Invalid(_) => ErrorKind::BadSetting,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::ResourceLimit(_) => ErrorKind::ResourceLimit,
+            Error::Candle(_) => ErrorKind::Internal,
+        }
+    }
+    pub fn unsupported(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::Unsupported {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+    pub fn resource_limit(msg: impl Into<String>) -> Self {
+        Error::ResourceLimit(msg.into())
+    }
     pub fn io(path: impl AsRef<Path>, err: std::io::Error) -> Self {
         Error::Io {
             path: path.as_ref().to_path_buf(),
@@ -72,6 +120,56 @@ impl Error {
             name,
             value: value.to_string(),
             msg: msg.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_keeps_its_one_line_message() {
+        let cases = [
+            (
+                Error::format("a.npy", "truncated"),
+                ErrorKind::BadInput,
+                "a.npy: truncated",
+            ),
+            (
+                Error::weights("w.safetensors", "missing x"),
+                ErrorKind::BadInput,
+                "w.safetensors: missing x",
+            ),
+            (
+                Error::setting("crop", 100, "must be a multiple of 16"),
+                ErrorKind::BadSetting,
+                "crop 100 must be a multiple of 16",
+            ),
+            (
+                Error::invalid("batch must be positive"),
+                ErrorKind::BadSetting,
+                "batch must be positive",
+            ),
+            (
+                Error::unsupported("b.npy", "big-endian data is not supported"),
+                ErrorKind::Unsupported,
+                "b.npy: big-endian data is not supported",
+            ),
+            (
+                Error::resource_limit("an input of 9x9 pixels needs 9 GiB"),
+                ErrorKind::ResourceLimit,
+                "an input of 9x9 pixels needs 9 GiB",
+            ),
+            (
+                Error::io("c", std::io::Error::other("boom")),
+                ErrorKind::Io,
+                "c: boom",
+            ),
+        ];
+        for (e, kind, msg) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+            assert_eq!(e.to_string(), msg);
         }
     }
 }

@@ -145,7 +145,7 @@ impl Kind {
 }
 
 fn parse_descr(path: &Path, descr: &str) -> Result<Kind> {
-    let bad = |why: &str| Error::format(path, format!("unsupported dtype '{descr}' ({why})"));
+    let bad = |why: &str| Error::unsupported(path, format!("unsupported dtype '{descr}' ({why})"));
     // The first byte is the byte order; a multi-byte first character is no dtype (found by
     // fuzzing: `split_at(1)` inside a character panics).
     let Some((order, code)) = descr.split_at_checked(1).filter(|(_, c)| !c.is_empty()) else {
@@ -232,7 +232,7 @@ fn read_header(path: &Path, bytes: &[u8]) -> Result<(Header, usize)> {
             )
         }
         v => {
-            return Err(Error::format(
+            return Err(Error::unsupported(
                 path,
                 format!("unsupported .npy format version {v}.{}", bytes[7]),
             ))

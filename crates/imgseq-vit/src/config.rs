@@ -202,14 +202,14 @@ impl ViTConfig {
             return Ok(());
         };
         if batch > 1 && check_memory(self.forward_bytes(1, h, w, encoder)).is_ok() {
-            return Err(Error::invalid(format!(
+            return Err(Error::resource_limit(format!(
                 "{batch} inputs of {h}x{w} pixels at once {msg}"
             )));
         }
         Err(if h == w && size_setting {
             Error::setting("size", h, msg)
         } else {
-            Error::invalid(format!("an input of {h}x{w} pixels {msg}"))
+            Error::resource_limit(format!("an input of {h}x{w} pixels {msg}"))
         })
     }
 
