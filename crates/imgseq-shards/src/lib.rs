@@ -23,6 +23,7 @@ pub mod shard;
 pub mod source;
 pub mod wds;
 
+pub use imgseq_core::tokens::TokenGrid;
 pub use manifest::{Manifest, ShardRecord, TokenizerInfo};
 pub use plan::Plan;
 pub use shard::{ShardFormat, TokenShardWriter};

@@ -7,11 +7,11 @@
 //! run. A sample that cannot be read, decoded or is too small is skipped and listed in its
 //! shard's `errors.jsonl`; nothing short of an unwritable output stops the run.
 
-use crate::data;
 use crate::model::VqModel;
 use image::RgbImage;
 use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
+use imgseq_core::input::InputSpec;
 use imgseq_core::{Error, Result};
 use imgseq_shards::manifest::{
     errors_name, job_manifest_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT,
@@ -89,11 +89,11 @@ struct Item {
 /// Reads, decodes and crops a sample; the JSON record that goes beside its tokens.
 fn prepare(
     s: &SampleRef,
-    size: u32,
+    spec: &InputSpec,
     upscale: bool,
     pad: bool,
-    resize: crate::family::Resize,
 ) -> std::result::Result<(RgbImage, Value), String> {
+    let size = spec.size;
     let sample = s.load().map_err(|e| e.to_string())?;
     let name = Path::new(&s.source);
     let img = image_io::decode_rgb_bytes(name, &sample.image).map_err(|e| e.to_string())?;
@@ -113,7 +113,7 @@ fn prepare(
     }
     image_io::check_min_size(name, w, h, size, upscale).map_err(|e| e.to_string())?;
     // The model family's resize and crop (LlamaGen: ADM's centre crop).
-    let crop = crate::preprocess::square(&img, size, resize).map_err(|e| e.to_string())?;
+    let crop = spec.square(&img).map_err(|e| e.to_string())?;
     // The centre square kept, in the original's pixels.
     let side = w.min(h) as f64;
     let (x0, y0) = ((w as f64 - side) / 2.0, (h as f64 - side) / 2.0);
@@ -193,8 +193,8 @@ pub fn tokenize(
         .flat_map(|&s| plan.samples_of(s).map(move |i| (s, i)))
         .map(|(s, i)| (s, index[i].clone()))
         .collect();
-    let (size, upscale, pad) = (o.size, o.upscale, o.pad);
-    let resize = model.config().variant.resize;
+    let spec = model.config().input_spec(o.size);
+    let (upscale, pad) = (o.upscale, o.pad);
     let chunk = o.batch;
     let producer = std::thread::spawn(move || {
         // A batch's worth of files at a time, decoded in parallel (the rayon pool is shared
@@ -205,7 +205,7 @@ pub fn tokenize(
                 .map(|(shard, sample)| Item {
                     shard: *shard,
                     sample: sample.clone(),
-                    image: prepare(sample, size, upscale, pad, resize),
+                    image: prepare(sample, &spec, upscale, pad),
                 })
                 .collect();
             for item in items {
@@ -242,8 +242,7 @@ pub fn tokenize(
         let tokens = if imgs.is_empty() {
             Vec::new()
         } else {
-            let channels = model.config().ddconfig.in_channels;
-            let q = model.encode(&data::to_input(&imgs, channels)?)?;
+            let q = model.encode(&spec.to_tensor(&imgs)?)?;
             let (_, h, w) = q.indices.dims3()?;
             let flat = q.indices.flatten_all()?.to_vec1::<u32>()?;
             flat.chunks(h * w)

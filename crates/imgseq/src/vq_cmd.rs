@@ -8,7 +8,7 @@ use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_kernels::PrecisionChoice;
 use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::{data, eval, inference, load_model, preprocess, TokenGrid, VqConfig, VqModel};
+use imgseq_vqgan::{data, eval, inference, load_model, TokenGrid, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
 
 use crate::paths::default_model;
@@ -375,10 +375,9 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
         }
     }
     let (model, weights, precision) = load_choosing(m, &mut outs)?;
-    let resize = model.config().variant.resize; // the family's preprocessing
-    let img = preprocess::load_square(image, pre.size_for(model.config()), pre.upscale, resize)?;
-    let gray = model.config().ddconfig.in_channels == 1;
-    let img = if gray { data::as_gray(&img) } else { img };
+    // The family's crop and the model's channels (a gray model reads the luma).
+    let spec = model.config().input_spec(pre.size_for(model.config()));
+    let img = spec.load(image, pre.upscale)?;
     let r = eval::roundtrip(&model, &img)?;
     let pair = image_io::side_by_side(&[img, r.reconstruction.clone()], 4);
     outs.create_dir_all(out)?;
@@ -386,7 +385,9 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
     let gray_out = model.config().ddconfig.out_ch == 1;
     outs.write(&tok, |p| r.tokens.write(p))?;
     outs.write(&rec, |p| save_picture(p, &r.reconstruction, gray_out))?;
-    outs.write(&sbs, |p| save_picture(p, &pair, gray && gray_out))?;
+    outs.write(&sbs, |p| {
+        save_picture(p, &pair, spec.channels == 1 && gray_out)
+    })?;
     outs.finish();
     let c = model.config();
     let (h, w) = (r.tokens.h, r.tokens.w);
