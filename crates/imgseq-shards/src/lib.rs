@@ -15,6 +15,7 @@
 //!
 //! Nothing here knows a model: `imgseq_vqgan::tokenize` drives a tokenizer over these.
 
+pub mod job;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;

@@ -98,14 +98,7 @@ impl ShardWriter {
         let path = path.as_ref().to_path_buf();
         // Never rename over a link, device, FIFO or folder that sits at the shard's name.
         imgseq_core::fsutil::check_output(&path)?;
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::invalid(format!("{}: not a file path", path.display())))?;
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let tmp = imgseq_core::fsutil::temp_path(&path)?;
         let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let hw = HashingWriter {
             inner: BufWriter::new(f),

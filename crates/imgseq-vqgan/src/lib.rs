@@ -19,7 +19,6 @@
 //! * [`tokenizer`]: [`VqTokenizer`], a model at an input size as an
 //!   [`imgseq_core::tokenizer::Tokenizer`]; [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
 //! * [`inference`]: image files → tokens → images, in batches.
-//! * [`tokenize`]: whole datasets → resumable token shards (job arrays, errors lists).
 //! * [`eval`]: the one scoring (PSNR, SSIM, codebook usage) of `vq eval`, `vq roundtrip`.
 //!
 //! Training it:
@@ -41,7 +40,6 @@ pub mod preprocess;
 pub mod presets;
 pub mod quantize;
 pub mod rename;
-pub mod tokenize;
 pub mod tokenizer;
 pub mod train;
 
