@@ -90,7 +90,7 @@ def test_gray_model_tokens_equal_the_cli(tmp_path, cli, gray_model):
         write_png(paths[-1], img)
     want = cli_tokens(cli, paths, tmp_path / "c.npy", *model_args)
     got = t.encode(rgb)
-    assert got.shape == want.shape == (3, 4, 4)
+    assert got.shape == want.shape == (3, 8, 8)
     np.testing.assert_array_equal(got.astype(np.int64), want)
     # Gray arrays (n, h, w, 1) against gray files.
     gray = rgb[..., 1:2]
