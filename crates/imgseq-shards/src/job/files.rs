@@ -34,7 +34,7 @@ pub fn finished_record(
             return Ok(Some(r));
         }
     }
-    let samples = wds::read_shard(&path)?.len();
+    let samples = crate::shard::read_shard(&path)?.len();
     let errors_path = out.join(errors_name(s));
     let errors = std::fs::read_to_string(&errors_path)
         .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
