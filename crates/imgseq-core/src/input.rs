@@ -26,6 +26,10 @@ pub enum Crop {
     /// ≥ 2× the size, PIL bicubic resize of the shorter side, centre crop
     /// ([`resample::adm_center_crop`]).
     AdmCenterCrop,
+    /// The ViT's: fitted inside the square keeping its aspect ratio, black around it
+    /// ([`image_io::letterbox`]); the ViT's tokenizer adds its content side, canvas and
+    /// normalisation at the tensor step.
+    Letterbox,
 }
 
 impl Crop {
@@ -34,6 +38,7 @@ impl Crop {
         match self {
             Crop::ShorterSide => "shorter_side",
             Crop::AdmCenterCrop => "adm_center_crop",
+            Crop::Letterbox => "letterbox",
         }
     }
 }
@@ -109,6 +114,7 @@ impl InputSpec {
         let sq = match self.crop {
             Crop::ShorterSide => image_io::resize_shorter_center_crop(img, self.size)?,
             Crop::AdmCenterCrop => resample::adm_center_crop(img, self.size)?,
+            Crop::Letterbox => image_io::letterbox(img, self.size, image::Rgb([0, 0, 0]))?,
         };
         Ok(self.channels_of(sq))
     }
@@ -127,10 +133,10 @@ impl InputSpec {
     pub fn prepare(&self, name: &Path, img: &RgbImage, upscale: bool) -> Result<RgbImage> {
         image_io::check_min_size(name, img.width(), img.height(), self.size, upscale)?;
         match self.crop {
-            Crop::ShorterSide => self.square(img),
             Crop::AdmCenterCrop => self
                 .square(img)
                 .map_err(|e| Error::format(name, e.to_string())),
+            _ => self.square(img),
         }
     }
 
@@ -193,7 +199,7 @@ mod tests {
 
     #[test]
     fn crop_names_are_their_config_names() {
-        for c in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+        for c in [Crop::ShorterSide, Crop::AdmCenterCrop, Crop::Letterbox] {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
         }
     }

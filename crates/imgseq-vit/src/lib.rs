@@ -21,6 +21,7 @@ pub mod interpolate;
 pub mod model;
 pub mod precision;
 pub mod teacher;
+pub mod tokenizer;
 pub mod train;
 
 pub use config::ViTConfig;
