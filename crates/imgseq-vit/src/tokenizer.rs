@@ -67,7 +67,7 @@ mod tests {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let m = Classifier::load(&repo.join("weights/vit-fashion-mnist")).unwrap();
         let png = repo.join("assets/fmnist-t10k-00001.png");
-        let pics = m.load(&[png.clone()], false).unwrap();
+        let pics = m.load(std::slice::from_ref(&png), false).unwrap();
         let Encoded::Embeddings(e) = m.encode_pictures(&pics).unwrap() else {
             panic!("the ViT gives embeddings");
         };
