@@ -22,24 +22,10 @@ pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
         ListFile::Image => return Ok(vec![data.to_path_buf()]),
         ListFile::Text(text) => text,
     };
-    let base = data.parent().unwrap_or(Path::new("."));
-    let paths: Vec<PathBuf> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let p = PathBuf::from(l);
-            if p.is_absolute() {
-                p
-            } else {
-                base.join(p)
-            }
-        })
-        .collect();
-    if paths.is_empty() {
-        return Err(Error::format(data, "the image list is empty"));
-    }
-    Ok(paths)
+    Ok(imgseq_core::data::list::parse(data, &text)?
+        .into_iter()
+        .map(|e| e.path)
+        .collect())
 }
 
 /// Largest image list read, in bytes.
