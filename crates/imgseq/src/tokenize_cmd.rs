@@ -1,6 +1,6 @@
 //! `imgseq vq tokenize | merge-manifests | detokenize | stats`: whole datasets as token shards.
 
-use crate::vq_cmd::{load, save_picture, ModelArgs, Preprocess};
+use crate::vq_model_args::{load, save_picture, ModelArgs, Preprocess};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use image::{Rgb, RgbImage};
