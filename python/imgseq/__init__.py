@@ -88,9 +88,10 @@ class VQTokenizer:
             VQGAN (``imgseq/weights/vqgan/model.safetensors``).
         config: the model's ``config.json`` or taming ``model.yaml``; ``None``: the one beside
             the weights.
-        size: images are resized so that their shorter side is ``size`` and centre-cropped to
-            ``size``×``size`` (exactly as ``imgseq vq encode --size``); a multiple of the
-            model's downsampling factor (16).
+        size: images are brought to ``size``×``size`` by the model family's crop (imgseq's
+            shorter-side resize and centre crop; LlamaGen's ADM centre crop) and to the model's
+            channels (a gray model reads their luma), exactly as ``imgseq vq encode --size``;
+            a multiple of the model's downsampling factor (16).
         precision: ``"f32"``, ``"bf16"`` or ``"auto"`` (the default), as the CLI's
             ``--precision``: bf16 runs the decoder on bf16 weights and activations with f32
             sums; the encoder stays f32, so tokens are f32's. ``auto``: bf16 where the CPU runs
@@ -137,6 +138,16 @@ class VQTokenizer:
         return self._m.downsample_factor
 
     @property
+    def channels(self) -> int:
+        """Channels the model reads (1: gray, the luma of RGB images; 3: RGB)."""
+        return self._m.channels
+
+    @property
+    def crop(self) -> str:
+        """How images become the square input: ``"shorter_side"`` or ``"adm_center_crop"``."""
+        return self._m.crop
+
+    @property
     def weights(self) -> str:
         """The weights file the model was loaded from."""
         return os.fspath(self._m.weights)
@@ -147,10 +158,11 @@ class VQTokenizer:
         return tuple(self._m.grid(size))  # type: ignore[return-value]
 
     def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
-        """Tokens of RGB images.
+        """Tokens of images.
 
         Args:
-            images: uint8 array (n, h, w, 3) (or one image (h, w, 3)), any h, w whose shorter
+            images: uint8 array (n, h, w, 3) RGB or (n, h, w, 1) gray (or one RGB image
+                (h, w, 3)), any h, w whose shorter
                 side is at least ``size`` (smaller needs ``upscale=True``).
             batch_size: images per forward pass.
             upscale: allow enlarging images smaller than ``size``.

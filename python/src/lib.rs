@@ -12,7 +12,8 @@ use imgseq_core::image_io;
 use imgseq_core::Error;
 use imgseq_kernels::PrecisionRequest;
 use imgseq_vit::inference::Classifier;
-use imgseq_vqgan::{TokenGrid, VqModel};
+use imgseq_core::tokenizer::Tokenizer;
+use imgseq_vqgan::{TokenGrid, VqModel, VqTokenizer};
 use numpy::ndarray::{Array3, Array4};
 use numpy::{
     IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
@@ -114,14 +115,13 @@ fn precision_request(s: &str) -> PyResult<PrecisionRequest> {
 /// A VQGAN tokenizer: images → integer token grids → images.
 #[pyclass(module = "imgseq._imgseq", frozen)]
 struct VQTokenizer {
-    model: VqModel,
-    size: u32,
+    tok: VqTokenizer,
     weights: PathBuf,
 }
 
 impl VQTokenizer {
-    /// Tokens of square preprocessed images, as (n, gh, gw) i64.
-    fn encode_square(&self, imgs: &[RgbImage], batch: usize) -> imgseq_core::Result<TokenGrid> {
+    /// Tokens of the model's input pictures, as (n, gh, gw) i64.
+    fn encode_pictures(&self, imgs: &[RgbImage], batch: usize) -> imgseq_core::Result<TokenGrid> {
         let mut all = TokenGrid {
             n: 0,
             h: 0,
@@ -130,15 +130,9 @@ impl VQTokenizer {
             data: Vec::new(),
         };
         for chunk in imgs.chunks(batch) {
-            let q = self.model.encode(&imgseq_vqgan::data::to_batch(chunk)?)?;
-            let (n, h, w) = q.indices.dims3()?;
-            let data = q
-                .indices
-                .to_dtype(DType::I64)?
-                .flatten_all()?
-                .to_vec1::<i64>()?;
-            (all.n, all.h, all.w) = (all.n + n, h, w);
-            all.data.extend(data);
+            let g = self.tok.encode_pictures(chunk)?.into_tokens()?;
+            (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
+            all.data.extend(g.data);
         }
         Ok(all)
     }
@@ -163,33 +157,38 @@ impl VQTokenizer {
                 Ok(m)
             })
             .map_err(to_py)?;
-        model
-            .config()
-            .check_input_size(size as usize)
-            .map_err(to_py)?;
-        Ok(Self {
-            model,
-            size,
-            weights,
-        })
+        let tok = VqTokenizer::new(model, size).map_err(to_py)?;
+        Ok(Self { tok, weights })
     }
 
     /// Number of codebook entries (tokens are 0 ≤ t < n_codes).
     #[getter]
     fn n_codes(&self) -> usize {
-        self.model.config().n_embed
+        self.tok.model.config().n_embed
     }
 
     /// The square input side images are resized and cropped to.
     #[getter]
     fn size(&self) -> u32 {
-        self.size
+        self.tok.size
     }
 
     /// Pixels per token side (16 for taming's f16 models).
     #[getter]
     fn downsample_factor(&self) -> usize {
-        self.model.config().downsample_factor()
+        self.tok.model.config().downsample_factor()
+    }
+
+    /// Channels the model reads (1: gray, 3: RGB).
+    #[getter]
+    fn channels(&self) -> usize {
+        self.tok.input().channels
+    }
+
+    /// The crop rule's name (`shorter_side`, `adm_center_crop`).
+    #[getter]
+    fn crop(&self) -> &'static str {
+        self.tok.input().crop.name()
     }
 
     /// The weights file the model was loaded from.
@@ -201,9 +200,9 @@ impl VQTokenizer {
     /// Token grid (rows, columns) of a `size`×`size` input (default: this tokenizer's size).
     #[pyo3(signature = (size=None))]
     fn grid(&self, size: Option<usize>) -> PyResult<(usize, usize)> {
-        let s = size.unwrap_or(self.size as usize);
-        self.model.config().check_input_size(s).map_err(to_py)?;
-        let g = s / self.model.config().downsample_factor();
+        let s = size.unwrap_or(self.tok.size as usize);
+        self.tok.model.config().check_input_size(s).map_err(to_py)?;
+        let g = s / self.tok.model.config().downsample_factor();
         Ok((g, g))
     }
 
@@ -217,36 +216,32 @@ impl VQTokenizer {
     ) -> PyResult<Bound<'py, PyAny>> {
         const SHAPE: &str = "(n, h, w, 3)";
         let (data, shape) = u8_array(images, "images", SHAPE)?;
-        let (n, h, w) = match shape[..] {
-            [n, h, w, 3] => (n, h, w),
-            [h, w, 3] => (1, h, w),
+        let (n, h, w, c) = match shape[..] {
+            [n, h, w, c @ (1 | 3)] => (n, h, w, c),
+            [h, w, 3] => (1, h, w, 3),
             _ => {
                 return Err(PyValueError::new_err(format!(
-                    "images must have shape {SHAPE} (RGB), got {shape:?}"
+                    "images must have shape {SHAPE} (RGB) or (n, h, w, 1) (gray), got {shape:?}"
                 )))
             }
         };
         imgseq_vqgan::inference::check_batch(batch_size).map_err(to_py)?;
-        let size = self.size;
-        let cfg = self.model.config();
-        let s = size as usize;
+        let spec = self.tok.input();
+        let cfg = self.tok.model.config();
+        let s = spec.size as usize;
         cfg.check_memory(batch_size.min(n).max(1), s, s, Some(s))
             .map_err(to_py)?;
         let grid = py
             .detach(|| -> imgseq_core::Result<TokenGrid> {
-                let plane = h * w * 3;
-                let mut square = Vec::with_capacity(n);
-                for i in 0..n {
-                    let name = format!("image {i}");
-                    image_io::check_min_size(&name, w as u32, h as u32, size, upscale)?;
-                    let img = RgbImage::from_raw(
-                        w as u32,
-                        h as u32,
-                        data[i * plane..(i + 1) * plane].to_vec(),
-                    )
-                    .ok_or_else(|| Error::invalid(format!("{name}: bad image buffer")))?;
-                    square.push(image_io::resize_shorter_center_crop(&img, size)?);
-                }
+                // The one image → model input rule (the family's crop, the model's channels),
+                // as `imgseq vq encode` applies it to files.
+                let plane = h * w * c;
+                let square = (0..n)
+                    .map(|i| {
+                        let px = &data[i * plane..(i + 1) * plane];
+                        spec.from_pixels(i, px, (h, w, c), upscale)
+                    })
+                    .collect::<imgseq_core::Result<Vec<_>>>()?;
                 if n == 0 {
                     let g = s / cfg.downsample_factor();
                     return Ok(TokenGrid {
@@ -257,11 +252,11 @@ impl VQTokenizer {
                         data: Vec::new(),
                     });
                 }
-                self.encode_square(&square, batch_size)
+                self.encode_pictures(&square, batch_size)
             })
             .map_err(to_py)?;
         let shape = (grid.n, grid.h, grid.w);
-        if self.model.config().n_embed <= 1 << 16 {
+        if self.tok.model.config().n_embed <= 1 << 16 {
             let v: Vec<u16> = grid.data.iter().map(|&t| t as u16).collect();
             let a = Array3::from_shape_vec(shape, v).expect("shape matches");
             Ok(a.into_pyarray(py).into_any())
@@ -301,14 +296,14 @@ impl VQTokenizer {
             batched,
             data,
         };
-        grid.check_codebook("tokens", self.model.config().n_embed)
+        grid.check_codebook("tokens", self.tok.model.config().n_embed)
             .map_err(to_py)?;
         let imgs = py
             .detach(|| {
-                imgseq_vqgan::inference::decode_tokens(&self.model, &grid, batch_size, false)
+                imgseq_vqgan::inference::decode_tokens(&self.tok.model, &grid, batch_size, false)
             })
             .map_err(to_py)?;
-        let f = self.model.config().downsample_factor();
+        let f = self.tok.model.config().downsample_factor();
         let (hp, wp) = (h * f, w * f);
         let mut out = Vec::with_capacity(n * hp * wp * 3);
         for img in imgs {
@@ -322,8 +317,8 @@ impl VQTokenizer {
         format!(
             "VQTokenizer(weights={:?}, size={}, n_codes={})",
             self.weights.display().to_string(),
-            self.size,
-            self.model.config().n_embed
+            self.tok.size,
+            self.tok.model.config().n_embed
         )
     }
 }

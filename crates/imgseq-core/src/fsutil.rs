@@ -63,6 +63,28 @@ pub fn check_output(path: impl AsRef<Path>) -> Result<()> {
     }
 }
 
+/// The temporary file an atomic write of `path` fills before renaming it into place:
+/// `.name.tmp-<pid>` in the same folder (every atomic writer of imgseq uses this name, and
+/// [`temp_target`] recognises it).
+pub fn temp_path(path: &Path) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::format(path, "not a file path"))?;
+    Ok(path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    )))
+}
+
+/// The name of the file whose temporary ([`temp_path`]) `name` is — `shard-000012.tar` for
+/// `.shard-000012.tar.tmp-4242` — or `None` when `name` is not one (any name, any bytes).
+pub fn temp_target(name: &str) -> Option<&str> {
+    let (target, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    let is_pid = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    (is_pid && !target.is_empty()).then_some(target)
+}
+
 /// Writes a file by first writing `.name.tmp-<pid>` in the same folder and renaming it into
 /// place once `fill` succeeded and the data is on disk. Refuses a `path` that is not a regular
 /// file ([`check_output`]). On any error the temporary file is removed and `path` is left
@@ -77,14 +99,11 @@ where
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::format(path, "not a file path"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp = dir.join(
+        temp_path(path)?
+            .file_name()
+            .expect("a temporary file has a name"),
+    );
     // A stale temporary file of ours (same pid, an earlier crash) goes; a link there is
     // removed, never followed.
     if std::fs::symlink_metadata(&tmp).is_ok() {
@@ -416,5 +435,25 @@ mod tests {
         let p = dir.path().join("out.bin");
         write_bytes_atomic(&p, b"abc").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn temporary_names_are_made_and_recognised_whatever_the_bytes() {
+        let t = temp_path(Path::new("out/shard-000012.tar")).unwrap();
+        let name = t.file_name().unwrap().to_str().unwrap();
+        assert_eq!(temp_target(name), Some("shard-000012.tar"));
+        assert_eq!(t.parent(), Some(Path::new("out")));
+        assert_eq!(temp_target(".ßhard-é.tar.tmp-12"), Some("ßhard-é.tar"));
+        for not_one in [
+            "shard.tar",
+            ".x.tmp-",
+            ".x.tmp-12a",
+            ".tmp-12",
+            "é",
+            ".é.tmp",
+            "",
+        ] {
+            assert_eq!(temp_target(not_one), None, "{not_one}");
+        }
     }
 }

@@ -8,12 +8,15 @@ pub mod error;
 pub mod frechet;
 pub mod fsutil;
 pub mod image_io;
+pub mod input;
 pub mod metrics;
 pub mod npy;
 pub mod optim;
 pub mod progress;
 pub mod resample;
 pub mod run;
+pub mod tokenizer;
+pub mod tokens;
 pub mod weights;
 
 pub use error::{Error, Result};

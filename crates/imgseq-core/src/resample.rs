@@ -1,4 +1,5 @@
-//! Pillow's bilinear resize of 8-bit images, bit for bit.
+//! Pillow's resampling of 8-bit images, bit for bit: the one resampler of imgseq (the ViT's
+//! bilinear resize, LlamaGen's ADM centre crop with its box halving and bicubic resize).
 //!
 //! HF's `ViTImageProcessor` resizes with `PIL.Image.resize(..., resample=BILINEAR)` (and the
 //! torchvision "fast" processor's uint8 antialiased bilinear was written to match it). A model
@@ -6,23 +7,91 @@
 //! gives the same logits in `transformers.pipeline` as here.
 //!
 //! Pillow's algorithm (`libImaging/Resample.c`), which this follows exactly:
-//! - separable, horizontal pass first (into 8-bit rows), then vertical (into 8-bit pixels);
+//! - separable, horizontal pass first (into 8-bit rows), then vertical (into 8-bit pixels),
+//!   the horizontal pass only over the rows the vertical one reads;
 //! - output pixel `i` centred on source coordinate `(i + 0.5)·scale`, `scale = in/out`; the
-//!   triangle filter's support is stretched by `max(scale, 1)` (antialiasing when shrinking);
+//!   filter's support is stretched by `max(scale, 1)` (antialiasing when shrinking);
 //! - the first tap is `round(centre − support)`, the last `round(centre + support)`, clamped to the
 //!   image; weights are normalised to sum 1, then turned into 22-bit fixed point
 //!   (`round half away from zero`);
-//! - each pass sums `pixel · weight` in 32-bit integers starting from ½ (rounding) and clips to
+//! - each pass sums `pixel · weight` in integers starting from ½ (rounding) and clips to
 //!   0..=255.
 //!
 //! Pillow 13 runs the vertical pass first for some shapes whose height shrinks (always when
 //! the height shrinks and the width grows); that order differs by ±1 in a few pixels. Upscaling
 //! (Fashion-MNIST's 28→32) is the same in every Pillow.
+//!
+//! ADM's `center_crop_arr` (`guided_diffusion/image_datasets.py`, LlamaGen
+//! `dataset/augmentation.py`), [`adm_center_crop`]:
+//!
+//! ```python
+//! while min(*pil_image.size) >= 2 * image_size:
+//!     pil_image = pil_image.resize(tuple(x // 2 for x in pil_image.size), resample=Image.BOX)
+//! scale = image_size / min(*pil_image.size)
+//! pil_image = pil_image.resize(tuple(round(x * scale) for x in pil_image.size), resample=Image.BICUBIC)
+//! arr = np.array(pil_image)
+//! crop_y = (arr.shape[0] - image_size) // 2
+//! crop_x = (arr.shape[1] - image_size) // 2
+//! return Image.fromarray(arr[crop_y: crop_y + image_size, crop_x: crop_x + image_size])
+//! ```
 
 use crate::{Error, Result};
+use image::RgbImage;
 
 /// Fixed-point fraction bits of Pillow's 8-bit resampling (`PRECISION_BITS = 32 − 8 − 2`).
 const PRECISION_BITS: u32 = 22;
+
+/// A Pillow resampling filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// `Image.BOX`: support 0.5.
+    Box,
+    /// `Image.BILINEAR`: the triangle, support 1.
+    Bilinear,
+    /// `Image.BICUBIC`: Keys' cubic with a = −0.5, support 2.
+    Bicubic,
+}
+
+impl Filter {
+    fn support(self) -> f64 {
+        match self {
+            Filter::Box => 0.5,
+            Filter::Bilinear => 1.0,
+            Filter::Bicubic => 2.0,
+        }
+    }
+
+    fn weight(self, x: f64) -> f64 {
+        match self {
+            Filter::Box => {
+                if x > -0.5 && x <= 0.5 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Filter::Bilinear => {
+                let x = x.abs();
+                if x < 1.0 {
+                    1.0 - x
+                } else {
+                    0.0
+                }
+            }
+            Filter::Bicubic => {
+                let a = -0.5;
+                let x = x.abs();
+                if x < 1.0 {
+                    ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+                } else if x < 2.0 {
+                    (((x - 5.0) * x + 8.0) * x - 4.0) * a
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
 
 /// The taps of one output coordinate: first source index and fixed-point weights.
 struct Taps {
@@ -30,30 +99,23 @@ struct Taps {
     weights: Vec<i32>,
 }
 
-/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for the bilinear (triangle) filter.
-fn taps(in_size: usize, out_size: usize) -> Vec<Taps> {
+/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc`.
+fn taps(in_size: usize, out_size: usize, filter: Filter) -> Vec<Taps> {
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
-    let support = filterscale; // the triangle's support is 1
+    let support = filter.support() * filterscale;
     let ss = 1.0 / filterscale;
+    let one = (1u32 << PRECISION_BITS) as f64;
     (0..out_size)
         .map(|xx| {
             let center = (xx as f64 + 0.5) * scale;
             // C's `(int)` truncates toward zero; both values here are > −1, as in Pillow.
             let xmin = ((center - support + 0.5) as i64).max(0) as usize;
             let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
-            let w: Vec<f64> = (xmin..xmax)
-                .map(|x| {
-                    let t = ((x as f64 - center + 0.5) * ss).abs();
-                    if t < 1.0 {
-                        1.0 - t
-                    } else {
-                        0.0
-                    }
-                })
+            let w: Vec<f64> = (xmin..xmax.max(xmin))
+                .map(|x| filter.weight((x as f64 - center + 0.5) * ss))
                 .collect();
             let total: f64 = w.iter().sum();
-            let one = (1u32 << PRECISION_BITS) as f64;
             let weights = w
                 .iter()
                 .map(|&k| {
@@ -74,8 +136,73 @@ fn taps(in_size: usize, out_size: usize) -> Vec<Taps> {
 }
 
 /// Pillow's `clip8`: the rounded fixed-point sum back to a byte.
-fn clip8(v: i32) -> u8 {
-    (v >> PRECISION_BITS).clamp(0, 255) as u8
+fn clip8(ss: i64) -> u8 {
+    (ss >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+/// One pass's output value: `src[at(i)]` weighted by the taps, rounded.
+fn tap_sum(t: &Taps, at: impl Fn(usize) -> u8) -> u8 {
+    let half = 1i64 << (PRECISION_BITS - 1);
+    let s = t
+        .weights
+        .iter()
+        .enumerate()
+        .fold(half, |s, (i, &k)| s + at(t.first + i) as i64 * k as i64);
+    clip8(s)
+}
+
+/// Resizes an interleaved 8-bit image `(h, w, c)` to `(out_h, out_w, c)` as Pillow's
+/// `Image.resize((out_w, out_h), filter)` does (each channel on its own). Sizes must be
+/// positive and `src` must hold h·w·c bytes.
+///
+/// # Shapes
+/// src: h·w·c bytes, row-major, channels last → out_h·out_w·c bytes
+pub fn resize_pil(
+    src: &[u8],
+    (h, w, c): (usize, usize, usize),
+    (out_h, out_w): (usize, usize),
+    filter: Filter,
+) -> Vec<u8> {
+    debug_assert_eq!(src.len(), h * w * c);
+    let kv = (h != out_h).then(|| taps(h, out_h, filter));
+    // Rows the vertical pass reads (Pillow's horizontal pass covers only those).
+    let (first, last) = match &kv {
+        Some(kv) => (
+            kv.first().map_or(0, |t| t.first),
+            kv.last().map_or(0, |t| t.first + t.weights.len()),
+        ),
+        None => (0, h),
+    };
+    let rows = last - first;
+    // Horizontal pass (skipped by Pillow when the width does not change).
+    let tmp = if w != out_w {
+        let kh = taps(w, out_w, filter);
+        let mut tmp = vec![0u8; rows * out_w * c];
+        for y in 0..rows {
+            let row = &src[(first + y) * w * c..(first + y + 1) * w * c];
+            for (x, t) in kh.iter().enumerate() {
+                for ch in 0..c {
+                    tmp[(y * out_w + x) * c + ch] = tap_sum(t, |i| row[i * c + ch]);
+                }
+            }
+        }
+        tmp
+    } else {
+        src[first * w * c..last * w * c].to_vec()
+    };
+    let Some(kv) = kv else {
+        return tmp;
+    };
+    let mut out = vec![0u8; out_h * out_w * c];
+    for (y, t) in kv.iter().enumerate() {
+        for x in 0..out_w {
+            for ch in 0..c {
+                out[(y * out_w + x) * c + ch] =
+                    tap_sum(t, |i| tmp[((i - first) * out_w + x) * c + ch]);
+            }
+        }
+    }
+    out
 }
 
 /// Resizes planar 8-bit images `(c, h, w)` to `(c, out_h, out_w)` exactly as Pillow's
@@ -100,45 +227,64 @@ pub fn resize_bilinear_pil(
             "resize: cannot resize {h}x{w} to {out_h}x{out_w}"
         )));
     }
-    let half = 1i32 << (PRECISION_BITS - 1);
-    let horiz = (w != out_w).then(|| taps(w, out_w));
-    let vert = (h != out_h).then(|| taps(h, out_h));
     let mut out = Vec::with_capacity(c * out_h * out_w);
-    let mut tmp = vec![0u8; h * out_w];
     for plane in src.chunks_exact(h * w) {
-        // Horizontal pass: (h, w) → (h, out_w).
-        match &horiz {
-            Some(taps) => {
-                for y in 0..h {
-                    let row = &plane[y * w..(y + 1) * w];
-                    for (x, t) in taps.iter().enumerate() {
-                        let s = t
-                            .weights
-                            .iter()
-                            .enumerate()
-                            .fold(half, |s, (i, &k)| s + row[t.first + i] as i32 * k);
-                        tmp[y * out_w + x] = clip8(s);
-                    }
-                }
-            }
-            None => tmp.copy_from_slice(plane),
-        }
-        // Vertical pass: (h, out_w) → (out_h, out_w).
-        match &vert {
-            Some(taps) => {
-                for t in taps {
-                    for x in 0..out_w {
-                        let s = t.weights.iter().enumerate().fold(half, |s, (i, &k)| {
-                            s + tmp[(t.first + i) * out_w + x] as i32 * k
-                        });
-                        out.push(clip8(s));
-                    }
-                }
-            }
-            None => out.extend_from_slice(&tmp),
-        }
+        out.extend(resize_pil(
+            plane,
+            (h, w, 1),
+            (out_h, out_w),
+            Filter::Bilinear,
+        ));
     }
     Ok(out)
+}
+
+/// `Image.resize((width, height), resample=filter)` of an RGB image, bit-exact with Pillow
+/// (the image itself when the size does not change or is empty).
+pub fn pil_resize(img: &RgbImage, width: u32, height: u32, filter: Filter) -> RgbImage {
+    let (w0, h0) = (img.width() as usize, img.height() as usize);
+    let (w1, h1) = (width as usize, height as usize);
+    if (w0, h0) == (w1, h1) || w1 == 0 || h1 == 0 || w0 == 0 || h0 == 0 {
+        return img.clone();
+    }
+    let out = resize_pil(img.as_raw(), (h0, w0, 3), (h1, w1), filter);
+    RgbImage::from_raw(width, height, out).expect("sizes match")
+}
+
+/// Python's `round` of a non-negative float: halves to even.
+fn round_half_even(x: f64) -> u32 {
+    let r = x.round();
+    let v = if (x - x.trunc() - 0.5).abs() == 0.0 && r as u64 % 2 == 1 {
+        r - 1.0
+    } else {
+        r
+    };
+    v as u32
+}
+
+/// ADM's `center_crop_arr(img, size)` (see the module docs), bit-exact with Pillow.
+pub fn adm_center_crop(img: &RgbImage, size: u32) -> Result<RgbImage> {
+    if size == 0 {
+        return Err(Error::setting("size", size, "must be positive"));
+    }
+    let mut img = img.clone();
+    while img.width().min(img.height()) >= 2 * size {
+        img = pil_resize(&img, img.width() / 2, img.height() / 2, Filter::Box);
+    }
+    let (w, h) = (img.width(), img.height());
+    let scale = size as f64 / w.min(h) as f64;
+    let (nw, nh) = (
+        round_half_even(w as f64 * scale),
+        round_half_even(h as f64 * scale),
+    );
+    let img = pil_resize(&img, nw, nh, Filter::Bicubic);
+    if nw < size || nh < size {
+        return Err(Error::invalid(format!(
+            "the resized image is {nw}x{nh}, smaller than {size}x{size}"
+        )));
+    }
+    let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
+    Ok(image::imageops::crop_imm(&img, x0, y0, size, size).to_image())
 }
 
 #[cfg(test)]
@@ -164,5 +310,47 @@ mod tests {
     fn wrong_length_and_empty_sizes_are_errors() {
         assert!(resize_bilinear_pil(&[0; 10], (1, 3, 3), (4, 4)).is_err());
         assert!(resize_bilinear_pil(&[0; 9], (1, 3, 3), (0, 4)).is_err());
+    }
+
+    #[test]
+    fn python_round_is_half_to_even() {
+        assert_eq!(round_half_even(2.5), 2);
+        assert_eq!(round_half_even(3.5), 4);
+        assert_eq!(round_half_even(3.4999), 3);
+        assert_eq!(round_half_even(7.0), 7);
+    }
+
+    #[test]
+    fn box_halving_averages_pairs() {
+        // Box filter at exactly half size: each output is the rounded mean of 2×2 inputs.
+        let img = RgbImage::from_fn(4, 2, |x, _| image::Rgb([(x * 10) as u8, 0, 255]));
+        let out = pil_resize(&img, 2, 1, Filter::Box);
+        assert_eq!(out.get_pixel(0, 0).0, [5, 0, 255]);
+        assert_eq!(out.get_pixel(1, 0).0, [25, 0, 255]);
+    }
+
+    #[test]
+    fn adm_crop_is_square_of_the_size() {
+        let img = RgbImage::from_fn(150, 101, |x, y| image::Rgb([x as u8, y as u8, 7]));
+        let out = adm_center_crop(&img, 32).unwrap();
+        assert_eq!(out.dimensions(), (32, 32));
+    }
+
+    #[test]
+    fn bilinear_of_planes_equals_bilinear_of_interleaved_channels() {
+        let (h, w) = (9, 13);
+        let rgb = RgbImage::from_fn(w, h, |x, y| {
+            image::Rgb([(x * 19) as u8, (y * 23) as u8, (x * y) as u8])
+        });
+        let inter = pil_resize(&rgb, 5, 17, Filter::Bilinear);
+        let planar: Vec<u8> = (0..3)
+            .flat_map(|c| rgb.pixels().map(move |p| p.0[c]))
+            .collect();
+        let out = resize_bilinear_pil(&planar, (3, h as usize, w as usize), (17, 5)).unwrap();
+        for (i, p) in inter.pixels().enumerate() {
+            for c in 0..3 {
+                assert_eq!(p.0[c], out[c * 17 * 5 + i]);
+            }
+        }
     }
 }

@@ -10,9 +10,10 @@
 
 use imgseq_core::{Error, Result};
 use imgseq_shards::manifest::MANIFEST;
-use imgseq_shards::wds::{read_shard, TokenSample};
+use imgseq_shards::shard::read_shard;
+use imgseq_shards::wds::TokenSample;
 use imgseq_shards::Manifest;
-use imgseq_vqgan::tokens::TokenGrid;
+use imgseq_shards::TokenGrid;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

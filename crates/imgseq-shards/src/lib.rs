@@ -15,6 +15,7 @@
 //!
 //! Nothing here knows a model: `imgseq_vqgan::tokenize` drives a tokenizer over these.
 
+pub mod job;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;
@@ -23,6 +24,7 @@ pub mod shard;
 pub mod source;
 pub mod wds;
 
+pub use imgseq_core::tokens::TokenGrid;
 pub use manifest::{Manifest, ShardRecord, TokenizerInfo};
 pub use plan::Plan;
 pub use shard::{ShardFormat, TokenShardWriter};

@@ -83,14 +83,7 @@ impl ShardWriter {
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         imgseq_core::fsutil::check_output(&path)?;
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::invalid(format!("{}: not a file path", path.display())))?;
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let tmp = imgseq_core::fsutil::temp_path(&path)?;
         let wide = n_codes > 1 << 16;
         let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let sink = HashingWriter {

@@ -111,5 +111,8 @@ impl TokenShardWriter {
 
 /// Every sample of a token shard of either format, in order.
 pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
-    wds::read_shard(path)
+    match ShardFormat::of_path(path) {
+        ShardFormat::Parquet => parquet_out::read_shard(path),
+        ShardFormat::Wds => wds::read_tar(path),
+    }
 }

@@ -329,25 +329,10 @@ fn list_samples(list: &Path) -> Result<Vec<SampleRef>> {
     let bytes = Location::File(list.to_path_buf()).read(1 << 30)?;
     let text = String::from_utf8(bytes)
         .map_err(|_| Error::format(list, "not a text list of image paths (not UTF-8 text)"))?;
-    let base = list.parent().unwrap_or(Path::new("."));
-    let out: Vec<SampleRef> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let rel = PathBuf::from(l);
-            let path = if rel.is_absolute() {
-                rel.clone()
-            } else {
-                base.join(&rel)
-            };
-            file_sample(&rel, path)
-        })
-        .collect();
-    if out.is_empty() {
-        return Err(Error::format(list, "the image list is empty"));
-    }
-    Ok(out)
+    Ok(imgseq_core::data::list::parse(list, &text)?
+        .into_iter()
+        .map(|e| file_sample(&e.written, e.path))
+        .collect())
 }
 
 /// (key, extension) of a WebDataset member name: the key is the path up to the first `.` of

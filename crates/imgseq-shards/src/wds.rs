@@ -98,14 +98,7 @@ impl ShardWriter {
         let path = path.as_ref().to_path_buf();
         // Never rename over a link, device, FIFO or folder that sits at the shard's name.
         imgseq_core::fsutil::check_output(&path)?;
-        let name = path
-            .file_name()
-            .ok_or_else(|| Error::invalid(format!("{}: not a file path", path.display())))?;
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
+        let tmp = imgseq_core::fsutil::temp_path(&path)?;
         let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let hw = HashingWriter {
             inner: BufWriter::new(f),
@@ -181,12 +174,9 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
-/// Every sample of a token shard, in order. A `.parquet` shard is read by
-/// [`crate::parquet_out::read_shard`], so readers of a shard folder take either format.
-pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
-    if crate::shard::ShardFormat::of_path(path) == crate::shard::ShardFormat::Parquet {
-        return crate::parquet_out::read_shard(path);
-    }
+/// Every sample of a WebDataset token shard, in order ([`crate::shard::read_shard`] reads
+/// either format).
+pub fn read_tar(path: &Path) -> Result<Vec<TokenSample>> {
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
@@ -270,7 +260,7 @@ mod tests {
         assert_eq!(f1.samples, 2);
         assert_eq!(std::fs::read(&p1).unwrap(), std::fs::read(&p2).unwrap());
         assert_eq!(sha256_file(&p1).unwrap(), f1.sha256);
-        let s = read_shard(&p1).unwrap();
+        let s = read_tar(&p1).unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!((s[1].key.as_str(), s[1].h, s[1].w), ("dir/b", 2, 3));
         assert_eq!(s[1].tokens, vec![1, 1023, 7, 0, 5, 6]);

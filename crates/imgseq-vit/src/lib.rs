@@ -27,6 +27,7 @@ pub mod precision;
 pub mod run;
 pub mod teacher;
 pub mod teacher_job;
+pub mod tokenizer;
 pub mod train;
 pub mod train_job;
 

@@ -4,6 +4,7 @@
 use candle_core::{Device, Tensor};
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::input::{self, Crop, InputSpec};
 use imgseq_core::{Error, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -21,24 +22,10 @@ pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
         ListFile::Image => return Ok(vec![data.to_path_buf()]),
         ListFile::Text(text) => text,
     };
-    let base = data.parent().unwrap_or(Path::new("."));
-    let paths: Vec<PathBuf> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let p = PathBuf::from(l);
-            if p.is_absolute() {
-                p
-            } else {
-                base.join(p)
-            }
-        })
-        .collect();
-    if paths.is_empty() {
-        return Err(Error::format(data, "the image list is empty"));
-    }
-    Ok(paths)
+    Ok(imgseq_core::data::list::parse(data, &text)?
+        .into_iter()
+        .map(|e| e.path)
+        .collect())
 }
 
 /// Largest image list read, in bytes.
@@ -90,19 +77,22 @@ fn read_list(data: &Path) -> Result<ListFile> {
 /// Reads only the headers of `paths`: every file must be an image of at least `size` pixels
 /// on its shorter side (or `upscale`), so that a bad file fails before any compute.
 pub fn check_headers(paths: &[PathBuf], size: u32, upscale: bool) -> Result<()> {
-    for p in paths {
-        let (w, h) = image_io::image_dimensions(p)?;
-        image_io::check_min_size(p, w, h, size, upscale)?;
+    rgb_shorter(size).check_headers(paths, upscale)
+}
+
+/// imgseq's own RGB input at `size` (shorter side resized, centre crop).
+fn rgb_shorter(size: u32) -> InputSpec {
+    InputSpec {
+        size,
+        crop: Crop::ShorterSide,
+        channels: 3,
+        range: PixelRange::MinusOneOne,
     }
-    Ok(())
 }
 
 /// The tokenizer's preprocessing of image files: shorter side resized to `size`, centre crop.
 pub fn load_square(paths: &[PathBuf], size: u32, upscale: bool) -> Result<Vec<RgbImage>> {
-    paths
-        .iter()
-        .map(|p| image_io::load_rgb_square(p, size, upscale))
-        .collect()
+    rgb_shorter(size).load_all(paths, upscale)
 }
 
 /// The tokenizer's preprocessing for a model with `channels` input channels: [`load_square`],
@@ -114,44 +104,21 @@ pub fn load_square_for(
     upscale: bool,
     channels: usize,
 ) -> Result<Vec<RgbImage>> {
-    let imgs = load_square(paths, size, upscale)?;
-    Ok(if channels == 1 {
-        imgs.iter().map(as_gray).collect()
-    } else {
-        imgs
-    })
+    InputSpec {
+        channels,
+        ..rgb_shorter(size)
+    }
+    .load_all(paths, upscale)
 }
 
-/// A picture as its ITU-R 601 luma ([`image_io::rgb_to_gray`]), kept as RGB (r = g = b): how
-/// a gray model's inputs and outputs travel through the RGB pipeline.
-pub fn as_gray(img: &RgbImage) -> RgbImage {
-    image::DynamicImage::ImageLuma8(image_io::rgb_to_gray(img)).to_rgb8()
-}
+pub use imgseq_core::input::as_gray;
 
 /// A picture as the model's input tensor for `channels` (1: its luma, 3: RGB), in [-1, 1].
 ///
 /// # Shapes
 /// n images of s×s → (n, channels, s, s)
 pub fn to_input(imgs: &[RgbImage], channels: usize) -> Result<Tensor> {
-    match channels {
-        3 => to_batch(imgs),
-        1 => {
-            let ts = imgs
-                .iter()
-                .map(|i| {
-                    image_io::to_tensor_chw(
-                        &image_io::rgb_to_gray(i),
-                        PixelRange::MinusOneOne,
-                        &Device::Cpu,
-                    )
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Tensor::stack(&ts, 0)?)
-        }
-        c => Err(Error::invalid(format!(
-            "a model with {c} input channels cannot read images (1: gray, 3: RGB)"
-        ))),
-    }
+    input::to_tensor(imgs, channels, PixelRange::MinusOneOne)
 }
 
 /// Images as the model's input, scaled to [-1, 1] (taming's `x/127.5 − 1`).
@@ -159,11 +126,7 @@ pub fn to_input(imgs: &[RgbImage], channels: usize) -> Result<Tensor> {
 /// # Shapes
 /// n images of s×s → (n, 3, s, s)
 pub fn to_batch(imgs: &[RgbImage]) -> Result<Tensor> {
-    let ts = imgs
-        .iter()
-        .map(|i| image_io::to_tensor_chw(i, PixelRange::MinusOneOne, &Device::Cpu))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Tensor::stack(&ts, 0)?)
+    to_input(imgs, 3)
 }
 
 /// Loads every image as RGB, once per scale in `sides`: its shorter side resized to

@@ -1,7 +1,6 @@
 //! How lossy the tokenizer is: the one scoring (PSNR and SSIM on the 8-bit pictures scaled to
 //! [0, 1], codebook usage) used by `vq eval`, `vq roundtrip` and the training reports.
 
-use crate::data;
 use crate::inference::encode_decode;
 use crate::model::VqModel;
 use candle_core::Device;
@@ -64,7 +63,8 @@ pub fn evaluate(
     model
         .config()
         .check_memory(batch.min(paths.len()), s, s, Some(s))?;
-    data::check_headers(paths, size, upscale)?;
+    let spec = model.config().input_spec(size);
+    spec.check_headers(paths, upscale)?;
     let pb = if progress {
         imgseq_core::progress::items(paths.len(), "vq eval")
     } else {
@@ -74,14 +74,8 @@ pub fn evaluate(
     let mut per_image = Vec::with_capacity(paths.len());
     let mut tokens_per_image = 0;
     for chunk in paths.chunks(batch) {
-        let channels = model.config().ddconfig.in_channels;
-        let imgs = match model.config().variant.resize {
-            crate::family::Resize::ShorterSide => {
-                data::load_square_for(chunk, size, upscale, channels)?
-            }
-            // The family's own crop (LlamaGen: ADM's); those models are RGB.
-            r => crate::preprocess::load_squares(chunk, size, upscale, r)?,
-        };
+        // The family's crop (LlamaGen: ADM's); a gray model's pictures are their luma.
+        let imgs = spec.load_all(chunk, upscale)?;
         let (tokens, recons) = encode_decode(model, &imgs)?;
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
@@ -143,7 +137,7 @@ pub fn evaluate_pictures(
         cfg.check_input_size(side as usize)?;
     }
     cfg.check_memory(batch.min(imgs.len()), h as usize, w as usize, None)?;
-    let gray = cfg.ddconfig.in_channels == 1;
+    let spec = cfg.input_spec(w);
     let pb = if progress {
         imgseq_core::progress::items(imgs.len(), "vq eval")
     } else {
@@ -154,11 +148,7 @@ pub fn evaluate_pictures(
     let mut all_recons = Vec::with_capacity(imgs.len());
     let mut tokens_per_image = 0;
     for (chunk, chunk_names) in imgs.chunks(batch).zip(names.chunks(batch)) {
-        let chunk: Vec<RgbImage> = if gray {
-            chunk.iter().map(data::as_gray).collect()
-        } else {
-            chunk.to_vec()
-        };
+        let chunk: Vec<RgbImage> = chunk.iter().map(|i| spec.channels_of(i.clone())).collect();
         let (tokens, recons) = encode_decode(model, &chunk)?;
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
@@ -217,13 +207,8 @@ pub fn roundtrip(model: &VqModel, img: &RgbImage) -> Result<Roundtrip> {
     model
         .config()
         .check_memory(1, h, w, (h == w).then_some(h))?;
-    let gray;
-    let img = if model.config().ddconfig.in_channels == 1 {
-        gray = data::as_gray(img);
-        &gray
-    } else {
-        img
-    };
+    let input = model.config().input_spec(w as u32).channels_of(img.clone());
+    let img = &input;
     let (mut tokens, mut recons) = encode_decode(model, std::slice::from_ref(img))?;
     tokens.batched = false;
     let reconstruction = recons.remove(0);

@@ -63,17 +63,8 @@ pub enum Distance {
     Cdist,
 }
 
-/// How an image file becomes the model's square input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Resize {
-    /// imgseq's: shorter side resized to the size (Catmull-Rom), centre crop.
-    #[default]
-    ShorterSide,
-    /// ADM's `center_crop_arr` (LlamaGen): halve with a box filter while the shorter side is
-    /// ≥ 2× the size, PIL bicubic resize of the shorter side, centre crop.
-    AdmCenterCrop,
-}
+/// How an image file becomes the model's square input: the one rule of [`imgseq_core::input`].
+pub use imgseq_core::input::Crop as Resize;
 
 /// The pixel range the network reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

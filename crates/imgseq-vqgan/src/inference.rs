@@ -86,7 +86,7 @@ pub fn check_batch(batch: usize) -> Result<()> {
 }
 
 /// Token grids of a batch of preprocessed images (`batched`, n = images).
-fn grid_of(indices: &Tensor) -> Result<TokenGrid> {
+pub(crate) fn grid_of(indices: &Tensor) -> Result<TokenGrid> {
     let (n, h, w) = indices.dims3()?;
     let data = indices
         .to_dtype(DType::I64)?
@@ -120,7 +120,8 @@ pub fn encode_decode(model: &VqModel, imgs: &[RgbImage]) -> Result<(TokenGrid, V
     Ok((grid_of(&indices)?, pictures(&recon)?))
 }
 
-/// Encodes image files (shorter side resized to `size`, centre crop) in batches of `batch`.
+/// Encodes image files (brought to the model's input at `size`: [`VqConfig::input_spec`]) in
+/// batches of `batch`.
 /// Every header is checked first, so a bad file fails before any compute. One image gives a
 /// (h, w) grid, several an (n, h, w) one.
 pub fn encode_files(
@@ -136,7 +137,8 @@ pub fn encode_files(
     cfg.check_input_size(size as usize)?;
     let s = size as usize;
     cfg.check_memory(batch.min(paths.len()).max(1), s, s, Some(s))?;
-    data::check_headers(paths, size, upscale)?;
+    let spec = cfg.input_spec(size);
+    spec.check_headers(paths, upscale)?;
     let pb = if show_progress {
         progress::items(paths.len(), "encoding")
     } else {
@@ -150,8 +152,8 @@ pub fn encode_files(
         data: Vec::new(),
     };
     for chunk in paths.chunks(batch) {
-        let imgs = crate::preprocess::load_squares(chunk, size, upscale, cfg.variant.resize)?;
-        let q = model.encode(&data::to_input(&imgs, cfg.ddconfig.in_channels)?)?;
+        let imgs = spec.load_all(chunk, upscale)?;
+        let q = model.encode(&spec.to_tensor(&imgs)?)?;
         let g = grid_of(&q.indices)?;
         (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
         all.data.extend(g.data);

@@ -11,14 +11,14 @@
 //!   `imgseq-torch` crate) with strict key checks; `weights inspect/convert`.
 //! * [`family`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the same network
 //!   (their configs, weight names and quantizer options); [`preprocess`]: each family's
-//!   image preprocessing (LlamaGen's ADM centre crop, bit-exact with Pillow).
+//!   image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
 //!
 //! Using it:
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
-//! * [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
+//! * [`tokenizer`]: [`VqTokenizer`], a model at an input size as an
+//!   [`imgseq_core::tokenizer::Tokenizer`]; [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
 //! * [`inference`]: image files → tokens → images, in batches.
-//! * [`tokenize`]: whole datasets → resumable token shards (job arrays, errors lists).
 //! * [`eval`]: the one scoring (PSNR, SSIM, codebook usage) of `vq eval`, `vq roundtrip`.
 //!
 //! Training it:
@@ -40,13 +40,13 @@ pub mod preprocess;
 pub mod presets;
 pub mod quantize;
 pub mod rename;
-pub mod tokenize;
-pub mod tokens;
+pub mod tokenizer;
 pub mod train;
 
 pub use config::{DdConfig, VqConfig};
 pub use family::{Family, Variant};
+pub use imgseq_core::tokens::{self, TokenGrid};
 pub use load::{load_model, load_weights};
 pub use model::{Bottleneck, Forward, VqModel};
 pub use quantize::{Quantized, VectorQuantizer, CODEBOOK};
-pub use tokens::TokenGrid;
+pub use tokenizer::VqTokenizer;

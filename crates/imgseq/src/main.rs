@@ -15,6 +15,7 @@ mod vit_data_arg;
 mod vit_teacher_cmd;
 mod vq_cmd;
 mod vq_eval_cmd;
+mod vq_model_args;
 mod vq_train_cmd;
 mod weights_cmd;
 

@@ -1,14 +1,14 @@
 //! `imgseq vq tokenize | merge-manifests | detokenize | stats`: whole datasets as token shards.
 
-use crate::vq_cmd::{load, save_picture, ModelArgs, Preprocess};
+use crate::vq_model_args::{load, save_picture, ModelArgs, Preprocess};
 use anyhow::{bail, Context, Result};
-use candle_core::{Device, Tensor};
 use clap::Args;
 use image::{Rgb, RgbImage};
-use imgseq_core::image_io::{self, PixelRange};
-use imgseq_shards::manifest::{self, Manifest, TokenizerInfo, MANIFEST};
-use imgseq_shards::{shard, wds, ShardFormat, SourceOptions};
-use imgseq_vqgan::tokenize::{self, Options};
+use imgseq_core::image_io;
+use imgseq_shards::job::{self, Options};
+use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
+use imgseq_shards::{wds, ShardFormat, SourceOptions};
+use imgseq_vqgan::VqTokenizer;
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -88,7 +88,6 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
         precision: "f32".into(),
     };
     let o = Options {
-        size,
         upscale: a.pre.upscale,
         pad,
         batch: a.batch_size,
@@ -101,7 +100,8 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
             image_column: a.image_column.clone(),
         },
     };
-    let r = tokenize::tokenize(&model, &info, &a.sources, &a.output, &o)?;
+    let tok = VqTokenizer::new(model, size)?;
+    let r = job::tokenize(&tok, &info, &a.sources, &a.output, &o)?;
     println!(
         "shards: {} ({} written now, {} already finished)",
         r.shards, r.written, r.skipped
@@ -134,19 +134,6 @@ pub fn merge(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn read_manifest(dir: &Path) -> Result<Manifest> {
-    let p = dir.join(MANIFEST);
-    if !p.is_file() {
-        bail!(
-            "{}: no manifest.json (not a finished token shard folder; after a job array run \
-             `imgseq vq merge-manifests {}`)",
-            dir.display(),
-            dir.display()
-        );
-    }
-    Ok(Manifest::read(&p)?)
-}
-
 #[derive(Args)]
 pub struct DetokenizeArgs {
     /// A token shard folder (with manifest.json).
@@ -165,59 +152,18 @@ pub struct DetokenizeArgs {
 }
 
 pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
-    let m = read_manifest(&a.dir)?;
+    job::read::read_manifest(&a.dir)?;
     let (model, _) = load(&a.model)?;
-    let n_codes = model.config().n_embed;
-    if n_codes != m.tokenizer.n_codes {
-        bail!(
-            "{}: tokens of a {}-code tokenizer, the model has {n_codes} codes",
-            a.dir.display(),
-            m.tokenizer.n_codes
-        );
-    }
     let gray = model.config().ddconfig.out_ch == 1;
+    let size = model.config().ddconfig.resolution as u32;
+    let tok = VqTokenizer { model, size };
     let limit = a.limit.unwrap_or(usize::MAX);
-    let mut done = 0usize;
     std::fs::create_dir_all(&a.output)
         .with_context(|| format!("{}: cannot create folder", a.output.display()))?;
-    'shards: for p in m.shard_paths(&a.dir) {
-        let samples = shard::read_shard(&p)?;
-        for chunk in samples.chunks(a.batch_size.max(1)) {
-            let chunk = &chunk[..chunk.len().min(limit - done)];
-            if chunk.is_empty() {
-                break 'shards;
-            }
-            let (h, w) = (chunk[0].h, chunk[0].w);
-            let mut flat = Vec::with_capacity(chunk.len() * h * w);
-            for s in chunk {
-                if (s.h, s.w) != (h, w) {
-                    bail!(
-                        "{}: {} has a {}x{} grid, expected {h}x{w}",
-                        p.display(),
-                        s.key,
-                        s.h,
-                        s.w
-                    );
-                }
-                if let Some((_, v)) = imgseq_core::codes::first_out_of_range(&s.tokens, n_codes) {
-                    bail!(
-                        "{}: {} has token {v}, outside the codebook of {n_codes}",
-                        p.display(),
-                        s.key
-                    );
-                }
-                flat.extend_from_slice(&s.tokens);
-            }
-            let idx = Tensor::from_vec(flat, (chunk.len(), h, w), &Device::Cpu)?;
-            let x = model.decode_indices(&idx)?;
-            for (i, s) in chunk.iter().enumerate() {
-                let img = image_io::from_tensor_chw(&x.get(i)?, PixelRange::MinusOneOne)?;
-                let out = a.output.join(format!("{}.png", s.key.replace('/', "__")));
-                save_picture(&out, &img, gray)?;
-            }
-            done += chunk.len();
-        }
-    }
+    let done = job::detokenize(&tok, &a.dir, limit, a.batch_size, |key, img| {
+        let out = a.output.join(format!("{}.png", key.replace('/', "__")));
+        save_picture(&out, img, gray)
+    })?;
     println!("wrote {done} images to {}", a.output.display());
     Ok(())
 }
@@ -232,25 +178,8 @@ pub struct StatsArgs {
 }
 
 pub fn stats(a: &StatsArgs) -> Result<()> {
-    let m = read_manifest(&a.dir)?;
-    let n = m.tokenizer.n_codes;
-    let mut counts = vec![0u64; n];
-    let mut samples = 0usize;
-    for p in m.shard_paths(&a.dir) {
-        for s in shard::read_shard(&p)? {
-            samples += 1;
-            if let Some((_, v)) = imgseq_core::codes::first_out_of_range(&s.tokens, n) {
-                bail!(
-                    "{}: {} has token {v}, outside the codebook of {n}",
-                    p.display(),
-                    s.key
-                );
-            }
-            for &t in &s.tokens {
-                counts[t as usize] += 1;
-            }
-        }
-    }
+    let (m, job::CodeStats { samples, counts }) = job::stats(&a.dir)?;
+    let n = counts.len();
     let (used, ppl) = imgseq_core::codes::usage_from_counts(&counts);
     let total: u64 = counts.iter().sum();
     println!(

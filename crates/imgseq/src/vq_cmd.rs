@@ -2,20 +2,13 @@
 //! `imgseq_vqgan`'s (`inference`, `eval`, `tokens`, `train`).
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
-use clap::{ArgMatches, Args, Subcommand};
+use clap::{ArgMatches, Subcommand};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
-use imgseq_kernels::PrecisionChoice;
-use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::{data, eval, inference, load_model, preprocess, TokenGrid, VqConfig, VqModel};
+use imgseq_vqgan::{data, eval, inference, TokenGrid, VqConfig};
 use std::path::{Path, PathBuf};
 
-use crate::paths::default_model;
-use crate::precision_arg::PrecisionArg;
-
-/// Folder name of the shipped default VQGAN under `weights/`.
-pub const DEFAULT_VQGAN: &str = "vqgan";
+use crate::vq_model_args::{load_choosing, load_with, save_picture, ModelArgs, Preprocess};
 
 #[derive(Subcommand)]
 pub enum VqCmd {
@@ -101,60 +94,6 @@ pub enum VqCmd {
     Eval(Box<crate::vq_eval_cmd::EvalArgs>),
 }
 
-/// Which model to use.
-#[derive(Args, Clone)]
-pub struct ModelArgs {
-    /// Weights: safetensors, a taming `.ckpt`, a LlamaGen VQ `.pt` or a diffusers `VQModel`
-    /// folder (default: weights/vqgan/model.safetensors, under $IMGSEQ_WEIGHTS_DIR or the
-    /// workspace's weights/ folder).
-    #[arg(long)]
-    pub weights: Option<PathBuf>,
-    /// Model config: our config.json, taming's model.yaml, LlamaGen's or diffusers'
-    /// config.json (default: beside the weights; a LlamaGen `.pt` needs none).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    #[command(flatten)]
-    pub precision: PrecisionArg,
-}
-
-/// Input preprocessing.
-#[derive(Args, Clone)]
-pub struct Preprocess {
-    /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of the model's
-    /// downsampling factor (default: 384 for colour models; a gray model's training
-    /// resolution, 32 for the Fashion-MNIST tokenizer).
-    #[arg(long)]
-    pub size: Option<u32>,
-    /// Allow enlarging images whose shorter side is smaller than --size.
-    #[arg(long)]
-    pub upscale: bool,
-}
-
-/// Side of colour models' inputs when --size is not given.
-pub const DEFAULT_SIZE: u32 = 384;
-
-impl Preprocess {
-    /// --size, or its default for the model `cfg`: [`DEFAULT_SIZE`] for colour models, the
-    /// training resolution (`ddconfig.resolution`) for gray ones.
-    pub fn size_for(&self, cfg: &VqConfig) -> u32 {
-        self.size.unwrap_or(if cfg.ddconfig.in_channels == 1 {
-            cfg.ddconfig.resolution as u32
-        } else {
-            DEFAULT_SIZE
-        })
-    }
-}
-
-/// Writes a model's output picture: as an 8-bit gray image when `gray` (a one-channel
-/// model's pictures have r = g = b), else RGB.
-pub fn save_picture(path: &Path, img: &image::RgbImage, gray: bool) -> imgseq_core::Result<()> {
-    if gray {
-        image_io::save_image(path, &image_io::rgb_to_gray(img))
-    } else {
-        image_io::save_image(path, img)
-    }
-}
-
 /// Runs a `vq` command; `m` are the `vq` subcommand's matches (for what was given on the
 /// command line).
 pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
@@ -203,94 +142,6 @@ pub fn run(cmd: VqCmd, m: &ArgMatches) -> Result<()> {
         VqCmd::Stats(a) => crate::tokenize_cmd::stats(&a),
         VqCmd::Eval(a) => crate::vq_eval_cmd::eval(&a),
     }
-}
-
-/// The shipped default model's weights, `weights/vqgan/model.safetensors` (found as
-/// [`default_model`] finds any shipped model).
-fn default_weights() -> Result<PathBuf> {
-    let w = default_model(DEFAULT_VQGAN)
-        .ok()
-        .map(|d| tidy(&d.join("model.safetensors")))
-        .filter(|w| w.is_file());
-    w.with_context(|| {
-        let looked = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
-            Some(d) if !d.is_empty() => format!(" in $IMGSEQ_WEIGHTS_DIR={}", d.to_string_lossy()),
-            _ => " next to the executable or in the source tree".into(),
-        };
-        format!(
-            "no --weights given and the default VQGAN weights \
-             ({DEFAULT_VQGAN}/model.safetensors) were not found{looked}; pass --weights \
-             (safetensors or taming .ckpt) or make them with `imgseq weights convert last.ckpt \
-             --config model.yaml -o weights/{DEFAULT_VQGAN}/model.safetensors`"
-        )
-    })
-}
-
-/// Folds `a/b/../c` into `a/c` (for readable messages; no file system access).
-fn tidy(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir if out.file_name().is_some() => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-impl ModelArgs {
-    /// The files given on the command line (inputs an output must not replace).
-    pub fn given(&self) -> Vec<PathBuf> {
-        self.weights.iter().chain(&self.config).cloned().collect()
-    }
-}
-
-/// The model `m` names and the weights file it came from (the shipped default when
-/// `--weights` is absent), for reports.
-pub fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
-    load_with(m, &mut Outputs::default())
-}
-
-/// [`load`], adding the weights and config files to the command's inputs `outs`.
-pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)> {
-    let (model, weights, _) = load_choosing(m, outs)?;
-    Ok((model, weights))
-}
-
-/// [`load_with`], also giving the precision that `--precision` resolved to and why (said on
-/// stderr with `--verbose`).
-pub fn load_choosing(
-    m: &ModelArgs,
-    outs: &mut Outputs,
-) -> Result<(VqModel, PathBuf, PrecisionChoice)> {
-    let weights = match &m.weights {
-        Some(w) => w.clone(),
-        None => default_weights()?,
-    };
-    // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
-    // its config.json inside (`--weights` may name the folder).
-    let file = imgseq_vqgan::load::resolve_weights(&weights)?;
-    let config = match &m.config {
-        Some(c) => Some(c.clone()),
-        None => default_config_path(&file).ok(),
-    };
-    outs.add_input(&file);
-    if let Some(c) = &config {
-        outs.add_input(c);
-    }
-    let mut model =
-        load_model(&file, config.as_deref(), &Device::Cpu).map_err(|e| match (&config, e) {
-            (None, imgseq_core::Error::Invalid(msg)) => anyhow::anyhow!("{msg}; pass --config"),
-            (_, e) => e.into(),
-        })?;
-    let choice = model
-        .choose_precision(m.precision.precision)
-        .with_context(|| format!("{}: cannot set precision", file.display()))?;
-    m.precision.report(&choice);
-    Ok((model, weights, choice))
 }
 
 fn encode(
@@ -375,10 +226,9 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
         }
     }
     let (model, weights, precision) = load_choosing(m, &mut outs)?;
-    let resize = model.config().variant.resize; // the family's preprocessing
-    let img = preprocess::load_square(image, pre.size_for(model.config()), pre.upscale, resize)?;
-    let gray = model.config().ddconfig.in_channels == 1;
-    let img = if gray { data::as_gray(&img) } else { img };
+    // The family's crop and the model's channels (a gray model reads the luma).
+    let spec = model.config().input_spec(pre.size_for(model.config()));
+    let img = spec.load(image, pre.upscale)?;
     let r = eval::roundtrip(&model, &img)?;
     let pair = image_io::side_by_side(&[img, r.reconstruction.clone()], 4);
     outs.create_dir_all(out)?;
@@ -386,7 +236,9 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
     let gray_out = model.config().ddconfig.out_ch == 1;
     outs.write(&tok, |p| r.tokens.write(p))?;
     outs.write(&rec, |p| save_picture(p, &r.reconstruction, gray_out))?;
-    outs.write(&sbs, |p| save_picture(p, &pair, gray && gray_out))?;
+    outs.write(&sbs, |p| {
+        save_picture(p, &pair, spec.channels == 1 && gray_out)
+    })?;
     outs.finish();
     let c = model.config();
     let (h, w) = (r.tokens.h, r.tokens.w);

@@ -3,7 +3,7 @@
 //! classifier's accuracy on the originals and on the reconstructions of labelled IDX images
 //! (Fashion-MNIST's test set against the shipped ViT).
 
-use crate::vq_cmd::{load_choosing, ModelArgs, Preprocess};
+use crate::vq_model_args::{load_choosing, ModelArgs, Preprocess};
 use anyhow::{bail, Result};
 use clap::Args;
 use image::RgbImage;

@@ -8,6 +8,7 @@ pub mod augment;
 pub mod cifar;
 pub mod folder;
 pub mod idx;
+pub mod list;
 
 pub use augment::{augment_batch, batch_tensors, Augment, Normalize};
 pub use cifar::cifar10;

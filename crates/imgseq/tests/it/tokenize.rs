@@ -455,3 +455,166 @@ fn detokenize_and_stats_read_a_shard_folder() {
     assert!(e.contains("no manifest.json"), "{e}");
     let _ = imgseq(&["--help"]);
 }
+
+/// The bytes of token shards, shard records and `vq roundtrip` outputs, pinned: the tokenizer
+/// layer and the dataset job's place in the crates must not change one byte of them (taming
+/// and LlamaGen models, WebDataset and Parquet, a too-small image listed as an error).
+#[test]
+fn shards_and_roundtrip_are_byte_identical_to_pinned() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let d = tempfile::tempdir().unwrap();
+    let imgs = d.path().join("imgs");
+    std::fs::create_dir_all(&imgs).unwrap();
+    for (from, to) in [
+        ("assets/coffee.png", "a.png"),
+        ("tests/fixtures/llamagen/photo.png", "b.png"),
+        ("assets/fmnist-t10k-00001.png", "c.png"),
+    ] {
+        std::fs::copy(repo.join(from), imgs.join(to)).unwrap();
+    }
+    let s = |p: &str| repo.join(p).display().to_string();
+    let taming = [
+        "--weights".to_string(),
+        s("tests/fixtures/vqgan/tiny.safetensors"),
+        "--config".into(),
+        s("tests/fixtures/vqgan/tiny_config.json"),
+    ];
+    let llamagen = [
+        "--weights".to_string(),
+        s("tests/fixtures/llamagen/vq_tiny.pt"),
+    ];
+    let run = |head: &[&str], model: &[String], tail: &[&str]| {
+        let mut a: Vec<&str> = head.to_vec();
+        a.extend(model.iter().map(String::as_str));
+        a.extend_from_slice(&["--precision", "f32"]);
+        a.extend_from_slice(tail);
+        let o = Command::new(env!("CARGO_BIN_EXE_imgseq"))
+            .args(&a)
+            .current_dir(d.path())
+            .env("IMGSEQ_WEIGHTS_DIR", "/nonexistent-imgseq-weights")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{a:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let tok = [
+        "vq",
+        "tokenize",
+        "imgs",
+        "--size",
+        "32",
+        "--shard-size",
+        "2",
+    ];
+    run(&tok, &taming, &["-o", "tw"]);
+    run(&tok, &taming, &["--format", "parquet", "-o", "tp"]);
+    run(&tok, &llamagen, &["-o", "lw"]);
+    run(&tok, &taming, &["--pad", "-o", "tpad"]);
+    let shipped = [
+        "--weights".to_string(),
+        s("weights/vqgan/model.safetensors"),
+    ];
+    run(
+        &["vq", "roundtrip", &s("assets/coffee.png")],
+        &shipped,
+        &["-o", "rt"],
+    );
+    run(
+        &["vq", "roundtrip", "imgs/b.png", "--size", "32"],
+        &llamagen,
+        &["-o", "rtl"],
+    );
+    let pinned = [
+        (
+            "lw/shard-000000.json",
+            "0cd2fa21af8f914c2b543c8effe23f0117eb4c9d59d9fa9cbdf90f39cd385b76",
+        ),
+        (
+            "lw/shard-000000.tar",
+            "1f6733c47e780c6a46508c70878f14b9f6970e84facd42a397bf26b42599f905",
+        ),
+        (
+            "lw/shard-000001.errors.jsonl",
+            "8cbdbdac921df1d39792f6042dfd70c92e06fc5536c749616eb5694ce11ea3d3",
+        ),
+        (
+            "lw/shard-000001.tar",
+            "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef",
+        ),
+        (
+            "rt/recon.png",
+            "58938c2f3d049ed5d41cc1245489ae52820dc90f74e0e0190e661176415beb0b",
+        ),
+        (
+            "rt/side_by_side.png",
+            "029662de9df34d8ece6c466722298c34eaadaa16ddc6b38b5d6b1138ffaaf3d9",
+        ),
+        (
+            "rt/tokens.npy",
+            "65351f1becf01530eed6e39298d2b3c0aac32fd181ff7870b92787f5db3c2211",
+        ),
+        (
+            "rtl/recon.png",
+            "d0b447da39e66998e9c9f64f2a64908287819c9c85801be214380b51fbab24e6",
+        ),
+        (
+            "rtl/side_by_side.png",
+            "ccbda6a27ae6401695ffa04a8768c55ce8751603b2eacf42ebb183d70e2f22a9",
+        ),
+        (
+            "rtl/tokens.npy",
+            "a4aa15974a9bc70344a34fd804d8c73a4cef05bc0293093dff352e5cc14c62b0",
+        ),
+        (
+            "tp/shard-000000.json",
+            "5900b7b35e17bb2ed9ce8c066c8b8545d991b9ac9d5fab67ea535df5ea91408a",
+        ),
+        (
+            "tp/shard-000000.parquet",
+            "de73abe19e0f813dbd828885871594439532fef40bf978e8064f1246323b4153",
+        ),
+        (
+            "tp/shard-000001.json",
+            "0c36658908a424d13c7ba9e602d947ec031862e2489f0f6514072ba76bb7ffbd",
+        ),
+        (
+            "tp/shard-000001.parquet",
+            "6355ff929231b13b5cd34052a6fc9b5d2a9fba5e07d351b3736d523121bc28fa",
+        ),
+        (
+            "tpad/shard-000000.tar",
+            "5d28f2b8742c0371dc0a3da223769d9e4ec120f05c4acccb68f001d69acb1d3a",
+        ),
+        (
+            "tpad/shard-000001.json",
+            "e42f00ddc3bc82f9561851afb2b7ada5c59d73172e2d9de8583939b6b8533e14",
+        ),
+        (
+            "tpad/shard-000001.tar",
+            "aea4a34109d893646462a83db2e90cf68e84e02efae63b8043718c5509ccad61",
+        ),
+        (
+            "tw/errors.jsonl",
+            "8cbdbdac921df1d39792f6042dfd70c92e06fc5536c749616eb5694ce11ea3d3",
+        ),
+        (
+            "tw/shard-000000.json",
+            "230e39e64db2cf886e4d6173609d0a0287736bbcb36fbe36daab0475c89b21b1",
+        ),
+        (
+            "tw/shard-000000.tar",
+            "5d28f2b8742c0371dc0a3da223769d9e4ec120f05c4acccb68f001d69acb1d3a",
+        ),
+        (
+            "tw/shard-000001.json",
+            "9419226e8c2fcf6cd2befd3c0029c9323df3b1509bdeeff7694bf7f053c6f7a2",
+        ),
+    ];
+    for (f, want) in pinned {
+        let got = imgseq_shards::wds::sha256_file(&d.path().join(f)).unwrap();
+        assert_eq!(got, want, "{f}");
+    }
+}

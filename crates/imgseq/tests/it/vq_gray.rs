@@ -142,7 +142,7 @@ fn gray_tokenizer_in_every_vq_command_and_idx_as_a_source() {
     let mut samples = Vec::new();
     for s in 0..3 {
         samples.extend(
-            imgseq_shards::wds::read_shard(&tok.join(format!("shard-{s:06}.tar"))).unwrap(),
+            imgseq_shards::shard::read_shard(&tok.join(format!("shard-{s:06}.tar"))).unwrap(),
         );
     }
     assert_eq!(samples.len(), N);

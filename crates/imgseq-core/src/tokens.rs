@@ -2,7 +2,7 @@
 //! (h, w) for one image or (n, h, w) for several; imgseq writes int64. `numpy.load` reads them.
 //! With taming's f16 model a 384×384 image gives a 24×24 grid, 576 tokens.
 
-use imgseq_core::{codes, npy, Error, Result};
+use crate::{codes, npy, Error, Result};
 use std::path::Path;
 
 /// The token grids of `n` images, `h` × `w` each.

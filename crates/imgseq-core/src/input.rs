@@ -1,0 +1,257 @@
+//! Image file or pixel array → a tokenizer's input: the one owner of that rule. A tokenizer
+//! describes what it reads as data ([`InputSpec`]: square side, crop rule, channels, value
+//! range); the CLI, eval, the dataset job and the Python package all bring images to it here,
+//! so that one image gives one input (and one set of tokens) whichever way it arrives.
+//!
+//! The steps, in order: decode (RGB), check the shorter side against the size (unless
+//! upscaling is allowed), the crop rule's resize and centre crop ([`Crop`]), for a gray model
+//! the picture's luma kept as RGB (r = g = b, [`as_gray`]), and at the tensor its channels and
+//! value range ([`InputSpec::to_tensor`]).
+
+use crate::image_io::{self, PixelRange};
+use crate::{resample, Error, Result};
+use candle_core::{Device, Tensor};
+use image::{DynamicImage, GrayImage, RgbImage};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// How an image becomes the model's square input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Crop {
+    /// imgseq's: shorter side resized to the size (Catmull-Rom), centre crop.
+    #[default]
+    ShorterSide,
+    /// ADM's `center_crop_arr` (LlamaGen): halve with a box filter while the shorter side is
+    /// ≥ 2× the size, PIL bicubic resize of the shorter side, centre crop
+    /// ([`resample::adm_center_crop`]).
+    AdmCenterCrop,
+    /// The ViT's: fitted inside the square keeping its aspect ratio, black around it
+    /// ([`image_io::letterbox`]); the ViT's tokenizer adds its content side, canvas and
+    /// normalisation at the tensor step.
+    Letterbox,
+}
+
+impl Crop {
+    /// The rule's name in configs (`shorter_side`, `adm_center_crop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Crop::ShorterSide => "shorter_side",
+            Crop::AdmCenterCrop => "adm_center_crop",
+            Crop::Letterbox => "letterbox",
+        }
+    }
+}
+
+/// What a tokenizer reads: `size`×`size` pictures cropped by `crop`, with `channels` channels
+/// (1: luma, 3: RGB), as tensor values in `range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSpec {
+    pub size: u32,
+    pub crop: Crop,
+    pub channels: usize,
+    pub range: PixelRange,
+}
+
+/// A picture as its ITU-R 601 luma ([`image_io::rgb_to_gray`]), kept as RGB (r = g = b): how
+/// a gray model's inputs and outputs travel through the RGB pipeline.
+pub fn as_gray(img: &RgbImage) -> RgbImage {
+    DynamicImage::ImageLuma8(image_io::rgb_to_gray(img)).to_rgb8()
+}
+
+/// Refuses a channel count no image has.
+pub fn check_channels(channels: usize) -> Result<()> {
+    match channels {
+        1 | 3 => Ok(()),
+        c => Err(Error::invalid(format!(
+            "a model with {c} input channels cannot read images (1: gray, 3: RGB)"
+        ))),
+    }
+}
+
+/// Pictures as an input tensor of `channels` (1: their luma, 3: RGB) in `range`.
+///
+/// # Shapes
+/// n images of h×w → (n, channels, h, w)
+pub fn to_tensor(imgs: &[RgbImage], channels: usize, range: PixelRange) -> Result<Tensor> {
+    check_channels(channels)?;
+    let ts = imgs
+        .iter()
+        .map(|i| match channels {
+            1 => image_io::to_tensor_chw(&image_io::rgb_to_gray(i), range, &Device::Cpu),
+            _ => image_io::to_tensor_chw(i, range, &Device::Cpu),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::stack(&ts, 0)?)
+}
+
+/// An 8-bit pixel array of `h`×`w` with `c` channels (1: gray, 3: RGB; rows of pixels,
+/// channels last) as an RGB picture (a gray one with r = g = b).
+pub fn rgb_from_pixels(data: &[u8], (h, w, c): (usize, usize, usize)) -> Result<RgbImage> {
+    let (w32, h32) = (w as u32, h as u32);
+    let bad = || {
+        Error::invalid(format!(
+            "a {h}x{w}x{c} image needs {} bytes, got {}",
+            h * w * c,
+            data.len()
+        ))
+    };
+    match c {
+        1 => GrayImage::from_raw(w32, h32, data.to_vec())
+            .map(|g| DynamicImage::ImageLuma8(g).to_rgb8())
+            .ok_or_else(bad),
+        3 => RgbImage::from_raw(w32, h32, data.to_vec()).ok_or_else(bad),
+        c => Err(Error::invalid(format!(
+            "images have 1 (gray) or 3 (RGB) channels, got {c}"
+        ))),
+    }
+}
+
+impl InputSpec {
+    /// The crop rule's `size`×`size` picture of a decoded image (for a gray model, its luma
+    /// as r = g = b).
+    pub fn square(&self, img: &RgbImage) -> Result<RgbImage> {
+        let sq = match self.crop {
+            Crop::ShorterSide => image_io::resize_shorter_center_crop(img, self.size)?,
+            Crop::AdmCenterCrop => resample::adm_center_crop(img, self.size)?,
+            Crop::Letterbox => image_io::letterbox(img, self.size, image::Rgb([0, 0, 0]))?,
+        };
+        Ok(self.channels_of(sq))
+    }
+
+    /// A picture already at the input size as the model sees it (a gray model: its luma).
+    pub fn channels_of(&self, img: RgbImage) -> RgbImage {
+        if self.channels == 1 {
+            as_gray(&img)
+        } else {
+            img
+        }
+    }
+
+    /// [`Self::square`] of a decoded image named `name` (a file, `image 3` of an array),
+    /// whose shorter side must be at least the size unless `upscale`; errors name it.
+    pub fn prepare(&self, name: &Path, img: &RgbImage, upscale: bool) -> Result<RgbImage> {
+        image_io::check_min_size(name, img.width(), img.height(), self.size, upscale)?;
+        match self.crop {
+            Crop::AdmCenterCrop => self
+                .square(img)
+                .map_err(|e| Error::format(name, e.to_string())),
+            _ => self.square(img),
+        }
+    }
+
+    /// Loads an image file as the model's input picture ([`Self::prepare`]).
+    pub fn load(&self, path: &Path, upscale: bool) -> Result<RgbImage> {
+        self.prepare(path, &image_io::load_rgb(path)?, upscale)
+    }
+
+    /// [`Self::load`] of every path.
+    pub fn load_all(&self, paths: &[PathBuf], upscale: bool) -> Result<Vec<RgbImage>> {
+        paths.iter().map(|p| self.load(p, upscale)).collect()
+    }
+
+    /// Reads only the headers of `paths`: every file must be an image whose shorter side is
+    /// at least the size (or `upscale`), so that a bad file fails before any compute.
+    pub fn check_headers(&self, paths: &[PathBuf], upscale: bool) -> Result<()> {
+        for p in paths {
+            let (w, h) = image_io::image_dimensions(p)?;
+            image_io::check_min_size(p, w, h, self.size, upscale)?;
+        }
+        Ok(())
+    }
+
+    /// Image `i` of a pixel array ([`rgb_from_pixels`]) as the model's input picture; errors
+    /// name it `image {i}`.
+    pub fn from_pixels(
+        &self,
+        i: usize,
+        data: &[u8],
+        hwc: (usize, usize, usize),
+        upscale: bool,
+    ) -> Result<RgbImage> {
+        let name = format!("image {i}");
+        let img = rgb_from_pixels(data, hwc).map_err(|e| Error::invalid(format!("{name}: {e}")))?;
+        self.prepare(Path::new(&name), &img, upscale)
+    }
+
+    /// The model's input tensor of prepared pictures ([`to_tensor`] with this spec's channels
+    /// and range).
+    ///
+    /// # Shapes
+    /// n images of s×s → (n, channels, s, s)
+    pub fn to_tensor(&self, imgs: &[RgbImage]) -> Result<Tensor> {
+        to_tensor(imgs, self.channels, self.range)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(crop: Crop, channels: usize) -> InputSpec {
+        InputSpec {
+            size: 16,
+            crop,
+            channels,
+            range: PixelRange::MinusOneOne,
+        }
+    }
+
+    #[test]
+    fn crop_names_are_their_config_names() {
+        for c in [Crop::ShorterSide, Crop::AdmCenterCrop, Crop::Letterbox] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+        }
+    }
+
+    #[test]
+    fn gray_input_is_the_luma_of_the_rgb_crop() {
+        let img = RgbImage::from_fn(40, 24, |x, y| {
+            image::Rgb([(x * 6) as u8, (y * 9) as u8, 77])
+        });
+        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+            let rgb = spec(crop, 3).square(&img).unwrap();
+            let gray = spec(crop, 1).square(&img).unwrap();
+            assert_eq!(gray, as_gray(&rgb));
+            assert_eq!(
+                spec(crop, 1).to_tensor(&[gray]).unwrap().dims(),
+                &[1, 1, 16, 16]
+            );
+        }
+    }
+
+    #[test]
+    fn arrays_and_files_give_the_same_input() {
+        let d = tempfile::tempdir().unwrap();
+        let img = RgbImage::from_fn(30, 20, |x, y| {
+            image::Rgb([(x * 8) as u8, (y * 12) as u8, 5])
+        });
+        let p = d.path().join("a.png");
+        img.save(&p).unwrap();
+        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+            for ch in [1, 3] {
+                let s = spec(crop, ch);
+                let from_file = s.load(&p, false).unwrap();
+                let from_array = s.from_pixels(0, img.as_raw(), (20, 30, 3), false).unwrap();
+                assert_eq!(from_file, from_array, "{crop:?} {ch}");
+            }
+        }
+        // A gray array reads as r = g = b.
+        let g = image_io::rgb_to_gray(&img);
+        let s = spec(Crop::ShorterSide, 1);
+        let from_gray = s.from_pixels(0, g.as_raw(), (20, 30, 1), false).unwrap();
+        assert_eq!(from_gray, s.square(&as_gray(&img)).unwrap());
+    }
+
+    #[test]
+    fn too_small_and_bad_channels_are_errors_naming_the_image() {
+        let s = spec(Crop::AdmCenterCrop, 3);
+        let e = s
+            .from_pixels(2, &[0; 8 * 8 * 3], (8, 8, 3), false)
+            .unwrap_err();
+        assert!(e.to_string().contains("image 2"), "{e}");
+        assert!(s.from_pixels(0, &[0; 8 * 8 * 3], (8, 8, 3), true).is_ok());
+        assert!(s.from_pixels(0, &[0; 8 * 8 * 2], (8, 8, 2), true).is_err());
+        assert!(to_tensor(&[], 4, PixelRange::ZeroOne).is_err());
+    }
+}

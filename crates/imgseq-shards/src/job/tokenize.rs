@@ -1,0 +1,449 @@
+//! Whole datasets → token shards (`imgseq vq tokenize`) with any discrete
+//! [`Tokenizer`]: the sources' sample index ([`crate::source`]) split into shards ([`Plan`]),
+//! images decoded and brought to the tokenizer's input ([`InputSpec`]) on a separate thread
+//! while the tokenizer encodes the previous batch, batches formed across files and shards,
+//! every shard written whole and renamed into place. A killed run started again with the same
+//! command skips the shards that exist and redoes the one it was writing: the result is
+//! identical to an uninterrupted run. A sample that cannot be read, decoded or is too small is
+//! skipped and listed in its shard's `errors.jsonl`; nothing short of an unwritable output
+//! stops the run.
+
+use super::files::{finished_record, job_files, remove_stale_temporaries, write_errors_list};
+use crate::manifest::{
+    errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT,
+};
+use crate::source::{self, SampleRef, SourceOptions};
+use crate::{Plan, ShardFormat, TokenShardWriter};
+use image::RgbImage;
+use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
+use imgseq_core::image_io;
+use imgseq_core::input::InputSpec;
+use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::{Error, Result};
+use indicatif::ProgressBar;
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::time::Instant;
+
+/// How to tokenize (the input side, crop and channels are the tokenizer's).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub upscale: bool,
+    /// Images no larger than the input side are centred on a zero canvas of that side instead
+    /// (Fashion-MNIST's 28×28 on 32×32, as the ViT sees them); larger ones are resized and
+    /// cropped as usual.
+    pub pad: bool,
+    /// Images per forward pass.
+    pub batch: usize,
+    /// Samples per output shard.
+    pub shard_size: usize,
+    /// This process is job `job_index` of `num_jobs`.
+    pub num_jobs: usize,
+    pub job_index: usize,
+    pub progress: bool,
+    /// Output shards: WebDataset tars or Parquet files.
+    pub format: ShardFormat,
+    /// How sources are read (the image column of Parquet sources).
+    pub sources: SourceOptions,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub manifest: PathBuf,
+    /// Shards this job covers, written now, and found finished from an earlier run.
+    pub shards: usize,
+    pub written: usize,
+    pub skipped: usize,
+    /// Samples tokenized and skipped as errors in this job's shards (all of them, old and new).
+    pub samples: usize,
+    pub errors: usize,
+    /// Images encoded in this process and the rate.
+    pub encoded: usize,
+    pub images_per_s: f64,
+}
+
+/// Settings every job of a run must share (`run.json`): a folder holds one tokenization.
+fn run_settings(tok: &TokenizerInfo, inputs: &[String], n: usize, o: &Options) -> Value {
+    let mut v = json!({"format": FORMAT, "tokenizer": tok, "inputs": inputs, "input_samples": n,
+           "shard_size": o.shard_size});
+    if o.pad {
+        v["pad"] = json!(true);
+    }
+    if o.format != ShardFormat::Wds {
+        v["shard_format"] = json!(o.format.name());
+    }
+    v
+}
+
+/// One decoded sample on its way to the model, or the reason it was skipped.
+struct Item {
+    shard: usize,
+    sample: SampleRef,
+    image: std::result::Result<(RgbImage, Value), String>,
+}
+
+/// The JSON record that goes beside a sample's tokens: key, source, original size, then
+/// `extra`, the input side and the sample's own metadata.
+fn record(
+    s: &SampleRef,
+    (w, h): (u32, u32),
+    extra: (&str, Value),
+    size: u32,
+) -> Map<String, Value> {
+    let mut rec = Map::new();
+    rec.insert("key".into(), json!(s.key));
+    rec.insert("source".into(), json!(s.source));
+    rec.insert("original_size".into(), json!([w, h]));
+    rec.insert(extra.0.into(), extra.1);
+    rec.insert("size".into(), json!(size));
+    rec
+}
+
+/// Reads, decodes and brings a sample to the input; the JSON record that goes beside its
+/// tokens.
+fn prepare(
+    s: &SampleRef,
+    spec: &InputSpec,
+    upscale: bool,
+    pad: bool,
+) -> std::result::Result<(RgbImage, Value), String> {
+    let size = spec.size;
+    let sample = s.load().map_err(|e| e.to_string())?;
+    let name = Path::new(&s.source);
+    let img = image_io::decode_rgb_bytes(name, &sample.image).map_err(|e| e.to_string())?;
+    let (w, h) = img.dimensions();
+    if pad && w <= size && h <= size {
+        let (ox, oy) = ((size - w) / 2, (size - h) / 2);
+        let mut canvas = RgbImage::new(size, size);
+        image::imageops::replace(&mut canvas, &img, ox as i64, oy as i64);
+        let mut rec = record(s, (w, h), ("canvas_offset", json!([ox, oy])), size);
+        rec.extend(sample.meta);
+        return Ok((spec.channels_of(canvas), Value::Object(rec)));
+    }
+    // The tokenizer's resize and crop (LlamaGen: ADM's centre crop) and channels.
+    let crop = spec
+        .prepare(name, &img, upscale)
+        .map_err(|e| e.to_string())?;
+    // The centre square kept, in the original's pixels.
+    let side = w.min(h) as f64;
+    let (x0, y0) = ((w as f64 - side) / 2.0, (h as f64 - side) / 2.0);
+    let mut rec = record(
+        s,
+        (w, h),
+        ("crop", json!([x0, y0, x0 + side, y0 + side])),
+        size,
+    );
+    rec.extend(sample.meta);
+    Ok((crop, Value::Object(rec)))
+}
+
+/// The sample index of `sources` and its plan, with the folder's `run.json` written or
+/// checked against this run's settings.
+fn start_run(
+    info: &TokenizerInfo,
+    sources: &[PathBuf],
+    out: &Path,
+    o: &Options,
+) -> Result<(Vec<SampleRef>, Plan, Vec<String>)> {
+    if o.batch == 0 {
+        return Err(Error::setting("batch_size", 0, "must be positive"));
+    }
+    let index = source::index_with(sources, &o.sources)?;
+    if index.is_empty() {
+        return Err(Error::invalid("the sources hold no images"));
+    }
+    let plan = Plan::new(index.len(), o.shard_size, o.num_jobs, o.job_index)?;
+    let inputs: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let settings = run_settings(info, &inputs, index.len(), o);
+    let run_file = out.join("run.json");
+    if run_file.exists() {
+        let had: Value = read_json(&run_file, "run.json")?;
+        if had != settings {
+            return Err(Error::format(
+                &run_file,
+                "this folder holds tokens of other sources, tokenizer, shard size or format; \
+                 tokenize into a new folder",
+            ));
+        }
+    } else {
+        write_json(&run_file, &settings)?;
+    }
+    Ok((index, plan, inputs))
+}
+
+/// Tokenizes `sources` into `out` with `tok` (described by `info`).
+pub fn tokenize<T: Tokenizer>(
+    tok: &T,
+    info: &TokenizerInfo,
+    sources: &[PathBuf],
+    out: &Path,
+    o: &Options,
+) -> Result<Report> {
+    let Some(n_codes) = tok.codebook_size() else {
+        return Err(Error::invalid(format!(
+            "token shards hold codebook tokens; a {} gives continuous embeddings",
+            tok.label()
+        )));
+    };
+    let (index, plan, inputs) = start_run(info, sources, out, o)?;
+    remove_stale_temporaries(out, &plan, o.num_jobs, o.job_index)?;
+    // Shards finished by an earlier run are kept as they are.
+    let mut records: Vec<ShardRecord> = Vec::new();
+    let mut todo: Vec<usize> = Vec::new();
+    for s in plan.my_shards() {
+        match finished_record(out, &plan, s, o.format)? {
+            Some(r) => records.push(r),
+            None => todo.push(s),
+        }
+    }
+    let skipped = records.len();
+    let todo_samples: usize = todo.iter().map(|&s| plan.samples_of(s).len()).sum();
+    let pb = if o.progress {
+        imgseq_core::progress::bar(todo_samples as u64, 0, "tokenize")
+    } else {
+        ProgressBar::hidden()
+    };
+    if skipped > 0 {
+        eprintln!(
+            "{}: {skipped} shard(s) already finished, {} to write",
+            out.display(),
+            todo.len()
+        );
+    }
+    let work: Vec<(usize, SampleRef)> = todo
+        .iter()
+        .flat_map(|&s| plan.samples_of(s).map(move |i| (s, i)))
+        .map(|(s, i)| (s, index[i].clone()))
+        .collect();
+    let mut run = Run {
+        tok,
+        out,
+        plan: &plan,
+        o,
+        n_codes,
+        pb,
+        todo_samples,
+        t0: Instant::now(),
+        encoded: 0,
+        current: None,
+        records,
+    };
+    run.encode_all(work, tok.input())?;
+    run.pb.finish_and_clear();
+    let (encoded, t0) = (run.encoded, run.t0);
+    let mut m = Manifest {
+        format: FORMAT.into(),
+        tokenizer: info.clone(),
+        inputs,
+        input_samples: index.len(),
+        shard_size: o.shard_size,
+        num_shards: plan.num_shards(),
+        job: (o.num_jobs > 1).then_some(Job {
+            index: o.job_index,
+            count: o.num_jobs,
+        }),
+        shards: run.records,
+        samples: 0,
+        errors: 0,
+    };
+    m.recount();
+    let (manifest_name, errors_list) = job_files(o.num_jobs, o.job_index);
+    let path = out.join(manifest_name);
+    write_errors_list(&out.join(errors_list), out, &m)?;
+    m.write(&path)?;
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Report {
+        manifest: path,
+        shards: m.shards.len(),
+        written: m.shards.len() - skipped,
+        skipped,
+        samples: m.samples,
+        errors: m.errors,
+        encoded,
+        images_per_s: encoded as f64 / secs.max(1e-9),
+    })
+}
+
+/// A run's encoding state: the shard being written and the records of those done.
+struct Run<'a, T> {
+    tok: &'a T,
+    out: &'a Path,
+    plan: &'a Plan,
+    o: &'a Options,
+    n_codes: usize,
+    pb: ProgressBar,
+    todo_samples: usize,
+    t0: Instant,
+    encoded: usize,
+    current: Option<Open>,
+    records: Vec<ShardRecord>,
+}
+
+impl<T: Tokenizer> Run<'_, T> {
+    /// Decodes `work` on its own thread while the tokenizer encodes the previous batch, and
+    /// writes every sample, in order, into its shard.
+    fn encode_all(&mut self, work: Vec<(usize, SampleRef)>, spec: InputSpec) -> Result<()> {
+        let (tx, rx) = sync_channel::<Item>(2 * self.o.batch);
+        let (upscale, pad, chunk) = (self.o.upscale, self.o.pad, self.o.batch);
+        let producer = std::thread::spawn(move || {
+            // A batch's worth of files at a time, decoded in parallel (the rayon pool is
+            // shared with the model, so both cores stay busy), sent on in order.
+            for part in work.chunks(chunk) {
+                let items: Vec<Item> = part
+                    .par_iter()
+                    .map(|(shard, sample)| Item {
+                        shard: *shard,
+                        sample: sample.clone(),
+                        image: prepare(sample, &spec, upscale, pad),
+                    })
+                    .collect();
+                for item in items {
+                    if tx.send(item).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        self.consume(rx)?;
+        if let Some(c) = self.current.take() {
+            self.records.push(c.finish(self.out, self.plan)?);
+        }
+        producer
+            .join()
+            .map_err(|_| Error::invalid("the image decoding thread panicked"))
+    }
+
+    /// Batches of `batch` images (and the skipped samples between them) from `rx`, each
+    /// encoded and written.
+    fn consume(&mut self, rx: Receiver<Item>) -> Result<()> {
+        let mut pending: Vec<Item> = Vec::new();
+        let mut n_images = 0usize;
+        let mut done = false;
+        while !done {
+            match rx.recv() {
+                Ok(item) => {
+                    n_images += usize::from(item.image.is_ok());
+                    pending.push(item);
+                    if n_images < self.o.batch {
+                        continue;
+                    }
+                }
+                Err(_) => done = true,
+            }
+            self.write_batch(&mut pending)?;
+            n_images = 0;
+        }
+        Ok(())
+    }
+
+    /// Encodes the images of `pending`, then hands every item, in order, to its shard.
+    fn write_batch(&mut self, pending: &mut Vec<Item>) -> Result<()> {
+        let imgs: Vec<RgbImage> = pending
+            .iter()
+            .filter_map(|it| it.image.as_ref().ok().map(|(img, _)| img.clone()))
+            .collect();
+        let grid = if imgs.is_empty() {
+            None
+        } else {
+            Some(self.tok.encode_pictures(&imgs)?.into_tokens()?)
+        };
+        self.encoded += imgs.len();
+        let mut next = 0;
+        for item in pending.drain(..) {
+            if self.current.as_ref().is_none_or(|c| c.shard != item.shard) {
+                if let Some(c) = self.current.take() {
+                    self.records.push(c.finish(self.out, self.plan)?);
+                }
+                self.current = Some(Open::new(
+                    self.out,
+                    item.shard,
+                    self.o.format,
+                    self.n_codes,
+                )?);
+            }
+            let c = self.current.as_mut().expect("opened above");
+            match item.image {
+                Ok((_, mut rec)) => {
+                    let g = grid.as_ref().expect("one token grid per image");
+                    let (h, w) = (g.h, g.w);
+                    rec["grid"] = json!([h, w]);
+                    c.writer
+                        .append(&item.sample.key, h, w, g.image(next), &rec)?;
+                    next += 1;
+                }
+                Err(reason) => c.errors.push(json!({
+                    "key": item.sample.key, "source": item.sample.source, "reason": reason
+                })),
+            }
+            self.tick();
+        }
+        Ok(())
+    }
+
+    /// One sample done: the bar, or without a terminal a plain log line every 10% of the work.
+    fn tick(&self) {
+        self.pb.inc(1);
+        if self.o.progress {
+            return;
+        }
+        let k = self.pb.position() as usize;
+        let n = self.todo_samples;
+        if n >= 10 && k.is_multiple_of(n / 10) {
+            eprintln!(
+                "tokenize: {k}/{n} samples, {:.1} images/s",
+                self.encoded as f64 / self.t0.elapsed().as_secs_f64().max(1e-9)
+            );
+        }
+    }
+}
+
+/// A shard being written.
+struct Open {
+    shard: usize,
+    name: String,
+    writer: TokenShardWriter,
+    errors: Vec<Value>,
+}
+
+impl Open {
+    fn new(out: &Path, shard: usize, format: ShardFormat, n_codes: usize) -> Result<Self> {
+        let name = format.shard_name(shard);
+        Ok(Self {
+            shard,
+            writer: TokenShardWriter::create(out.join(&name), format, n_codes)?,
+            name,
+            errors: Vec::new(),
+        })
+    }
+
+    /// Errors list and record first, the shard's rename last: a shard file that exists is
+    /// finished, with its record beside it.
+    fn finish(self, out: &Path, plan: &Plan) -> Result<ShardRecord> {
+        let mut lines = String::new();
+        for e in &self.errors {
+            lines.push_str(&e.to_string());
+            lines.push('\n');
+        }
+        write_bytes_atomic(out.join(errors_name(self.shard)), lines.as_bytes())?;
+        let range = plan.samples_of(self.shard);
+        // The record's checksum is only known once the archive is closed: write it after,
+        // and treat a shard without a valid record as unfinished-but-recoverable.
+        let fin = self.writer.finish()?;
+        let rec = ShardRecord {
+            index: self.shard,
+            name: self.name,
+            samples: fin.samples,
+            errors: self.errors.len(),
+            first: range.start,
+            end: range.end,
+            bytes: fin.bytes,
+            sha256: fin.sha256,
+        };
+        write_json(out.join(record_name(self.shard)), &rec)?;
+        Ok(rec)
+    }
+}
