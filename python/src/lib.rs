@@ -9,10 +9,10 @@
 use candle_core::{DType, Device, Tensor};
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::image_io;
+use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::Error;
 use imgseq_kernels::PrecisionRequest;
 use imgseq_vit::inference::Classifier;
-use imgseq_core::tokenizer::Tokenizer;
 use imgseq_vqgan::{TokenGrid, VqModel, VqTokenizer};
 use numpy::ndarray::{Array3, Array4};
 use numpy::{

@@ -247,14 +247,7 @@ fn run_teacher(
     resume: bool,
     stop_after: Option<usize>,
 ) -> Result<TeacherReport> {
-    if train_set.n == 0 || test_set.n == 0 {
-        return Err(Error::invalid("the teacher needs training and test images"));
-    }
-    if cfg.epochs == 0 || cfg.batch_size == 0 || cfg.temperature <= 0.0 {
-        return Err(Error::invalid(
-            "teacher: epochs, batch size and temperature must be positive",
-        ));
-    }
+    check_inputs(cfg, train_set, test_set)?;
     imgseq_core::fsutil::check_run_start(out, &TEACHER_RUN_FILES, TEACHER_STATE_FILE, resume)?;
     let dev = Device::Cpu;
     let vars = VarMap::new();
@@ -338,6 +331,19 @@ fn run_teacher(
         imgseq_core::fsutil::write_json(out.join(TEACHER_STATE_FILE), &state)?;
     }
     finish(cfg, &model, train_set, out, &state, parameters)
+}
+
+/// Refuses empty sets and non-positive epochs, batch size or temperature.
+fn check_inputs(cfg: &TeacherConfig, train_set: &ImageSet, test_set: &ImageSet) -> Result<()> {
+    if train_set.n == 0 || test_set.n == 0 {
+        return Err(Error::invalid("the teacher needs training and test images"));
+    }
+    if cfg.epochs == 0 || cfg.batch_size == 0 || cfg.temperature <= 0.0 {
+        return Err(Error::invalid(
+            "teacher: epochs, batch size and temperature must be positive",
+        ));
+    }
+    Ok(())
 }
 
 /// Says what the run is about to do (once the run folder has been accepted).
