@@ -138,21 +138,7 @@ pub fn bf16_conv_support() -> Bf16Support {
 }
 
 /// The CPUID vendor string ("AuthenticAMD", "GenuineIntel", …; "" off x86-64).
-pub fn cpu_vendor() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let r = std::arch::x86_64::__cpuid(0); // leaf 0: the vendor string
-        let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        String::new()
-    }
-}
+pub use crate::cpu::features::vendor as cpu_vendor;
 
 impl PrecisionRequest {
     /// Resolves the request on this CPU: `f32` and `bf16` as asked (bf16 without AVX512-BF16
