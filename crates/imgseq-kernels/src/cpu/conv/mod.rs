@@ -269,3 +269,50 @@ impl Plan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bf16 conv lays its input out by the same [`Plan`] as the f32 direct conv.
+    #[test]
+    fn bf16_conv_weights_share_the_conv_geometry() {
+        for (k, s, pad, h, w) in [
+            (3, 1, (1, 1, 1, 1), 9, 7),
+            (3, 2, (0, 1, 0, 1), 8, 11),
+            (4, 2, (1, 1, 1, 1), 10, 6),
+            (1, 1, (0, 0, 0, 0), 5, 5),
+        ] {
+            let wt = bf16::ConvWeights::new(&vec![0.5; 4 * 3 * k * k], None, (4, 3, k, k), s, pad);
+            let g = Geom {
+                b: 2,
+                ci: 3,
+                h,
+                w,
+                co: 4,
+                kh: k,
+                kw: k,
+                s,
+                pad,
+            };
+            assert_eq!(wt.out_hw(h, w), g.out_hw());
+            let (a, b) = (wt.geom(2, h, w).plan(), g.plan());
+            assert_eq!(
+                (a.ho, a.wo, a.wq, a.hq, a.np, a.plane, a.top, a.left),
+                (b.ho, b.wo, b.wq, b.hq, b.np, b.plane, b.top, b.left)
+            );
+            // Every input pixel has its own place in the plane, inside it.
+            let mut seen = vec![false; b.plane];
+            for y in 0..h {
+                let mut row = vec![];
+                b.for_row(y, |x, j| row.push((x, j)));
+                row.sort();
+                assert_eq!(row.len(), w);
+                for (x, j) in row {
+                    assert_eq!(j, b.index(y, x));
+                    assert!(!std::mem::replace(&mut seen[j], true));
+                }
+            }
+        }
+    }
+}
