@@ -36,7 +36,7 @@ fn storage_dtype(s: &CpuStorage) -> DType {
 /// `fwd::<T>(args)` for the first input's dtype (f32 or f64; `fwd_f32`: the function as is, for
 /// ops on f32 only) and, when given, a `bwd` that runs `bwd::<T>(args)` for the first input's
 /// dtype, binds the gradients it returns to a pattern and hands back the given `Some`s. The
-/// names in `fwd(op; s1, l1, ...)` and `bwd(op; x, ..., res, g)` are the op itself and the
+/// names in `fwd(op; s1, l1, ...)` and `bwd(op; x, ...; res, g)` are the op itself and the
 /// method's arguments, as the expressions after `=>` use them (the name may use `op` too).
 macro_rules! custom_op {
     (@fwd fwd $s1:ident, $f:ident($($a:expr),*)) => {
@@ -45,37 +45,17 @@ macro_rules! custom_op {
     (@fwd fwd_f32 $s1:ident, $f:ident($($a:expr),*)) => {
         $f($($a),*)
     };
+    (@grads CustomOp1) => { Option<Tensor> };
+    (@grads CustomOp2) => { (Option<Tensor>, Option<Tensor>) };
+    (@grads CustomOp3) => { (Option<Tensor>, Option<Tensor>, Option<Tensor>) };
     (
-        CustomOp1 for $ty:ty, $name:expr;
-        $fwd:ident($op:ident; $s1:ident, $l1:ident) => $f:ident($($fa:expr),*)
-        $(; bwd($bop:ident; $x1:ident, $res:ident, $g:ident) =>
-            $p:pat = $bf:ident($($ba:expr),*) => $out:expr)?
-    ) => {
-        impl CustomOp1 for $ty {
-            fn name(&self) -> &'static str {
-                let $op = self;
-                let _ = $op;
-                $name
-            }
-            fn cpu_fwd(&self, $s1: &CpuStorage, $l1: &Layout) -> Result<(CpuStorage, Shape)> {
-                let $op = self;
-                custom_op!(@fwd $fwd $s1, $f($($fa),*))
-            }
-            $(fn bwd(&self, $x1: &Tensor, $res: &Tensor, $g: &Tensor) -> Result<Option<Tensor>> {
-                let $bop = self;
-                let $p = dispatch!($x1.dtype(), $bf($($ba),*))?;
-                Ok($out)
-            })?
-        }
-    };
-    (
-        CustomOp2 for $ty:ty, $name:expr;
-        $fwd:ident($op:ident; $s1:ident, $l1:ident, $s2:ident, $l2:ident) =>
+        $tr:ident for $ty:ty, $name:expr;
+        $fwd:ident($op:ident; $s1:ident, $l1:ident $(, $s:ident, $l:ident)*) =>
             $f:ident($($fa:expr),*)
-        $(; bwd($bop:ident; $x1:ident, $x2:ident, $res:ident, $g:ident) =>
+        $(; bwd($bop:ident; $x1:ident $(, $x:ident)*; $res:ident, $g:ident) =>
             $p:pat = $bf:ident($($ba:expr),*) => $out:expr)?
     ) => {
-        impl CustomOp2 for $ty {
+        impl $tr for $ty {
             fn name(&self) -> &'static str {
                 let $op = self;
                 let _ = $op;
@@ -85,8 +65,7 @@ macro_rules! custom_op {
                 &self,
                 $s1: &CpuStorage,
                 $l1: &Layout,
-                $s2: &CpuStorage,
-                $l2: &Layout,
+                $($s: &CpuStorage, $l: &Layout),*
             ) -> Result<(CpuStorage, Shape)> {
                 let $op = self;
                 custom_op!(@fwd $fwd $s1, $f($($fa),*))
@@ -94,53 +73,14 @@ macro_rules! custom_op {
             $(fn bwd(
                 &self,
                 $x1: &Tensor,
-                $x2: &Tensor,
+                $($x: &Tensor,)*
                 $res: &Tensor,
                 $g: &Tensor,
-            ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+            ) -> Result<custom_op!(@grads $tr)> {
                 let $bop = self;
                 let $p = dispatch!($x1.dtype(), $bf($($ba),*))?;
                 Ok($out)
             })?
-        }
-    };
-    (
-        CustomOp3 for $ty:ty, $name:expr;
-        fwd($op:ident; $s1:ident, $l1:ident, $s2:ident, $l2:ident, $s3:ident, $l3:ident) =>
-            $f:ident($($fa:expr),*);
-        bwd($bop:ident; $x1:ident, $x2:ident, $x3:ident, $res:ident, $g:ident) =>
-            $p:pat = $bf:ident($($ba:expr),*) => $out:expr
-    ) => {
-        impl CustomOp3 for $ty {
-            fn name(&self) -> &'static str {
-                let $op = self;
-                let _ = $op;
-                $name
-            }
-            fn cpu_fwd(
-                &self,
-                $s1: &CpuStorage,
-                $l1: &Layout,
-                $s2: &CpuStorage,
-                $l2: &Layout,
-                $s3: &CpuStorage,
-                $l3: &Layout,
-            ) -> Result<(CpuStorage, Shape)> {
-                let $op = self;
-                dispatch!(storage_dtype($s1), $f($($fa),*))
-            }
-            fn bwd(
-                &self,
-                $x1: &Tensor,
-                $x2: &Tensor,
-                $x3: &Tensor,
-                $res: &Tensor,
-                $g: &Tensor,
-            ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-                let $bop = self;
-                let $p = dispatch!($x1.dtype(), $bf($($ba),*))?;
-                Ok($out)
-            }
         }
     };
 }
@@ -191,7 +131,7 @@ fn ln_bwd<T: Real>(
 
 custom_op!(CustomOp3 for LayerNorm, "imgseq-layer-norm";
     fwd(op; s1, l1, s2, l2, s3, l3) => ln_fwd(op.eps, (s1, l1), (s2, l2), (s3, l3));
-    bwd(op; x, w, _b, _res, g) =>
+    bwd(op; x, w, _b; _res, g) =>
         (dx, dw, db) = ln_bwd(op.eps, x, w, g) => (Some(dx), Some(dw), Some(db)));
 
 // ---------------------------------------------------------------------------------------------
@@ -251,7 +191,7 @@ fn gn_bwd<T: Real>(
 
 custom_op!(CustomOp3 for GroupNorm, "imgseq-group-norm";
     fwd(op; s1, l1, s2, l2, s3, l3) => gn_fwd(op, (s1, l1), (s2, l2), (s3, l3));
-    bwd(op; x, w, b, _res, g) =>
+    bwd(op; x, w, b; _res, g) =>
         (dx, dw, db) = gn_bwd(op, x, w, b, g) => (Some(dx), Some(dw), Some(db)));
 
 // ---------------------------------------------------------------------------------------------
@@ -292,7 +232,7 @@ custom_op!(CustomOp1 for Activation, match op.0 {
         Act::Silu => "imgseq-silu",
     };
     fwd(op; s, l) => act_fwd(op.0, s, l);
-    bwd(op; x, _res, g) => dx = act_bwd(op.0, x, g) => Some(dx));
+    bwd(op; x; _res, g) => dx = act_bwd(op.0, x, g) => Some(dx));
 
 /// Nearest-neighbour 2× upsampling of (b, c, h, w), with its backward (2×2 block sums) instead
 /// of candle's, which runs a grouped convolution with a kernel of ones.
@@ -316,7 +256,7 @@ fn up_bwd<T: Real>(x: &Tensor, g: &Tensor) -> Result<Tensor> {
 
 custom_op!(CustomOp1 for Upsample2x, "imgseq-upsample2x";
     fwd(_op; s, l) => up_fwd(s, l);
-    bwd(_op; x, _res, g) => dx = up_bwd(x, g) => Some(dx));
+    bwd(_op; x; _res, g) => dx = up_bwd(x, g) => Some(dx));
 
 pub struct Softmax;
 
@@ -341,7 +281,7 @@ fn sm_bwd<T: Real>(y: &Tensor, g: &Tensor) -> Result<Tensor> {
 
 custom_op!(CustomOp1 for Softmax, "imgseq-softmax-last-dim";
     fwd(_op; s, l) => sm_fwd(s, l);
-    bwd(_op; x, res, g) => dx = sm_bwd(res, g) => Some(dx));
+    bwd(_op; x; res, g) => dx = sm_bwd(res, g) => Some(dx));
 
 // ---------------------------------------------------------------------------------------------
 // Attention
@@ -447,7 +387,7 @@ impl Attention {
 
 custom_op!(CustomOp3 for Attention, "imgseq-attention";
     fwd(op; s1, l1, s2, l2, s3, l3) => attn_fwd(op.mode(), (s1, l1), (s2, l2), (s3, l3));
-    bwd(op; q, k, v, _res, g) =>
+    bwd(op; q, k, v; _res, g) =>
         (dq, dk, dv) = attn_bwd(op.mode(), q, k, v, g) => (Some(dq), Some(dk), Some(dv)));
 
 // ---------------------------------------------------------------------------------------------
@@ -526,12 +466,12 @@ fn conv_bwd<T: Real>(
 
 custom_op!(CustomOp3 for Conv2d, "imgseq-conv2d";
     fwd(op; s1, l1, s2, l2, s3, l3) => conv_fwd(op, (s1, l1), (s2, l2), Some((s3, l3)));
-    bwd(op; x, w, _b, _res, g) =>
+    bwd(op; x, w, _b; _res, g) =>
         (dx, dw, db) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw), Some(db)));
 
 custom_op!(CustomOp2 for Conv2d, "imgseq-conv2d-nobias";
     fwd(op; s1, l1, s2, l2) => conv_fwd(op, (s1, l1), (s2, l2), None);
-    bwd(op; x, w, _res, g) => (dx, dw, _) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw)));
+    bwd(op; x, w; _res, g) => (dx, dw, _) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw)));
 
 // ---------------------------------------------------------------------------------------------
 // Nearest codebook entry (no backward: the output is an index)
@@ -604,12 +544,12 @@ fn lin_bwd<T: Real>(x: &Tensor, w: &Tensor, g: &Tensor) -> Result<(Tensor, Tenso
 
 custom_op!(CustomOp3 for Linear, "imgseq-linear";
     fwd(_op; s1, l1, s2, l2, s3, l3) => lin_fwd((s1, l1), (s2, l2), Some((s3, l3)));
-    bwd(_op; x, w, _b, _res, g) =>
+    bwd(_op; x, w, _b; _res, g) =>
         (dx, dw, db) = lin_bwd(x, w, g) => (Some(dx), Some(dw), Some(db)));
 
 custom_op!(CustomOp2 for Linear, "imgseq-linear-nobias";
     fwd(_op; s1, l1, s2, l2) => lin_fwd((s1, l1), (s2, l2), None);
-    bwd(_op; x, w, _res, g) => (dx, dw, _) = lin_bwd(x, w, g) => (Some(dx), Some(dw)));
+    bwd(_op; x, w; _res, g) => (dx, dw, _) = lin_bwd(x, w, g) => (Some(dx), Some(dw)));
 
 // ---------------------------------------------------------------------------------------------
 // bf16 inference: conv and linear on weights packed once (no backward)

@@ -318,117 +318,54 @@ pub fn attention_bwd<T: Real>(
             let dq = outs[0][hi * d..].as_mut_ptr();
             let dk = outs[1][hi * d..].as_mut_ptr();
             let dv = outs[2][hi * d..].as_mut_ptr();
-            let shape = HeadShape { n, d, hd, par };
+            // Operands as (pointer, (row, col) strides); Vᵀ is V with its strides swapped.
+            let (pt, go) = ((p.as_ptr(), (1, n)), (g.as_ptr(), (hd, 1)));
+            let vt = (v.as_ptr(), (sv.1, sv.0));
             // SAFETY: every operand covers the (strided) n×d or n×n ranges used below (checked
             // above and by `probs`); output rows of the head are at hi·d + i·h·d inside this
             // batch's chunk.
-            unsafe { grad_v_and_p(dv, dp, p, g, (v, sv), shape) };
+            unsafe {
+                head_mm((n, d, n), (dv, hd), pt, go, par); // dV = Pᵀ·dO
+                head_mm((n, n, d), (dp.as_mut_ptr(), n), go, vt, par); // dP = dO·Vᵀ
+            }
             softmax_bwd_rows(p, dp, n, T::c(scale));
+            let (ds, ds_t) = ((dp.as_ptr(), (n, 1)), (dp.as_ptr(), (1, n)));
             // SAFETY: as above.
-            unsafe { grad_q_and_k(dq, dk, dp, (q, sq), (k, sk), shape) };
+            unsafe {
+                head_mm((n, d, n), (dq, hd), ds, (k.as_ptr(), sk), par); // dQ = dS·K
+                head_mm((n, d, n), (dk, hd), ds_t, (q.as_ptr(), sq), par); // dK = dSᵀ·Q
+            }
         },
     );
     (dq, dk, dv)
 }
 
-/// One head's sizes in [`attention_bwd`]: n tokens of d values, output rows hd apart.
-#[derive(Clone, Copy)]
-struct HeadShape {
-    n: usize,
-    d: usize,
-    hd: usize,
+/// One product of [`attention_bwd`]: dst (m×n, rows `ld` apart) = a (m×k) · b (k×n), the
+/// operands as (pointer, (row, col) strides).
+///
+/// # Safety
+/// Each pointer covers its operand's strided range.
+unsafe fn head_mm<T: Real>(
+    (m, n, k): (usize, usize, usize),
+    (dst, ld): (*mut T, usize),
+    (a, sa): (*const T, (usize, usize)),
+    (b, sb): (*const T, (usize, usize)),
     par: gemm::Parallelism,
-}
-
-/// dV = Pᵀ·dO into dv (rows hd apart) and dP = dO·Vᵀ into dp (n×n), dO = g (rows hd apart).
-///
-/// # Safety
-/// dv and g cover n rows hd apart of d values, p and dp n×n values, v (n×d) its strides.
-unsafe fn grad_v_and_p<T: Real>(
-    dv: *mut T,
-    dp: &mut [T],
-    p: &[T],
-    g: &[T],
-    (v, sv): (&[T], (usize, usize)),
-    HeadShape { n, d, hd, par }: HeadShape,
 ) {
     gemm(
+        m,
         n,
-        d,
-        n,
-        dv,
-        hd,
+        k,
+        dst,
+        ld,
         1,
-        p.as_ptr(),
-        1,
-        n,
-        g.as_ptr(),
-        hd,
-        1,
+        a,
+        sa.0,
+        sa.1,
+        b,
+        sb.0,
+        sb.1,
         T::ONE,
         par,
-    );
-    let dp = dp.as_mut_ptr();
-    gemm(
-        n,
-        n,
-        d,
-        dp,
-        n,
-        1,
-        g.as_ptr(),
-        hd,
-        1,
-        v.as_ptr(),
-        sv.1,
-        sv.0,
-        T::ONE,
-        par,
-    );
-}
-
-/// dQ = dS·K into dq and dK = dSᵀ·Q into dk (rows hd apart), dS = ds (n×n).
-///
-/// # Safety
-/// dq and dk cover n rows hd apart of d values, ds n×n values, q and k (n×d) their strides.
-unsafe fn grad_q_and_k<T: Real>(
-    dq: *mut T,
-    dk: *mut T,
-    ds: &[T],
-    (q, sq): (&[T], (usize, usize)),
-    (k, sk): (&[T], (usize, usize)),
-    HeadShape { n, d, hd, par }: HeadShape,
-) {
-    gemm(
-        n,
-        d,
-        n,
-        dq,
-        hd,
-        1,
-        ds.as_ptr(),
-        n,
-        1,
-        k.as_ptr(),
-        sk.0,
-        sk.1,
-        T::ONE,
-        par,
-    );
-    gemm(
-        n,
-        d,
-        n,
-        dk,
-        hd,
-        1,
-        ds.as_ptr(),
-        1,
-        n,
-        q.as_ptr(),
-        sq.0,
-        sq.1,
-        T::ONE,
-        par,
-    );
+    )
 }

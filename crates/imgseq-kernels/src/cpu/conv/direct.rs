@@ -12,6 +12,7 @@ use crate::cpu::gemm::mm;
 use crate::cpu::{threads, Real, SyncPtr};
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// The zero-padded, phase-split copy of x: (b, ci, plane).
 fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
@@ -31,6 +32,16 @@ fn pad_input<T: Real>(x: &[T], g: &Geom, p: &Plan) -> Vec<T> {
             }
         });
     xp
+}
+
+/// The input the GEMMs read, with its plane length: x itself for a pointwise conv (1×1,
+/// stride 1, no padding), else its padded, phase-split copy ([`pad_input`]).
+fn padded_or_not<'a, T: Real>(x: &'a [T], g: &Geom, p: &Plan) -> (Cow<'a, [T]>, usize) {
+    if g.is_pointwise() {
+        (Cow::Borrowed(x), g.h * g.w)
+    } else {
+        (Cow::Owned(pad_input(x, g, p)), p.plane)
+    }
 }
 
 /// The inverse of [`pad_input`]: crop a padded, phase-split gradient back to (b, ci, h, w).
@@ -74,13 +85,8 @@ pub fn conv2d_direct<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) ->
     if out.is_empty() {
         return out;
     }
-    let padded;
-    let (xp, plane) = if g.is_pointwise() {
-        (x, g.h * g.w)
-    } else {
-        padded = pad_input(x, g, &p);
-        (&padded[..], p.plane)
-    };
+    let (xp, plane) = padded_or_not(x, g, &p);
+    let xp: &[T] = &xp;
     let wr = taps(w, g);
     // Column tiles of about 64K outputs (stays in L2), evened out so that the tasks split
     // evenly over the threads. At low resolution (few output columns per weight) the per-tile
@@ -197,13 +203,8 @@ pub fn conv2d_bwd<T: Real>(x: &[T], w: &[T], dy: &[T], g: &Geom) -> (Vec<T>, Vec
     };
 
     // dw: all taps at once, per block of output pixels ([`dw_blocked`]).
-    let padded;
-    let (xp, plane) = if g.is_pointwise() {
-        (x, g.h * g.w)
-    } else {
-        padded = pad_input(x, g, &p);
-        (&padded[..], p.plane)
-    };
+    let (xp, plane) = padded_or_not(x, g, &p);
+    let xp: &[T] = &xp;
     let dw = dw_blocked(xp, plane, dyp, g, &p);
     (dx, dw, db)
 }

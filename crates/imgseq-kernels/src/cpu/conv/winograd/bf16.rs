@@ -2,8 +2,8 @@
 //! the micro-kernel of [`crate::cpu::bf16`]) and the transforms in f32.
 
 use super::supports;
-use super::transform::{input_tiles, output_tiles, transform_weights, F2x3, OutputTiles, Wino};
-use super::{plan, polyphase, with_scratch, Isa, Task, Tasks, TILES};
+use super::transform::{transform_weights, F2x3, Wino};
+use super::{drive, with_scratch, Isa};
 use crate::cpu::bf16::{pack_pairs, ukernel, word, Kernel, KC, MR, NB};
 use crate::cpu::conv::Geom;
 use crate::cpu::SyncPtr;
@@ -94,57 +94,24 @@ fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
     isa: Isa,
     kernel: Kernel,
 ) -> Vec<f32> {
-    let p = plan::<M>(g);
-    let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
-    crate::runtime::advise_huge_pages(&mut out);
-    if out.is_empty() {
-        return out;
-    }
-    let (ci, co, aa) = (g.ci, g.co, A * A);
-    let (ci2, co_pad) = (ci.div_ceil(2), co.next_multiple_of(MR));
+    let (ci, aa) = (g.ci, A * A);
+    let (ci2, co_pad) = (ci.div_ceil(2), g.co.next_multiple_of(MR));
     // Task blocks as in the f32 conv (f32 bytes of transformed input + products).
-    let tasks = Tasks::new(&p, g.b, aa * (ci + co_pad));
-    let tp_max = tasks.max_cols(&p, NB);
-    let xp = polyphase::<M>(x, g, &p);
-    let outp = SyncPtr(out.as_mut_ptr());
-
-    tasks.for_each(|t| {
-        let Task { bi, ty0, rows } = tasks.task(t, &p);
-        let tp = (rows * p.w1).next_multiple_of(NB);
-        let img = &xp[bi * ci * p.chan..(bi + 1) * ci * p.chan];
-        with_scratch(&TILES, aa * (ci + co_pad) * tp_max, |buf| {
-            let (vb, mb) = buf.split_at_mut(aa * ci * tp_max);
-            let vp = SyncPtr(vb.as_mut_ptr());
-            input_tiles::<M, A, K>(img, p, ci, ty0 * p.w1, tp, vp, isa, tasks.outer);
-            let vb: &[f32] = vb;
-            with_scratch(&WORDS_V, aa * ci2 * tp_max, |vw| {
-                pack_tiles(vb, vw, aa, ci, tp, tasks.outer);
-                let vw: &[u32] = vw;
-                let products = Products {
-                    ua,
-                    vw,
-                    ci2,
-                    co_pad,
-                    tp,
-                    kernel,
-                };
-                products.run(mb, aa, tasks.outer);
-            });
-            let o = OutputTiles {
-                mb,
-                bias,
-                rows_mb: co_pad,
-                co,
-                tp,
-                ty0,
-                rows,
-                // SAFETY: image bi's output starts there.
-                out: SyncPtr(unsafe { outp.get().add(bi * co * p.ho * p.wo) }),
+    drive::<M, A, K>(x, bias, g, isa, (co_pad, NB), |t, mb| {
+        with_scratch(&WORDS_V, aa * ci2 * t.tp_max, |vw| {
+            pack_tiles(t.v, vw, aa, ci, t.tp, t.outer);
+            let vw: &[u32] = vw;
+            let products = Products {
+                ua,
+                vw,
+                ci2,
+                co_pad,
+                tp: t.tp,
+                kernel,
             };
-            output_tiles::<M, A, K>(o, p, isa, tasks.outer);
+            products.run(mb, aa, t.outer);
         })
-    });
-    out
+    })
 }
 
 /// V (α², ci, tp) f32 as the micro-kernel's B: (α², ⌈ci/2⌉, tp) words, channels paired.

@@ -286,12 +286,31 @@ impl Tasks {
     }
 }
 
-fn run<const M: usize, const A: usize, K: Wino<M, A>>(
+/// One task's transformed input, as [`drive`] hands it to the products.
+struct TaskTiles<'a> {
+    /// tile columns of the task (the last of every tile row is junk)
+    cols: usize,
+    /// cols rounded up: the row length of v and of the products
+    tp: usize,
+    /// tp of the largest task (sizes per-thread scratch)
+    tp_max: usize,
+    /// V (α², ci, tp)
+    v: &'a [f32],
+    /// whether tasks run in parallel (then each task's phases run in turn)
+    outer: bool,
+}
+
+/// The frame of both Winograd convs: the output, the polyphase input, the [`Tasks`], and per
+/// task the input transform, `products(task, mb)` writing the α² products M (α², `rows_mb`,
+/// tp) with `rows_mb` ≥ co, and the output transform. Task columns are rounded up to
+/// `col_mult`.
+fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
-    w: &[f32],
     bias: Option<&[f32]>,
     g: &Geom,
     isa: Isa,
+    (rows_mb, col_mult): (usize, usize),
+    products: impl Fn(&TaskTiles, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let p = plan::<M>(g);
     let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
@@ -300,62 +319,87 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
         return out;
     }
     let (ci, co, aa) = (g.ci, g.co, A * A);
-    let tasks = Tasks::new(&p, g.b, aa * (ci + co));
-    let tp_max = tasks.max_cols(&p, MAX_L);
+    let tasks = Tasks::new(&p, g.b, aa * (ci + rows_mb));
+    let tp_max = tasks.max_cols(&p, col_mult);
     let xp = polyphase::<M>(x, g, &p);
     let outp = SyncPtr(out.as_mut_ptr());
+    tasks.for_each(|t| {
+        let Task { bi, ty0, rows } = tasks.task(t, &p);
+        let cols = rows * p.w1;
+        let tp = cols.next_multiple_of(col_mult);
+        let img = &xp[bi * ci * p.chan..(bi + 1) * ci * p.chan];
+        with_scratch(&TILES, aa * (ci + rows_mb) * tp_max, |buf| {
+            let (vb, mb) = buf.split_at_mut(aa * ci * tp_max);
+            let vp = SyncPtr(vb.as_mut_ptr());
+            input_tiles::<M, A, K>(img, p, ci, ty0 * p.w1, tp, vp, isa, tasks.outer);
+            let v: &[f32] = vb;
+            let tiles = TaskTiles {
+                cols,
+                tp,
+                tp_max,
+                v,
+                outer: tasks.outer,
+            };
+            products(&tiles, mb);
+            let o = OutputTiles {
+                mb,
+                bias,
+                rows_mb,
+                co,
+                tp,
+                ty0,
+                rows,
+                // SAFETY: image bi's output starts there.
+                out: SyncPtr(unsafe { outp.get().add(bi * co * p.ho * p.wo) }),
+            };
+            output_tiles::<M, A, K>(o, p, isa, tasks.outer);
+        })
+    });
+    out
+}
 
+fn run<const M: usize, const A: usize, K: Wino<M, A>>(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    isa: Isa,
+) -> Vec<f32> {
+    let (ci, co, aa) = (g.ci, g.co, A * A);
+    let (ho, wo) = g.out_hw();
+    if g.b * co * ho * wo == 0 {
+        return Vec::new();
+    }
     with_scratch(&WEIGHTS, aa * co * ci, |u| {
         transform_weights::<M, A, K>(w, ci, co, u, isa);
         let u: &[f32] = u;
-        tasks.for_each(|t| {
-            let Task { bi, ty0, rows } = tasks.task(t, &p);
-            let cols = rows * p.w1;
-            let tp = cols.next_multiple_of(MAX_L);
-            let img = &xp[bi * ci * p.chan..(bi + 1) * ci * p.chan];
-            with_scratch(&TILES, aa * (ci + co) * tp_max, |buf| {
-                let (vb, mb) = buf.split_at_mut(aa * ci * tp_max);
-                let vp = SyncPtr(vb.as_mut_ptr());
-                input_tiles::<M, A, K>(img, p, ci, ty0 * p.w1, tp, vp, isa, tasks.outer);
-                let mp = SyncPtr(mb.as_mut_ptr());
-                let product = |e: usize| {
-                    // SAFETY: v is (α², ci, tp), u (α², co, ci), mb (α², co, tp); every e
-                    // writes its own slice of mb.
-                    unsafe {
-                        mm(
-                            co,
-                            cols,
-                            ci,
-                            mp.get().add(e * co * tp),
-                            (tp, 1),
-                            false,
-                            u.as_ptr().add(e * co * ci),
-                            (ci, 1),
-                            vp.get().add(e * ci * tp) as *const f32,
-                            (tp, 1),
-                            Parallelism::None,
-                        )
-                    }
-                };
-                if tasks.outer {
-                    (0..aa).for_each(product);
-                } else {
-                    (0..aa).into_par_iter().for_each(product);
+        drive::<M, A, K>(x, bias, g, isa, (co, MAX_L), |t, mb| {
+            let (cols, tp) = (t.cols, t.tp);
+            let mp = SyncPtr(mb.as_mut_ptr());
+            let product = |e: usize| {
+                // SAFETY: v is (α², ci, tp), u (α², co, ci), mb (α², co, tp); every e
+                // writes its own slice of mb.
+                unsafe {
+                    mm(
+                        co,
+                        cols,
+                        ci,
+                        mp.get().add(e * co * tp),
+                        (tp, 1),
+                        false,
+                        u.as_ptr().add(e * co * ci),
+                        (ci, 1),
+                        t.v.as_ptr().add(e * ci * tp),
+                        (tp, 1),
+                        Parallelism::None,
+                    )
                 }
-                let o = OutputTiles {
-                    mb,
-                    bias,
-                    rows_mb: co,
-                    co,
-                    tp,
-                    ty0,
-                    rows,
-                    // SAFETY: image bi's output starts there.
-                    out: SyncPtr(unsafe { outp.get().add(bi * co * p.ho * p.wo) }),
-                };
-                output_tiles::<M, A, K>(o, p, isa, tasks.outer);
-            })
-        });
-    });
-    out
+            };
+            if t.outer {
+                (0..aa).for_each(product);
+            } else {
+                (0..aa).into_par_iter().for_each(product);
+            }
+        })
+    })
 }
