@@ -26,6 +26,10 @@
 //!   past the output width are computed and dropped.
 //! * linear: A = the input rows `[rows / MR][pair][MR]`; B = weights `[pair][out rounded up to
 //!   NB]`.
+//!
+//! This module owns the arithmetic (rounding, the micro-kernels) and the linear layer; the
+//! conv is in [`super::conv::bf16`] (direct), [`super::conv::amx`] and
+//! [`super::conv::winograd`], re-exported here as [`ConvWeights`], [`ConvAlgo`] and [`conv2d`].
 
 use super::features::{self, features};
 use super::{threads, SyncPtr};

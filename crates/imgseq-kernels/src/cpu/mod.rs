@@ -5,6 +5,8 @@
 //! "avx2,fma")]` wrapper, once plain) and picks the right one on each call. The bodies are
 //! written so that LLVM's auto-vectoriser handles them: lane-wise accumulators for
 //! reductions, no libm calls in hot loops (see [`fast_exp_f32`]).
+//!
+//! What the CPU can run is asked of [`features()`] only; the convolutions live in [`conv`].
 
 use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, WithDType};
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
