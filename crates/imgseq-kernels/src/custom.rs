@@ -23,8 +23,66 @@ macro_rules! dispatch {
     };
 }
 
+/// One input of a forward pass: its storage and layout.
+type In<'a> = (&'a CpuStorage, &'a Layout);
+/// What a forward pass returns.
+type Fwd = Result<(CpuStorage, Shape)>;
+
 fn storage_dtype(s: &CpuStorage) -> DType {
     candle_core::backend::BackendStorage::dtype(s)
+}
+
+/// Implements candle's `CustomOp1/2/3` for an op: its `name`, a `cpu_fwd` that runs
+/// `fwd::<T>(args)` for the first input's dtype (f32 or f64; `fwd_f32`: the function as is, for
+/// ops on f32 only) and, when given, a `bwd` that runs `bwd::<T>(args)` for the first input's
+/// dtype, binds the gradients it returns to a pattern and hands back the given `Some`s. The
+/// names in `fwd(op; s1, l1, ...)` and `bwd(op; x, ...; res, g)` are the op itself and the
+/// method's arguments, as the expressions after `=>` use them (the name may use `op` too).
+macro_rules! custom_op {
+    (@fwd fwd $s1:ident, $f:ident($($a:expr),*)) => {
+        dispatch!(storage_dtype($s1), $f($($a),*))
+    };
+    (@fwd fwd_f32 $s1:ident, $f:ident($($a:expr),*)) => {
+        $f($($a),*)
+    };
+    (@grads CustomOp1) => { Option<Tensor> };
+    (@grads CustomOp2) => { (Option<Tensor>, Option<Tensor>) };
+    (@grads CustomOp3) => { (Option<Tensor>, Option<Tensor>, Option<Tensor>) };
+    (
+        $tr:ident for $ty:ty, $name:expr;
+        $fwd:ident($op:ident; $s1:ident, $l1:ident $(, $s:ident, $l:ident)*) =>
+            $f:ident($($fa:expr),*)
+        $(; bwd($bop:ident; $x1:ident $(, $x:ident)*; $res:ident, $g:ident) =>
+            $p:pat = $bf:ident($($ba:expr),*) => $out:expr)?
+    ) => {
+        impl $tr for $ty {
+            fn name(&self) -> &'static str {
+                let $op = self;
+                let _ = $op;
+                $name
+            }
+            fn cpu_fwd(
+                &self,
+                $s1: &CpuStorage,
+                $l1: &Layout,
+                $($s: &CpuStorage, $l: &Layout),*
+            ) -> Result<(CpuStorage, Shape)> {
+                let $op = self;
+                custom_op!(@fwd $fwd $s1, $f($($fa),*))
+            }
+            $(fn bwd(
+                &self,
+                $x1: &Tensor,
+                $($x: &Tensor,)*
+                $res: &Tensor,
+                $g: &Tensor,
+            ) -> Result<custom_op!(@grads $tr)> {
+                let $bop = self;
+                let $p = dispatch!($x1.dtype(), $bf($($ba),*))?;
+                Ok($out)
+            })?
+        }
+    };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -34,15 +92,7 @@ pub struct LayerNorm {
     pub eps: f64,
 }
 
-fn ln_fwd<T: Real>(
-    eps: f64,
-    s1: &CpuStorage,
-    l1: &Layout,
-    s2: &CpuStorage,
-    l2: &Layout,
-    s3: &CpuStorage,
-    l3: &Layout,
-) -> Result<(CpuStorage, Shape)> {
+fn ln_fwd<T: Real>(eps: f64, (s1, l1): In, (s2, l2): In, (s3, l3): In) -> Fwd {
     let x = cpu::slice::<T>(s1, l1)?;
     let w = cpu::slice::<T>(s2, l2)?;
     let b = cpu::slice::<T>(s3, l3)?;
@@ -79,33 +129,10 @@ fn ln_bwd<T: Real>(
     ))
 }
 
-impl CustomOp3 for LayerNorm {
-    fn name(&self) -> &'static str {
-        "imgseq-layer-norm"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s1), ln_fwd(self.eps, s1, l1, s2, l2, s3, l3))
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _b: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = dispatch!(x.dtype(), ln_bwd(self.eps, x, w, g))?;
-        Ok((Some(dx), Some(dw), Some(db)))
-    }
-}
+custom_op!(CustomOp3 for LayerNorm, "imgseq-layer-norm";
+    fwd(op; s1, l1, s2, l2, s3, l3) => ln_fwd(op.eps, (s1, l1), (s2, l2), (s3, l3));
+    bwd(op; x, w, _b; _res, g) =>
+        (dx, dw, db) = ln_bwd(op.eps, x, w, g) => (Some(dx), Some(dw), Some(db)));
 
 // ---------------------------------------------------------------------------------------------
 // GroupNorm (+ SiLU)
@@ -116,16 +143,7 @@ pub struct GroupNorm {
     pub silu: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gn_fwd<T: Real>(
-    op: &GroupNorm,
-    s1: &CpuStorage,
-    l1: &Layout,
-    s2: &CpuStorage,
-    l2: &Layout,
-    s3: &CpuStorage,
-    l3: &Layout,
-) -> Result<(CpuStorage, Shape)> {
+fn gn_fwd<T: Real>(op: &GroupNorm, (s1, l1): In, (s2, l2): In, (s3, l3): In) -> Fwd {
     let x = cpu::slice::<T>(s1, l1)?;
     let w = cpu::slice::<T>(s2, l2)?;
     let b = cpu::slice::<T>(s3, l3)?;
@@ -171,33 +189,10 @@ fn gn_bwd<T: Real>(
     ))
 }
 
-impl CustomOp3 for GroupNorm {
-    fn name(&self) -> &'static str {
-        "imgseq-group-norm"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s1), gn_fwd(self, s1, l1, s2, l2, s3, l3))
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        b: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = dispatch!(x.dtype(), gn_bwd(self, x, w, b, g))?;
-        Ok((Some(dx), Some(dw), Some(db)))
-    }
-}
+custom_op!(CustomOp3 for GroupNorm, "imgseq-group-norm";
+    fwd(op; s1, l1, s2, l2, s3, l3) => gn_fwd(op, (s1, l1), (s2, l2), (s3, l3));
+    bwd(op; x, w, b; _res, g) =>
+        (dx, dw, db) = gn_bwd(op, x, w, b, g) => (Some(dx), Some(dw), Some(db)));
 
 // ---------------------------------------------------------------------------------------------
 // Element-wise activations and softmax
@@ -210,7 +205,7 @@ pub enum Act {
 
 pub struct Activation(pub Act);
 
-fn act_fwd<T: Real>(a: Act, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+fn act_fwd<T: Real>(a: Act, s: &CpuStorage, l: &Layout) -> Fwd {
     let x = cpu::slice::<T>(s, l)?;
     let y = match a {
         Act::Gelu => act::gelu(x),
@@ -232,26 +227,18 @@ fn act_bwd<T: Real>(a: Act, x: &Tensor, g: &Tensor) -> Result<Tensor> {
     from_vec(dx, x.shape(), x)
 }
 
-impl CustomOp1 for Activation {
-    fn name(&self) -> &'static str {
-        match self.0 {
-            Act::Gelu => "imgseq-gelu",
-            Act::Silu => "imgseq-silu",
-        }
-    }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s), act_fwd(self.0, s, l))
-    }
-    fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(dispatch!(x.dtype(), act_bwd(self.0, x, g))?))
-    }
-}
+custom_op!(CustomOp1 for Activation, match op.0 {
+        Act::Gelu => "imgseq-gelu",
+        Act::Silu => "imgseq-silu",
+    };
+    fwd(op; s, l) => act_fwd(op.0, s, l);
+    bwd(op; x; _res, g) => dx = act_bwd(op.0, x, g) => Some(dx));
 
 /// Nearest-neighbour 2× upsampling of (b, c, h, w), with its backward (2×2 block sums) instead
 /// of candle's, which runs a grouped convolution with a kernel of ones.
 pub struct Upsample2x;
 
-fn up_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+fn up_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Fwd {
     let x = cpu::slice::<T>(s, l)?;
     let (b, c, h, w) = l.shape().dims4()?;
     Ok((
@@ -267,21 +254,13 @@ fn up_bwd<T: Real>(x: &Tensor, g: &Tensor) -> Result<Tensor> {
     from_vec(dx, x.shape(), x)
 }
 
-impl CustomOp1 for Upsample2x {
-    fn name(&self) -> &'static str {
-        "imgseq-upsample2x"
-    }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s), up_fwd(s, l))
-    }
-    fn bwd(&self, x: &Tensor, _res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(dispatch!(x.dtype(), up_bwd(x, g))?))
-    }
-}
+custom_op!(CustomOp1 for Upsample2x, "imgseq-upsample2x";
+    fwd(_op; s, l) => up_fwd(s, l);
+    bwd(_op; x; _res, g) => dx = up_bwd(x, g) => Some(dx));
 
 pub struct Softmax;
 
-fn sm_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+fn sm_fwd<T: Real>(s: &CpuStorage, l: &Layout) -> Fwd {
     let x = cpu::slice::<T>(s, l)?;
     let d = *l.dims().last().unwrap_or(&1);
     Ok((
@@ -300,17 +279,9 @@ fn sm_bwd<T: Real>(y: &Tensor, g: &Tensor) -> Result<Tensor> {
     from_vec(dx, y.shape(), &y)
 }
 
-impl CustomOp1 for Softmax {
-    fn name(&self) -> &'static str {
-        "imgseq-softmax-last-dim"
-    }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s), sm_fwd(s, l))
-    }
-    fn bwd(&self, _x: &Tensor, res: &Tensor, g: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(dispatch!(res.dtype(), sm_bwd(res, g))?))
-    }
-}
+custom_op!(CustomOp1 for Softmax, "imgseq-softmax-last-dim";
+    fwd(_op; s, l) => sm_fwd(s, l);
+    bwd(_op; x; res, g) => dx = sm_bwd(res, g) => Some(dx));
 
 // ---------------------------------------------------------------------------------------------
 // Attention
@@ -345,16 +316,7 @@ pub fn attn_view(l: &Layout) -> Result<(attn::View, attn::Dims)> {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn attn_fwd<T: Real>(
-    mode: attn::Mode,
-    s1: &CpuStorage,
-    l1: &Layout,
-    s2: &CpuStorage,
-    l2: &Layout,
-    s3: &CpuStorage,
-    l3: &Layout,
-) -> Result<(CpuStorage, Shape)> {
+fn attn_fwd<T: Real>(mode: attn::Mode, (s1, l1): In, (s2, l2): In, (s3, l3): In) -> Fwd {
     let (qv, dims) = attn_view(l1)?;
     let (kv, kd) = attn_view(l2)?;
     let (vv, vd) = attn_view(l3)?;
@@ -423,36 +385,10 @@ impl Attention {
     }
 }
 
-impl CustomOp3 for Attention {
-    fn name(&self) -> &'static str {
-        "imgseq-attention"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(
-            storage_dtype(s1),
-            attn_fwd(self.mode(), s1, l1, s2, l2, s3, l3)
-        )
-    }
-    fn bwd(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dq, dk, dv) = dispatch!(q.dtype(), attn_bwd(self.mode(), q, k, v, g))?;
-        Ok((Some(dq), Some(dk), Some(dv)))
-    }
-}
+custom_op!(CustomOp3 for Attention, "imgseq-attention";
+    fwd(op; s1, l1, s2, l2, s3, l3) => attn_fwd(op.mode(), (s1, l1), (s2, l2), (s3, l3));
+    bwd(op; q, k, v; _res, g) =>
+        (dq, dk, dv) = attn_bwd(op.mode(), q, k, v, g) => (Some(dq), Some(dk), Some(dv)));
 
 // ---------------------------------------------------------------------------------------------
 // Conv2d
@@ -486,14 +422,7 @@ impl Conv2d {
     }
 }
 
-fn conv_fwd<T: Real>(
-    op: &Conv2d,
-    sx: &CpuStorage,
-    lx: &Layout,
-    sw: &CpuStorage,
-    lw: &Layout,
-    b: Option<(&CpuStorage, &Layout)>,
-) -> Result<(CpuStorage, Shape)> {
+fn conv_fwd<T: Real>(op: &Conv2d, (sx, lx): In, (sw, lw): In, b: Option<In>) -> Fwd {
     let g = op.geom(lx.dims(), lw.dims())?;
     let x = cpu::slice::<T>(sx, lx)?;
     let w = cpu::slice::<T>(sw, lw)?;
@@ -535,89 +464,34 @@ fn conv_bwd<T: Real>(
     ))
 }
 
-impl CustomOp3 for Conv2d {
-    fn name(&self) -> &'static str {
-        "imgseq-conv2d"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(
-            storage_dtype(s1),
-            conv_fwd(self, s1, l1, s2, l2, Some((s3, l3)))
-        )
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _b: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = dispatch!(x.dtype(), conv_bwd(self, x, w, g))?;
-        Ok((Some(dx), Some(dw), Some(db)))
-    }
-}
+custom_op!(CustomOp3 for Conv2d, "imgseq-conv2d";
+    fwd(op; s1, l1, s2, l2, s3, l3) => conv_fwd(op, (s1, l1), (s2, l2), Some((s3, l3)));
+    bwd(op; x, w, _b; _res, g) =>
+        (dx, dw, db) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw), Some(db)));
 
-impl CustomOp2 for Conv2d {
-    fn name(&self) -> &'static str {
-        "imgseq-conv2d-nobias"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s1), conv_fwd(self, s1, l1, s2, l2, None))
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, _) = dispatch!(x.dtype(), conv_bwd(self, x, w, g))?;
-        Ok((Some(dx), Some(dw)))
-    }
-}
+custom_op!(CustomOp2 for Conv2d, "imgseq-conv2d-nobias";
+    fwd(op; s1, l1, s2, l2) => conv_fwd(op, (s1, l1), (s2, l2), None);
+    bwd(op; x, w; _res, g) => (dx, dw, _) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw)));
 
 // ---------------------------------------------------------------------------------------------
 // Nearest codebook entry (no backward: the output is an index)
 
 pub struct NearestCodebook;
 
-impl CustomOp2 for NearestCodebook {
-    fn name(&self) -> &'static str {
-        "imgseq-nearest-codebook"
+custom_op!(CustomOp2 for NearestCodebook, "imgseq-nearest-codebook";
+    fwd_f32(_op; s1, l1, s2, l2) => codebook_fwd((s1, l1), (s2, l2)));
+
+fn codebook_fwd((s1, l1): In, (s2, l2): In) -> Fwd {
+    let (zd, ed) = (l1.dims(), l2.dims());
+    if zd.len() != 2 || ed.len() != 2 || zd[1] != ed[1] {
+        bail!("nearest_codebook: z {zd:?} and codebook {ed:?} do not match");
     }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (zd, ed) = (l1.dims(), l2.dims());
-        if zd.len() != 2 || ed.len() != 2 || zd[1] != ed[1] {
-            bail!("nearest_codebook: z {zd:?} and codebook {ed:?} do not match");
-        }
-        let z = cpu::slice::<f32>(s1, l1)?;
-        let e = cpu::slice::<f32>(s2, l2)?;
-        Ok((
-            CpuStorage::U32(codebook::nearest(z, e, zd[1])),
-            Shape::from(zd[0]),
-        ))
-    }
+    let z = cpu::slice::<f32>(s1, l1)?;
+    let e = cpu::slice::<f32>(s2, l2)?;
+    Ok((
+        CpuStorage::U32(codebook::nearest(z, e, zd[1])),
+        Shape::from(zd[0]),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -633,13 +507,7 @@ fn lin_dims(lx: &[usize], lw: &[usize]) -> Result<(usize, usize)> {
     Ok((inp, lw[0]))
 }
 
-fn lin_fwd<T: Real>(
-    sx: &CpuStorage,
-    lx: &Layout,
-    sw: &CpuStorage,
-    lw: &Layout,
-    b: Option<(&CpuStorage, &Layout)>,
-) -> Result<(CpuStorage, Shape)> {
+fn lin_fwd<T: Real>((sx, lx): In, (sw, lw): In, b: Option<In>) -> Fwd {
     let (inp, out) = lin_dims(lx.dims(), lw.dims())?;
     let x = cpu::slice::<T>(sx, lx)?;
     let w = cpu::slice::<T>(sw, lw)?;
@@ -674,58 +542,14 @@ fn lin_bwd<T: Real>(x: &Tensor, w: &Tensor, g: &Tensor) -> Result<(Tensor, Tenso
     ))
 }
 
-impl CustomOp3 for Linear {
-    fn name(&self) -> &'static str {
-        "imgseq-linear"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s1), lin_fwd(s1, l1, s2, l2, Some((s3, l3))))
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _b: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = dispatch!(x.dtype(), lin_bwd(x, w, g))?;
-        Ok((Some(dx), Some(dw), Some(db)))
-    }
-}
+custom_op!(CustomOp3 for Linear, "imgseq-linear";
+    fwd(_op; s1, l1, s2, l2, s3, l3) => lin_fwd((s1, l1), (s2, l2), Some((s3, l3)));
+    bwd(_op; x, w, _b; _res, g) =>
+        (dx, dw, db) = lin_bwd(x, w, g) => (Some(dx), Some(dw), Some(db)));
 
-impl CustomOp2 for Linear {
-    fn name(&self) -> &'static str {
-        "imgseq-linear-nobias"
-    }
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        dispatch!(storage_dtype(s1), lin_fwd(s1, l1, s2, l2, None))
-    }
-    fn bwd(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        _res: &Tensor,
-        g: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, _) = dispatch!(x.dtype(), lin_bwd(x, w, g))?;
-        Ok((Some(dx), Some(dw)))
-    }
-}
+custom_op!(CustomOp2 for Linear, "imgseq-linear-nobias";
+    fwd(_op; s1, l1, s2, l2) => lin_fwd((s1, l1), (s2, l2), None);
+    bwd(_op; x, w; _res, g) => (dx, dw, _) = lin_bwd(x, w, g) => (Some(dx), Some(dw)));
 
 // ---------------------------------------------------------------------------------------------
 // bf16 inference: conv and linear on weights packed once (no backward)
@@ -736,35 +560,33 @@ pub struct Bf16ConvOp {
     pub kernel: cpu::bf16::Kernel,
 }
 
-impl CustomOp1 for Bf16ConvOp {
-    fn name(&self) -> &'static str {
-        "imgseq-conv2d-bf16"
+custom_op!(CustomOp1 for Bf16ConvOp, "imgseq-conv2d-bf16";
+    fwd_f32(op; s, l) => bf16_conv_fwd(op, s, l));
+
+fn bf16_conv_fwd(op: &Bf16ConvOp, s: &CpuStorage, l: &Layout) -> Fwd {
+    let w = &op.weights;
+    let d = l.dims();
+    if d.len() != 4 || d[1] != w.ci {
+        bail!(
+            "conv2d_bf16: input {d:?} does not match weight ({}, {}, {}, {})",
+            w.co,
+            w.ci,
+            w.kh,
+            w.kw
+        );
     }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let w = &self.weights;
-        let d = l.dims();
-        if d.len() != 4 || d[1] != w.ci {
-            bail!(
-                "conv2d_bf16: input {d:?} does not match weight ({}, {}, {}, {})",
-                w.co,
-                w.ci,
-                w.kh,
-                w.kw
-            );
-        }
-        let (l_, r, t, b) = w.pad;
-        if d[2] + t + b < w.kh || d[3] + l_ + r < w.kw {
-            bail!(
-                "conv2d_bf16: kernel {}x{} larger than padded input {d:?}",
-                w.kh,
-                w.kw
-            );
-        }
-        let x = cpu::slice::<f32>(s, l)?;
-        let (ho, wo) = w.out_hw(d[2], d[3]);
-        let y = cpu::bf16::conv2d(x, d[0], d[2], d[3], w, self.kernel);
-        Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
+    let (l_, r, t, b) = w.pad;
+    if d[2] + t + b < w.kh || d[3] + l_ + r < w.kw {
+        bail!(
+            "conv2d_bf16: kernel {}x{} larger than padded input {d:?}",
+            w.kh,
+            w.kw
+        );
     }
+    let x = cpu::slice::<f32>(s, l)?;
+    let (ho, wo) = w.out_hw(d[2], d[3]);
+    let y = cpu::bf16::conv2d(x, d[0], d[2], d[3], w, op.kernel);
+    Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
 }
 
 /// Linear on bf16-packed weights ([`crate::ops::linear_bf16`]).
@@ -773,25 +595,91 @@ pub struct Bf16LinearOp {
     pub kernel: cpu::bf16::Kernel,
 }
 
-impl CustomOp1 for Bf16LinearOp {
-    fn name(&self) -> &'static str {
-        "imgseq-linear-bf16"
+custom_op!(CustomOp1 for Bf16LinearOp, "imgseq-linear-bf16";
+    fwd_f32(op; s, l) => bf16_linear_fwd(op, s, l));
+
+fn bf16_linear_fwd(op: &Bf16LinearOp, s: &CpuStorage, l: &Layout) -> Fwd {
+    let w = &op.weights;
+    let mut dims = l.dims().to_vec();
+    if dims.last() != Some(&w.inp) {
+        bail!(
+            "linear_bf16: input {dims:?} does not match weight ({}, {})",
+            w.out,
+            w.inp
+        );
     }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let w = &self.weights;
-        let mut dims = l.dims().to_vec();
-        if dims.last() != Some(&w.inp) {
-            bail!(
-                "linear_bf16: input {dims:?} does not match weight ({}, {})",
-                w.out,
-                w.inp
-            );
-        }
-        let x = cpu::slice::<f32>(s, l)?;
-        *dims.last_mut().expect("rank ≥ 1") = w.out;
-        Ok((
-            CpuStorage::F32(cpu::bf16::linear(x, w, self.kernel)),
-            Shape::from(dims),
-        ))
+    let x = cpu::slice::<f32>(s, l)?;
+    *dims.last_mut().expect("rank ≥ 1") = w.out;
+    Ok((
+        CpuStorage::F32(cpu::bf16::linear(x, w, op.kernel)),
+        Shape::from(dims),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names candle reports for the ops (in errors and graphs) come from `custom_op!`.
+    #[test]
+    fn custom_ops_keep_their_names() {
+        let names3: [&dyn CustomOp3; 5] = [
+            &LayerNorm { eps: 1e-5 },
+            &GroupNorm {
+                groups: 1,
+                eps: 1e-5,
+                silu: false,
+            },
+            &Attention {
+                scale: 1.0,
+                causal: false,
+            },
+            &Conv2d {
+                stride: 1,
+                pad: (0, 0, 0, 0),
+            },
+            &Linear,
+        ];
+        let got: Vec<_> = names3.iter().map(|o| o.name()).collect();
+        assert_eq!(
+            got,
+            [
+                "imgseq-layer-norm",
+                "imgseq-group-norm",
+                "imgseq-attention",
+                "imgseq-conv2d",
+                "imgseq-linear"
+            ]
+        );
+        let conv = Conv2d {
+            stride: 1,
+            pad: (0, 0, 0, 0),
+        };
+        let names2: [&dyn CustomOp2; 3] = [&conv, &Linear, &NearestCodebook];
+        let got: Vec<_> = names2.iter().map(|o| o.name()).collect();
+        assert_eq!(
+            got,
+            [
+                "imgseq-conv2d-nobias",
+                "imgseq-linear-nobias",
+                "imgseq-nearest-codebook"
+            ]
+        );
+        let names1: [&dyn CustomOp1; 4] = [
+            &Activation(Act::Gelu),
+            &Activation(Act::Silu),
+            &Upsample2x,
+            &Softmax,
+        ];
+        let got: Vec<_> = names1.iter().map(|o| o.name()).collect();
+        assert_eq!(
+            got,
+            [
+                "imgseq-gelu",
+                "imgseq-silu",
+                "imgseq-upsample2x",
+                "imgseq-softmax-last-dim"
+            ]
+        );
     }
 }

@@ -138,21 +138,7 @@ pub fn bf16_conv_support() -> Bf16Support {
 }
 
 /// The CPUID vendor string ("AuthenticAMD", "GenuineIntel", …; "" off x86-64).
-pub fn cpu_vendor() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let r = std::arch::x86_64::__cpuid(0); // leaf 0: the vendor string
-        let bytes: Vec<u8> = [r.ebx, r.edx, r.ecx]
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        String::new()
-    }
-}
+pub use crate::cpu::features::vendor as cpu_vendor;
 
 impl PrecisionRequest {
     /// Resolves the request on this CPU: `f32` and `bf16` as asked (bf16 without AVX512-BF16
@@ -241,6 +227,53 @@ impl PrecisionRequest {
     }
 }
 
+/// A model whose conv or linear layers can run in bf16: the one precision walk the models
+/// share. A model says how to read and set its precision and how to run its agreement check;
+/// keeping the precision across the check and resolving `--precision` are done here.
+pub trait Bf16Model {
+    type Error;
+
+    /// The precision the model's bf16-capable layers run in.
+    fn precision(&self) -> Precision;
+
+    /// Sets every bf16-capable layer to `precision` (bf16: weights packed once).
+    fn set_precision(&mut self, precision: Precision) -> Result<(), Self::Error>;
+
+    /// Runs the model in f32 and in bf16 and compares the two, leaving it in bf16.
+    fn agreement_ending_in_bf16(&mut self) -> Result<Agreement, Self::Error>;
+
+    /// What bf16 is worth for this model on this CPU: [`bf16_support`] (linear layers), or
+    /// [`bf16_conv_support`] for a model of convs.
+    fn bf16_support(&self) -> Bf16Support {
+        bf16_support()
+    }
+
+    /// [`Self::agreement_ending_in_bf16`], the model keeping its precision.
+    fn bf16_agreement(&mut self) -> Result<Agreement, Self::Error> {
+        let prev = self.precision();
+        let a = self.agreement_ending_in_bf16();
+        self.set_precision(prev)?;
+        a
+    }
+
+    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
+    /// asked; `auto` as [`PrecisionRequest::resolve_with`] decides, with the model's agreement
+    /// check (which leaves the model in bf16, so a passing `auto` does not pack the weights
+    /// twice). Says which precision runs and why.
+    fn choose_precision(
+        &mut self,
+        request: PrecisionRequest,
+    ) -> Result<PrecisionChoice, Self::Error> {
+        let support = self.bf16_support();
+        let choice = request.resolve_with(support, || {
+            self.set_precision(Precision::F32)?;
+            self.agreement_ending_in_bf16()
+        })?;
+        self.set_precision(choice.precision)?;
+        Ok(choice)
+    }
+}
+
 /// What runs bf16 here, for the CLI's line.
 fn unit_name() -> &'static str {
     if Kernel::amx_available() {
@@ -303,5 +336,61 @@ mod tests {
             "{}",
             c.reason
         );
+    }
+
+    /// A model that logs every precision it is set to.
+    struct Log {
+        now: Precision,
+        sets: Vec<Precision>,
+        passes: bool,
+    }
+
+    impl Bf16Model for Log {
+        type Error = ();
+        fn precision(&self) -> Precision {
+            self.now
+        }
+        fn set_precision(&mut self, p: Precision) -> Result<(), ()> {
+            self.now = p;
+            self.sets.push(p);
+            Ok(())
+        }
+        fn agreement_ending_in_bf16(&mut self) -> Result<Agreement, ()> {
+            self.set_precision(Precision::F32)?;
+            self.set_precision(Precision::Bf16)?;
+            Ok(Agreement {
+                passed: self.passes,
+                summary: "check".into(),
+            })
+        }
+        fn bf16_support(&self) -> Bf16Support {
+            Bf16Support::FasterThanF32
+        }
+    }
+
+    #[test]
+    fn the_precision_walk_keeps_the_precision_and_packs_once() {
+        use Precision::{Bf16, F32};
+        let log = |passes| Log {
+            now: F32,
+            sets: vec![],
+            passes,
+        };
+        // The check leaves bf16; bf16_agreement goes back to what was set.
+        let mut m = log(true);
+        assert!(m.bf16_agreement().unwrap().passed);
+        assert_eq!((m.now, m.sets.as_slice()), (F32, &[F32, Bf16, F32][..]));
+        // auto passing: f32, the check (f32, bf16), then bf16 again (a no-op for a model that
+        // skips an unchanged precision).
+        let mut m = log(true);
+        let c = m.choose_precision(PrecisionRequest::Auto).unwrap();
+        assert_eq!(c.precision, Bf16);
+        assert_eq!(m.sets, [F32, F32, Bf16, Bf16]);
+        let mut m = log(false);
+        let c = m.choose_precision(PrecisionRequest::Auto).unwrap();
+        assert_eq!((c.precision, m.now), (F32, F32));
+        let mut m = log(true);
+        m.choose_precision(PrecisionRequest::F32).unwrap();
+        assert_eq!(m.sets, [F32]);
     }
 }

@@ -9,7 +9,7 @@ use crate::inference::Classifier;
 use candle_core::{Tensor, D};
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::Result;
-use imgseq_kernels::precision::{Agreement, PrecisionChoice, PrecisionRequest};
+use imgseq_kernels::precision::{Agreement, Bf16Model, PrecisionChoice, PrecisionRequest};
 use imgseq_kernels::Precision;
 
 /// Number of built-in check pictures.
@@ -68,13 +68,29 @@ impl Classifier {
     /// classes agree (and the logits' normwise relative difference). The model keeps its
     /// precision.
     pub fn bf16_agreement(&mut self) -> Result<Agreement> {
-        let prev = self.model.precision();
-        let a = self.agreement_ending_in_bf16();
-        self.model.set_precision(prev)?;
-        a
+        Bf16Model::bf16_agreement(self)
     }
 
-    /// [`Self::bf16_agreement`], leaving the model in bf16.
+    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
+    /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with [`Self::bf16_agreement`]
+    /// as the model's check. Says which precision runs and why.
+    pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
+        Bf16Model::choose_precision(self, request)
+    }
+}
+
+impl Bf16Model for Classifier {
+    type Error = imgseq_core::Error;
+
+    fn precision(&self) -> Precision {
+        self.model.precision()
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        Ok(self.model.set_precision(precision)?)
+    }
+
+    /// [`Classifier::bf16_agreement`], leaving the model in bf16.
     fn agreement_ending_in_bf16(&mut self) -> Result<Agreement> {
         let size = self.cfg.image_size;
         let imgs = check_images(
@@ -104,18 +120,6 @@ impl Classifier {
                 100.0 * rel
             ),
         })
-    }
-
-    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
-    /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with [`Self::bf16_agreement`]
-    /// as the model's check. Says which precision runs and why.
-    pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
-        let choice = request.resolve(|| {
-            self.model.set_precision(Precision::F32)?;
-            self.agreement_ending_in_bf16()
-        })?;
-        self.model.set_precision(choice.precision)?;
-        Ok(choice)
     }
 }
 

@@ -12,7 +12,9 @@ use crate::model::VqModel;
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::{metrics, Result};
-use imgseq_kernels::precision::{Agreement, PrecisionChoice, PrecisionRequest};
+use imgseq_kernels::precision::{
+    bf16_conv_support, Agreement, Bf16Model, Bf16Support, PrecisionChoice, PrecisionRequest,
+};
 use imgseq_kernels::Precision;
 
 /// Side of the check picture in tokens: 8 × 8 = 64 tokens (128² pixels for an f16 model).
@@ -55,13 +57,34 @@ impl VqModel {
     /// Encodes the check picture (f32) and decodes its tokens in f32 and in bf16: passes when
     /// the two pictures are within [`MIN_CHECK_PSNR`]. The model keeps its precision.
     pub fn bf16_agreement(&mut self) -> Result<Agreement> {
-        let prev = self.precision();
-        let a = self.agreement_ending_in_bf16();
-        self.set_precision(prev)?;
-        a
+        Bf16Model::bf16_agreement(self)
     }
 
-    /// [`Self::bf16_agreement`], leaving the model in bf16 (`auto` keeps it when it passes,
+    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
+    /// asked; `auto` as [`PrecisionRequest::resolve_convs`] decides, with
+    /// [`Self::bf16_agreement`] as the model's check. Says which precision runs and why.
+    pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
+        Bf16Model::choose_precision(self, request)
+    }
+}
+
+impl Bf16Model for VqModel {
+    type Error = imgseq_core::Error;
+
+    fn precision(&self) -> Precision {
+        VqModel::precision(self)
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        Ok(VqModel::set_precision(self, precision)?)
+    }
+
+    /// Its convs count AMX as faster ([`bf16_conv_support`]).
+    fn bf16_support(&self) -> Bf16Support {
+        bf16_conv_support()
+    }
+
+    /// [`VqModel::bf16_agreement`], leaving the model in bf16 (`auto` keeps it when it passes,
     /// without packing the weights twice).
     fn agreement_ending_in_bf16(&mut self) -> Result<Agreement> {
         let side = CHECK_GRID * self.config().downsample_factor();
@@ -86,17 +109,5 @@ impl VqModel {
                 psnr.min(99.0)
             ),
         })
-    }
-
-    /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
-    /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with
-    /// [`Self::bf16_agreement`] as the model's check. Says which precision runs and why.
-    pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
-        let choice = request.resolve_convs(|| {
-            self.set_precision(Precision::F32)?;
-            self.agreement_ending_in_bf16()
-        })?;
-        self.set_precision(choice.precision)?;
-        Ok(choice)
     }
 }

@@ -1,4 +1,5 @@
-//! Intel AMX (Advanced Matrix Extensions) tiles for the bf16 kernels of [`super::bf16`].
+//! Intel AMX (Advanced Matrix Extensions) tile primitives for the bf16 conv of
+//! [`super::conv::amx`].
 //!
 //! AMX-BF16's `tdpbf16ps` multiplies a 16 × 32 bf16 tile by a 32 × 16 one into a 16 × 16 f32
 //! tile — 16,384 multiply-adds per instruction, ~1,000 a cycle per core (measured 2.3 TFLOP/s
@@ -17,12 +18,11 @@
 //!
 //! # Use
 //! [`available`] says whether the CPU has AMX-TILE and AMX-BF16 *and* Linux granted this
-//! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, asked once).
+//! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, asked once;
+//! [`super::features::amx`] asks).
 //! Each thread that runs tiles calls [`TileScope::new`] first (loads the tile configuration)
 //! and drops it after (releases the tile state). `IMGSEQ_NO_AMX=1` in the environment turns
 //! the path off (to compare against `vdpbf16ps` on the same machine).
-
-use std::sync::OnceLock;
 
 /// Words (bf16 pairs) in a tile row: 64 bytes.
 pub const TK: usize = 16;
@@ -31,44 +31,10 @@ pub const TM: usize = 16;
 /// Words in one packed A tile (16 rows × 16 words).
 pub const TILE_WORDS: usize = TM * TK;
 
-/// Whether the AMX bf16 path can run in this process (see the module docs).
+/// Whether the AMX bf16 path can run in this process (see the module docs;
+/// [`super::features::amx`] decides).
 pub fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(detect)
-}
-
-fn detect() -> bool {
-    if std::env::var_os("IMGSEQ_NO_AMX").is_some_and(|v| !v.is_empty() && v != "0") {
-        return false;
-    }
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        use std::arch::x86_64::{__cpuid, __cpuid_count};
-        if __cpuid(0).eax < 7 {
-            return false;
-        }
-        let edx = __cpuid_count(7, 0).edx;
-        let (amx_bf16, amx_tile) = (edx >> 22 & 1 == 1, edx >> 24 & 1 == 1);
-        if !(amx_bf16 && amx_tile && super::bf16::Kernel::native_available()) {
-            return false;
-        }
-        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-        const XFEATURE_XTILEDATA: libc::c_long = 18;
-        // SAFETY: arch_prctl with this request only changes the process's permission to use
-        // the AMX tile state; it reads and writes no memory of ours.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_arch_prctl,
-                ARCH_REQ_XCOMP_PERM,
-                XFEATURE_XTILEDATA,
-            )
-        };
-        r == 0
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        false
-    }
+    super::features::amx()
 }
 
 /// The tile configuration: palette 1, all eight tiles 16 rows × 64 bytes.

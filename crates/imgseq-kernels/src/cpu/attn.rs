@@ -318,81 +318,54 @@ pub fn attention_bwd<T: Real>(
             let dq = outs[0][hi * d..].as_mut_ptr();
             let dk = outs[1][hi * d..].as_mut_ptr();
             let dv = outs[2][hi * d..].as_mut_ptr();
-            // SAFETY: every operand covers the (strided) n×d or n×n ranges used below; output
-            // rows of the head are at hi·d + i·h·d inside this batch's chunk.
+            // Operands as (pointer, (row, col) strides); Vᵀ is V with its strides swapped.
+            let (pt, go) = ((p.as_ptr(), (1, n)), (g.as_ptr(), (hd, 1)));
+            let vt = (v.as_ptr(), (sv.1, sv.0));
+            // SAFETY: every operand covers the (strided) n×d or n×n ranges used below (checked
+            // above and by `probs`); output rows of the head are at hi·d + i·h·d inside this
+            // batch's chunk.
             unsafe {
-                // dV = Pᵀ·dO
-                gemm(
-                    n,
-                    d,
-                    n,
-                    dv,
-                    hd,
-                    1,
-                    p.as_ptr(),
-                    1,
-                    n,
-                    g.as_ptr(),
-                    hd,
-                    1,
-                    T::ONE,
-                    par,
-                );
-                // dP = dO·Vᵀ
-                gemm(
-                    n,
-                    n,
-                    d,
-                    dp.as_mut_ptr(),
-                    n,
-                    1,
-                    g.as_ptr(),
-                    hd,
-                    1,
-                    v.as_ptr(),
-                    sv.1,
-                    sv.0,
-                    T::ONE,
-                    par,
-                );
+                head_mm((n, d, n), (dv, hd), pt, go, par); // dV = Pᵀ·dO
+                head_mm((n, n, d), (dp.as_mut_ptr(), n), go, vt, par); // dP = dO·Vᵀ
             }
             softmax_bwd_rows(p, dp, n, T::c(scale));
+            let (ds, ds_t) = ((dp.as_ptr(), (n, 1)), (dp.as_ptr(), (1, n)));
+            // SAFETY: as above.
             unsafe {
-                // dQ = dS·K, dK = dSᵀ·Q
-                gemm(
-                    n,
-                    d,
-                    n,
-                    dq,
-                    hd,
-                    1,
-                    dp.as_ptr(),
-                    n,
-                    1,
-                    k.as_ptr(),
-                    sk.0,
-                    sk.1,
-                    T::ONE,
-                    par,
-                );
-                gemm(
-                    n,
-                    d,
-                    n,
-                    dk,
-                    hd,
-                    1,
-                    dp.as_ptr(),
-                    1,
-                    n,
-                    q.as_ptr(),
-                    sq.0,
-                    sq.1,
-                    T::ONE,
-                    par,
-                );
+                head_mm((n, d, n), (dq, hd), ds, (k.as_ptr(), sk), par); // dQ = dS·K
+                head_mm((n, d, n), (dk, hd), ds_t, (q.as_ptr(), sq), par); // dK = dSᵀ·Q
             }
         },
     );
     (dq, dk, dv)
+}
+
+/// One product of [`attention_bwd`]: dst (m×n, rows `ld` apart) = a (m×k) · b (k×n), the
+/// operands as (pointer, (row, col) strides).
+///
+/// # Safety
+/// Each pointer covers its operand's strided range.
+unsafe fn head_mm<T: Real>(
+    (m, n, k): (usize, usize, usize),
+    (dst, ld): (*mut T, usize),
+    (a, sa): (*const T, (usize, usize)),
+    (b, sb): (*const T, (usize, usize)),
+    par: gemm::Parallelism,
+) {
+    gemm(
+        m,
+        n,
+        k,
+        dst,
+        ld,
+        1,
+        a,
+        sa.0,
+        sa.1,
+        b,
+        sb.0,
+        sb.1,
+        T::ONE,
+        par,
+    )
 }

@@ -26,12 +26,17 @@
 //!   past the output width are computed and dropped.
 //! * linear: A = the input rows `[rows / MR][pair][MR]`; B = weights `[pair][out rounded up to
 //!   NB]`.
+//!
+//! This module owns the arithmetic (rounding, the micro-kernels) and the linear layer; the
+//! conv is in [`super::conv::bf16`] (direct), [`super::conv::amx`] and
+//! [`super::conv::winograd`], re-exported here as [`ConvWeights`], [`ConvAlgo`] and [`conv2d`].
 
-use super::amx;
-use super::conv::Geom;
-use super::threads;
-use super::winograd;
+use super::features::{self, features};
+use super::{threads, SyncPtr};
 use rayon::prelude::*;
+
+pub use super::conv::bf16::{ConvAlgo, ConvWeights};
+pub use super::conv::conv2d_bf16 as conv2d;
 
 /// Rows of a micro-tile (output channels of a conv, input rows of a linear).
 pub const MR: usize = 8;
@@ -56,19 +61,12 @@ pub enum Kernel {
 impl Kernel {
     /// Whether this CPU has AVX512-BF16 (and AVX-512F).
     pub fn native_available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::is_x86_feature_detected!("avx512bf16") && std::is_x86_feature_detected!("avx512f")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        features().avx512bf16
     }
 
-    /// Whether this process can run AMX bf16 tiles (CPU and OS; see [`super::amx::available`]).
+    /// Whether this process can run AMX bf16 tiles (CPU and OS; see [`features::amx`]).
     pub fn amx_available() -> bool {
-        super::amx::available()
+        features::amx()
     }
 
     /// [`Kernel::Amx`], else [`Kernel::Native`], else [`Kernel::Portable`]: the fastest here.
@@ -171,7 +169,7 @@ pub(crate) fn pack_pairs(dst: &mut [u32], lo: &[f32], hi: Option<&[f32]>) {
         unsafe fn avx2(dst: &mut [u32], lo: &[f32], hi: Option<&[f32]>) {
             body(dst, lo, hi)
         }
-        if std::is_x86_feature_detected!("avx512bw") {
+        if features().avx512bw {
             // SAFETY: the CPU has AVX-512F/BW (checked just above).
             return unsafe { avx512(dst, lo, hi) };
         }
@@ -317,22 +315,12 @@ pub(crate) unsafe fn ukernel(
     }
 }
 
-#[derive(Clone, Copy)]
-struct Ptr<T>(*mut T);
-unsafe impl<T> Send for Ptr<T> {}
-unsafe impl<T> Sync for Ptr<T> {}
-impl<T> Ptr<T> {
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
-
-fn round_up(n: usize, m: usize) -> usize {
+pub(crate) fn round_up(n: usize, m: usize) -> usize {
     n.div_ceil(m) * m
 }
 
 /// f32 bias (flushed to zero like every accumulator value), zero-padded to `len`.
-fn padded_bias(bias: Option<&[f32]>, len: usize) -> Vec<f32> {
+pub(crate) fn padded_bias(bias: Option<&[f32]>, len: usize) -> Vec<f32> {
     let mut b = vec![0f32; len];
     if let Some(bias) = bias {
         for (d, &s) in b.iter_mut().zip(bias) {
@@ -340,542 +328,6 @@ fn padded_bias(bias: Option<&[f32]>, len: usize) -> Vec<f32> {
         }
     }
     b
-}
-
-// ---------------------------------------------------------------------------------------------
-// Conv
-
-/// Conv weights rounded to bf16 and packed for the micro-kernel, with the conv's geometry.
-#[derive(Debug, Clone)]
-pub struct ConvWeights {
-    pub co: usize,
-    pub ci: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    /// (left, right, top, bottom)
-    pub pad: (usize, usize, usize, usize),
-    /// Channel pairs: ⌈ci / 2⌉.
-    ci2: usize,
-    /// `[co rounded up to MR / MR][tap][pair][MR]` words.
-    data: Vec<u32>,
-    /// (co rounded up to MR)
-    bias: Vec<f32>,
-    /// The transformed weights of Winograd F(2×2, 3×3)
-    /// ([`super::winograd::pack_weights_bf16`]), where `algo` may run it.
-    wino: Option<Vec<u32>>,
-    algo: ConvAlgo,
-    /// The weights as AMX tiles ([`ConvWeights::amx_tiles`]), packed on first use.
-    amx: std::sync::OnceLock<Vec<u32>>,
-}
-
-/// Which algorithm a bf16 3×3 stride-1 conv runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConvAlgo {
-    /// The direct conv: the exact sum of the bf16-rounded operands (f32 accumulation).
-    Direct,
-    /// Winograd F(2×2, 3×3) with bf16 products ([`winograd::conv2d_bf16`]): 2.25× fewer
-    /// multiplies, about twice the direct conv's rounding error.
-    Winograd,
-    /// Winograd where it was measured faster ([`winograd::auto_bf16`]: ≥ 128 channels in and
-    /// out and ≥ 2²⁹ multiply-adds per image), else direct; decided per call from the input
-    /// size (both packings are kept for such convs).
-    Auto,
-}
-
-impl ConvWeights {
-    /// Packs `w` (co, ci, kh, kw) and `bias` (co) for [`ConvAlgo::Auto`]. The caller checks
-    /// the sizes.
-    pub fn new(
-        w: &[f32],
-        bias: Option<&[f32]>,
-        dims: (usize, usize, usize, usize),
-        stride: usize,
-        pad: (usize, usize, usize, usize),
-    ) -> Self {
-        Self::with_algo(w, bias, dims, stride, pad, ConvAlgo::Auto)
-    }
-
-    /// [`ConvWeights::new`] with the algorithm chosen ([`ConvAlgo::Winograd`]: a 3×3
-    /// stride-1 conv only).
-    pub fn with_algo(
-        w: &[f32],
-        bias: Option<&[f32]>,
-        (co, ci, kh, kw): (usize, usize, usize, usize),
-        stride: usize,
-        pad: (usize, usize, usize, usize),
-        algo: ConvAlgo,
-    ) -> Self {
-        assert_eq!(w.len(), co * ci * kh * kw, "conv weight size");
-        let (ci2, co_pad, kk) = (ci.div_ceil(2), round_up(co, MR), kh * kw);
-        let pack_wino = match algo {
-            ConvAlgo::Direct => false,
-            ConvAlgo::Winograd => {
-                assert!(
-                    kh == 3 && kw == 3 && stride == 1,
-                    "winograd: not a stride-1 3×3 conv"
-                );
-                true
-            }
-            ConvAlgo::Auto => winograd::bf16_candidate(ci, co, kh, kw, stride),
-        };
-        let mut data = vec![0u32; co_pad * kk * ci2];
-        let at = |o: usize, c: usize, t: usize| {
-            if c < ci {
-                w[(o * ci + c) * kk + t]
-            } else {
-                0.0
-            }
-        };
-        for o in 0..co {
-            let (blk, r) = (o / MR, o % MR);
-            for t in 0..kk {
-                for k in 0..ci2 {
-                    data[((blk * kk + t) * ci2 + k) * MR + r] =
-                        word(at(o, 2 * k, t), at(o, 2 * k + 1, t));
-                }
-            }
-        }
-        Self {
-            co,
-            ci,
-            kh,
-            kw,
-            stride,
-            pad,
-            ci2,
-            data,
-            bias: padded_bias(bias, co_pad),
-            wino: pack_wino.then(|| winograd::pack_weights_bf16(w, ci, co)),
-            algo,
-            amx: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The packed words as AMX A tiles: `[co / 32][tap][pair / 16][2][16 rows][16 words]`
-    /// (co rounded up to 32 and pairs to 16 with zeros); two tiles of 16 output channels side
-    /// by side, so one step of [`amx::block_32x32`] reads 2 KiB in a row.
-    fn amx_tiles(&self) -> &[u32] {
-        self.amx.get_or_init(|| {
-            let (kk, ci2) = (self.kh * self.kw, self.ci2);
-            let (co32, kb) = (round_up(self.co, 32), ci2.div_ceil(amx::TK));
-            let mut t = vec![0u32; co32 * kk * kb * amx::TILE_WORDS / amx::TM];
-            for o in 0..self.co {
-                let (blk, half, row) = (o / 32, (o % 32) / amx::TM, o % amx::TM);
-                for tap in 0..kk {
-                    for k in 0..ci2 {
-                        let (kbi, col) = (k / amx::TK, k % amx::TK);
-                        let tile = ((blk * kk + tap) * kb + kbi) * 2 + half;
-                        t[tile * amx::TILE_WORDS + row * amx::TK + col] =
-                            self.data[((o / MR * kk + tap) * ci2 + k) * MR + o % MR];
-                    }
-                }
-            }
-            t
-        })
-    }
-
-    /// Whether an h × w input runs Winograd F(2×2, 3×3) on `kernel` (else the direct conv):
-    /// [`ConvAlgo::Auto`] never takes it on AMX, whose direct conv is the faster.
-    pub fn runs_winograd_on(&self, h: usize, w: usize, kernel: Kernel) -> bool {
-        self.runs_winograd(h, w)
-            && !(self.algo == ConvAlgo::Auto && kernel.checked() == Kernel::Amx)
-    }
-
-    /// Whether an h × w input runs Winograd F(2×2, 3×3) on `vdpbf16ps` or the portable path
-    /// (else the direct conv).
-    pub fn runs_winograd(&self, h: usize, w: usize) -> bool {
-        let g = Geom {
-            b: 1,
-            ci: self.ci,
-            h,
-            w,
-            co: self.co,
-            kh: self.kh,
-            kw: self.kw,
-            s: self.stride,
-            pad: self.pad,
-        };
-        self.wino.is_some()
-            && winograd::supports(&g)
-            && (self.algo == ConvAlgo::Winograd || winograd::auto_bf16(&g))
-    }
-
-    /// Output size for an h × w input (the caller checks that the kernel fits).
-    pub fn out_hw(&self, h: usize, w: usize) -> (usize, usize) {
-        let (l, r, t, b) = self.pad;
-        (
-            (h + t + b - self.kh) / self.stride + 1,
-            (w + l + r - self.kw) / self.stride + 1,
-        )
-    }
-
-    fn plan(&self, h: usize, w: usize) -> Plan {
-        let (l, r, t, b) = self.pad;
-        let s = self.stride;
-        let (ho, wo) = self.out_hw(h, w);
-        let wq = (w + l + r).div_ceil(s);
-        let np = ho * wq;
-        let need = np + ((self.kh - 1) / s) * wq + (self.kw - 1) / s;
-        let hq = (h + t + b).div_ceil(s).max(need.div_ceil(wq));
-        Plan {
-            h,
-            w,
-            ho,
-            wo,
-            s,
-            wq,
-            hq,
-            np,
-            plane: s * s * hq * wq,
-            top: t,
-            left: l,
-        }
-    }
-}
-
-/// The padded, phase-split layout of one conv input (as in [`super::conv`]).
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    h: usize,
-    w: usize,
-    ho: usize,
-    wo: usize,
-    s: usize,
-    wq: usize,
-    hq: usize,
-    np: usize,
-    plane: usize,
-    top: usize,
-    left: usize,
-}
-
-impl Plan {
-    /// Offset of tap (i, j)'s view inside a pair's plane.
-    fn off(&self, i: usize, j: usize) -> usize {
-        let s = self.s;
-        ((i % s) * s + j % s) * self.hq * self.wq + (i / s) * self.wq + j / s
-    }
-}
-
-/// The input as words: (b, planes, plane), zero-padded (planes ≥ ⌈ci / 2⌉: the ones past
-/// the channels are zero), plus NB words of slack at the end (the last micro-tile reads past
-/// p-space; those columns are dropped).
-fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u32> {
-    let ci2 = ci.div_ceil(2);
-    let hw = g.h * g.w;
-    let mut xp = vec![0u32; b * planes * g.plane + NB];
-    crate::runtime::advise_huge_pages(&mut xp);
-    xp[..b * planes * g.plane]
-        .par_chunks_mut(g.plane)
-        .enumerate()
-        .for_each(|(n, dst)| {
-            let (bi, k) = (n / planes, n % planes);
-            if k >= ci2 {
-                return;
-            }
-            let ch = |c: usize| &x[(bi * ci + c) * hw..(bi * ci + c + 1) * hw];
-            let lo = ch(2 * k);
-            let hi = (2 * k + 1 < ci).then(|| ch(2 * k + 1));
-            let s = g.s;
-            fn row(c: &[f32], y: usize, w: usize) -> &[f32] {
-                &c[y * w..(y + 1) * w]
-            }
-            for y in 0..g.h {
-                let (rl, rh) = (row(lo, y, g.w), hi.map(|c| row(c, y, g.w)));
-                let yy = y + g.top;
-                if s == 1 {
-                    let d0 = yy * g.wq + g.left;
-                    pack_pairs(&mut dst[d0..d0 + g.w], rl, rh);
-                } else {
-                    for x in 0..g.w {
-                        let xx = x + g.left;
-                        let j = ((yy % s) * s + xx % s) * g.hq * g.wq + (yy / s) * g.wq + xx / s;
-                        dst[j] = word(rl[x], rh.map_or(0.0, |r| r[x]));
-                    }
-                }
-            }
-        });
-    xp
-}
-
-/// bf16 conv: x (b, ci, h, w) f32 → (b, co, ho, wo) f32. The caller checks that x has `ci`
-/// channels and that the kernel fits the padded input.
-pub fn conv2d(
-    x: &[f32],
-    b: usize,
-    h: usize,
-    w: usize,
-    wt: &ConvWeights,
-    kernel: Kernel,
-) -> Vec<f32> {
-    let kernel = kernel.checked();
-    if let Some(ua) = wt
-        .wino
-        .as_ref()
-        .filter(|_| wt.runs_winograd_on(h, w, kernel))
-    {
-        let g = Geom {
-            b,
-            ci: wt.ci,
-            h,
-            w,
-            co: wt.co,
-            kh: 3,
-            kw: 3,
-            s: 1,
-            pad: wt.pad,
-        };
-        return winograd::conv2d_bf16(x, ua, Some(&wt.bias[..wt.co]), &g, kernel);
-    }
-    if kernel == Kernel::Amx {
-        return conv2d_amx(x, b, h, w, wt);
-    }
-    let (kk, ci2) = (wt.kh * wt.kw, wt.ci2);
-    direct_conv(x, b, h, w, wt, ci2, MR, NB, 16, |cbuf, t, img, g| {
-        let len = t.len;
-        for tap in 0..kk {
-            let off = g.off(tap / wt.kw, tap % wt.kw);
-            for k0 in (0..ci2).step_by(KC) {
-                let kc = KC.min(ci2 - k0);
-                for nb in (0..len).step_by(NB) {
-                    let bptr = img[k0 * g.plane + off + t.p0 + nb..].as_ptr();
-                    for blk in t.blk0..t.blk1 {
-                        let a = wt.data[((blk * kk + tap) * ci2 + k0) * MR..].as_ptr();
-                        let c = cbuf[(blk - t.blk0) * MR * len + nb..].as_mut_ptr();
-                        // SAFETY: a covers kc·MR words of the packed weights; b's rows are
-                        // inside the packed input (NB words of slack past the last plane); c
-                        // is a MR × NB corner of cbuf (len is a multiple of NB).
-                        unsafe { ukernel(kernel, kc, a, bptr, g.plane, c, len) };
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// The frame of both direct convs (`vdpbf16ps`/portable and AMX): the output, the input packed
-/// to `planes` planes per image, the [`TaskGrid`] of `row_blk` × `col_blk` blocks, each task's
-/// C buffer started at the bias, `products(cbuf, task, image's packed planes, plan)` adding
-/// the sums, and the copy into the output.
-#[allow(clippy::too_many_arguments)]
-fn direct_conv(
-    x: &[f32],
-    b: usize,
-    h: usize,
-    w: usize,
-    wt: &ConvWeights,
-    planes: usize,
-    row_blk: usize,
-    col_blk: usize,
-    max_col_blks: usize,
-    products: impl Fn(&mut [f32], &Task, &[u32], &Plan) + Sync,
-) -> Vec<f32> {
-    let g = wt.plan(h, w);
-    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
-    if out.is_empty() {
-        return out;
-    }
-    // Fresh pages: at 384² their faults took as long as the AMX tile products (measured).
-    crate::runtime::advise_huge_pages(&mut out);
-    let xp = pack_input(x, b, wt.ci, planes, &g);
-    let grid = TaskGrid::new(
-        b,
-        g.np,
-        round_up(wt.co, row_blk),
-        row_blk,
-        col_blk,
-        max_col_blks,
-    );
-    let outp = Ptr(out.as_mut_ptr());
-    let run = |cbuf: &mut Vec<f32>, task: usize| {
-        let t = grid.task(task);
-        let rows = (t.blk1 - t.blk0) * row_blk;
-        let bias = wt.bias.get(t.blk0 * row_blk..).unwrap_or(&[]);
-        start_at_bias(cbuf, t.len, bias, rows);
-        products(cbuf, &t, &xp[t.bi * planes * g.plane..], &g);
-        let co0 = t.blk0 * row_blk;
-        scatter_rows(
-            cbuf,
-            t.len,
-            rows.min(wt.co - co0),
-            t.bi,
-            co0,
-            t.p0,
-            wt.co,
-            &g,
-            outp,
-        );
-    };
-    (0..grid.tasks)
-        .into_par_iter()
-        .for_each_init(Vec::new, |buf, task| run(buf, task));
-    out
-}
-
-/// How a direct conv's work is cut into tasks: per image, tiles of p-space (whole column
-/// blocks) with a C tile of ~256 KiB; with too few tiles for the threads, output channels are
-/// split too (in whole row blocks).
-struct TaskGrid {
-    /// Columns per p-space tile.
-    nt: usize,
-    /// p-space rounded up to whole column blocks.
-    np_pad: usize,
-    tiles: usize,
-    blocks: usize,
-    blocks_per: usize,
-    co_split: usize,
-    tasks: usize,
-}
-
-/// One task: image `bi`, columns `p0..p0 + len`, row blocks `blk0..blk1`.
-struct Task {
-    bi: usize,
-    p0: usize,
-    len: usize,
-    blk0: usize,
-    blk1: usize,
-}
-
-impl TaskGrid {
-    /// `rows` (a multiple of `row_blk`) output rows, `np` p-space columns cut in blocks of
-    /// `col_blk`, at most `max_col_blks` blocks a tile.
-    fn new(
-        b: usize,
-        np: usize,
-        rows: usize,
-        row_blk: usize,
-        col_blk: usize,
-        max_col_blks: usize,
-    ) -> Self {
-        let np_pad = round_up(np, col_blk);
-        let nt = round_up((65536 / rows).max(col_blk), col_blk)
-            .min(max_col_blks * col_blk)
-            .min(np_pad);
-        let tiles = np_pad.div_ceil(nt);
-        let blocks = rows / row_blk;
-        let co_split = (4 * threads()).div_ceil(b * tiles).clamp(1, blocks);
-        let blocks_per = blocks.div_ceil(co_split);
-        let co_split = blocks.div_ceil(blocks_per);
-        Self {
-            nt,
-            np_pad,
-            tiles,
-            blocks,
-            blocks_per,
-            co_split,
-            tasks: b * tiles * co_split,
-        }
-    }
-
-    fn task(&self, task: usize) -> Task {
-        let per_image = self.tiles * self.co_split;
-        let (bi, rest) = (task / per_image, task % per_image);
-        let (ti, cs) = (rest / self.co_split, rest % self.co_split);
-        let p0 = ti * self.nt;
-        Task {
-            bi,
-            p0,
-            len: self.nt.min(self.np_pad - p0),
-            blk0: cs * self.blocks_per,
-            blk1: ((cs + 1) * self.blocks_per).min(self.blocks),
-        }
-    }
-}
-
-/// A task's C buffer: `rows` rows of `len` columns, row r filled with `bias[r]` (0 past the
-/// end of `bias`: the padded rows of a block).
-fn start_at_bias(cbuf: &mut Vec<f32>, len: usize, bias: &[f32], rows: usize) {
-    cbuf.resize(rows * len, 0.0);
-    for (r, row) in cbuf.chunks_exact_mut(len).enumerate() {
-        row.fill(bias.get(r).copied().unwrap_or(0.0));
-    }
-}
-
-/// Copies the first `rows` rows of a task's C buffer (rows of `len` p-space columns from
-/// `p0`, output channels from `co0` of image `bi`) into the (b, co, ho, wo) output, dropping
-/// the columns past the output width and past p-space.
-#[allow(clippy::too_many_arguments)]
-fn scatter_rows(
-    cbuf: &[f32],
-    len: usize,
-    rows: usize,
-    bi: usize,
-    co0: usize,
-    p0: usize,
-    co: usize,
-    g: &Plan,
-    out: Ptr<f32>,
-) {
-    let o = out.get();
-    let out_plane = g.ho * g.wo;
-    for r in 0..rows {
-        let c = co0 + r;
-        let row = &cbuf[r * len..(r + 1) * len];
-        let mut q = p0;
-        let end_all = (p0 + len).min(g.np);
-        while q < end_all {
-            let (y, x0) = (q / g.wq, q % g.wq);
-            let end = (q - x0 + g.wq).min(end_all);
-            if x0 < g.wo {
-                let n = (g.wo - x0).min(end - q);
-                // SAFETY: (bi, c, y, x0..x0 + n) is inside out; tasks own disjoint (image,
-                // p-range, channel) blocks.
-                unsafe {
-                    let dst = o.add((bi * co + c) * out_plane + y * g.wo + x0);
-                    std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
-                }
-            }
-            q = end;
-        }
-    }
-}
-
-/// [`conv2d`]'s direct conv on AMX tiles: the same packed input (channel pairs padded to 16
-/// planes), the same p-space tiles, C blocks of 32 channels × 32 columns held in tiles over
-/// every tap and reduction block ([`amx::block_32x32`]).
-fn conv2d_amx(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<f32> {
-    const BLK: usize = 32; // C block: rows (channels) and columns (p-space)
-    let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
-    let tiles_a = wt.amx_tiles();
-    let a_block = kk * kb * 2 * amx::TILE_WORDS;
-    direct_conv(
-        x,
-        b,
-        h,
-        w,
-        wt,
-        kb * amx::TK,
-        BLK,
-        BLK,
-        24,
-        |cbuf, t, img, g| {
-            let off = |tap: usize| g.off(tap / wt.kw, tap % wt.kw);
-            let img = img.as_ptr();
-            // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
-            let _scope = unsafe { amx::TileScope::new() };
-            for nb in (0..t.len).step_by(BLK) {
-                for blk in t.blk0..t.blk1 {
-                    let c = cbuf[(blk - t.blk0) * BLK * t.len + nb..].as_mut_ptr();
-                    let a = tiles_a[blk * a_block..].as_ptr();
-                    // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32);
-                    // step s = (tap, pair block) reads 2 tiles of this block's packed weights and
-                    // 16 planes of this image at the tap's offset: inside the packed input, whose
-                    // slack covers the columns read past the last plane.
-                    unsafe {
-                        amx::block_32x32(
-                            c,
-                            t.len,
-                            kk * kb,
-                            g.plane,
-                            |s| a.add(s * 2 * amx::TILE_WORDS),
-                            |s| img.add((s % kb) * amx::TK * g.plane + off(s / kb) + t.p0 + nb),
-                        )
-                    };
-                }
-            }
-        },
-    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -931,7 +383,7 @@ pub fn linear(x: &[f32], wt: &LinearWeights, kernel: Kernel) -> Vec<f32> {
     // Row blocks of MR, spread over tasks of whole blocks.
     let blocks = rows.div_ceil(MR);
     let per = blocks.div_ceil(4 * threads()).clamp(1, 64);
-    let yp = Ptr(y.as_mut_ptr());
+    let yp = SyncPtr(y.as_mut_ptr());
     let run = |(xa, c): &mut (Vec<u32>, Vec<f32>), task: usize| {
         let (b0, b1) = (task * per, ((task + 1) * per).min(blocks));
         let nblk = b1 - b0;

@@ -5,6 +5,8 @@
 //! "avx2,fma")]` wrapper, once plain) and picks the right one on each call. The bodies are
 //! written so that LLVM's auto-vectoriser handles them: lane-wise accumulators for
 //! reductions, no libm calls in hot loops (see [`fast_exp_f32`]).
+//!
+//! What the CPU can run is asked of [`features()`] only; the convolutions live in [`conv`].
 
 use candle_core::{CpuStorage, Layout, Result, Storage, Tensor, WithDType};
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub, SubAssign};
@@ -15,6 +17,7 @@ pub mod attn;
 pub mod bf16;
 pub mod codebook;
 pub mod conv;
+pub mod features;
 mod gemm;
 pub mod heads;
 pub mod layer_norm;
@@ -23,7 +26,9 @@ pub mod norm;
 pub mod rows;
 pub mod simd;
 pub mod upsample;
-pub mod winograd;
+
+pub use conv::winograd;
+pub use features::{features, has_avx2, Features};
 
 /// Number of lanes used by the manual reductions (one AVX register of f32).
 pub const LANES: usize = 8;
@@ -154,19 +159,6 @@ pub fn fast_exp_f32_fma(x: f32) -> f32 {
     }
     let y = y.mul_add(r * r, r) + 1.0;
     y * exp2_int(fx)
-}
-
-/// Whether the AVX2+FMA code paths may be used on this CPU (cached by std).
-#[inline(always)]
-pub fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// Defines `fn name<T: Real>(args) -> ret` whose body is compiled both for AVX2+FMA and for the
@@ -343,6 +335,19 @@ pub fn with_storage<R>(t: &Tensor, f: impl FnOnce(&CpuStorage, &Layout) -> Resul
     match &*s {
         Storage::Cpu(c) => f(c, l),
         _ => candle_core::bail!("imgseq-kernels: expected a CPU tensor"),
+    }
+}
+
+/// A raw pointer handed to several threads that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
+// SAFETY: only used to hand disjoint regions of one buffer to several threads.
+unsafe impl<T> Send for SyncPtr<T> {}
+unsafe impl<T> Sync for SyncPtr<T> {}
+impl<T> SyncPtr<T> {
+    /// The pointer (a method, so that closures capture the whole `SyncPtr`, not its field).
+    pub(crate) fn get(self) -> *mut T {
+        self.0
     }
 }
 
