@@ -34,20 +34,16 @@ impl Simd {
     }
 }
 
+/// The level [`super::features`] allows: AVX-512 where F, VL, AVX2 and FMA are all there.
 fn detect() -> Simd {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::has_avx2()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512vl")
-        {
-            return Simd::Avx512;
-        }
-        if super::has_avx2() {
-            return Simd::Avx2;
-        }
+    let f = super::features::features();
+    if f.avx512_full() {
+        Simd::Avx512
+    } else if f.avx2_fma {
+        Simd::Avx2
+    } else {
+        Simd::Portable
     }
-    Simd::Portable
 }
 
 /// Defines `fn name(simd: Simd, args)` whose body is compiled for AVX-512, AVX2 + FMA and the
