@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_README_LINES = 300
-TEXT_SUFFIXES = {".md", ".py", ".pyi", ".toml", ".json", ".jsonl", ".sh", ".yaml", ".yml", ".txt"}
+TEXT_SUFFIXES = {".md", ".py", ".pyi", ".toml", ".json", ".jsonl", ".sh", ".yaml", ".yml", ".txt", ".rs"}
 SESSION = re.compile(r"\bsessions?[\s_-]*\d+", re.IGNORECASE)
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^\s*(```|~~~)")

@@ -211,7 +211,7 @@ mod tests {
         let mut c = shipped();
         let a = c.bf16_agreement().unwrap();
         println!("agreement check: {a:?}");
-        // The shipped model of session 13 gives f32's class on all 64 check pictures (its
+        // The shipped model gives f32's class on all 64 check pictures (its
         // predecessor, 63 of 64: one near-tie); whichever way, `passed` means all 64.
         assert!(
             a.summary.starts_with("64/64 check pictures") == a.passed,

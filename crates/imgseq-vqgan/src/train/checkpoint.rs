@@ -39,7 +39,7 @@ pub struct LogPoint {
     pub img_per_s: f64,
     pub lr: f64,
     /// Training seconds of the run (across resumes) at this point; absent in runs logged
-    /// before session 12, whose time axis `scripts/vq_curve.py` rebuilds from `img_per_s`.
+    /// by versions before 2026-11-29, whose time axis `scripts/vq_curve.py` rebuilds from `img_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
 }
