@@ -13,13 +13,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct TokenizeArgs {
-    /// Image folders (recursive), .txt lists of image paths, WebDataset .tar shards
-    /// (img2dataset's: KEY.jpg|png|webp + optional KEY.json/.txt/.cls, kept as metadata),
-    /// Parquet files of images (img2dataset's: a binary jpg|png|webp column beside key, caption,
-    /// url, ...; Hugging Face datasets': a struct image {bytes, path}; the other columns kept as
-    /// metadata, see --image-column), or IDX image files (`train-images-idx3-ubyte.gz`: labels from the `…-labels-idx1-ubyte`
-    /// beside it, kept as `label` and, for Fashion-MNIST, `class`; keys `train-00042`; images
-    /// centred on the --size canvas, see --pad).
+    /// Image folders, .txt lists, WebDataset .tar, Parquet or IDX files (docs/tokenize-a-dataset.md).
     #[arg(required = true)]
     sources: Vec<PathBuf>,
     #[command(flatten)]
@@ -32,17 +26,13 @@ pub struct TokenizeArgs {
     /// Samples per output shard.
     #[arg(long, default_value_t = 10_000)]
     shard_size: usize,
-    /// Centre images no larger than --size on a zero canvas instead of resizing them (on by
-    /// itself when a source is an IDX file).
+    /// Centre small images on a zero --size canvas instead of resizing (default for IDX).
     #[arg(long)]
     pad: bool,
-    /// Output format: `wds`, WebDataset tar shards (KEY.tokens.npy uint16 (h, w) + KEY.json), or
-    /// `parquet`, Parquet shards (one row per image: key, tokens list<uint16> row-major, height,
-    /// width, source, metadata JSON).
+    /// Shard format: WebDataset tars or Parquet (docs/formats.md).
     #[arg(long, default_value = "wds", value_parser = ["wds", "parquet"])]
     format: String,
-    /// The column of Parquet sources that holds the images: a binary column or a struct with a
-    /// binary `bytes` field (default: found by itself).
+    /// The image column of Parquet sources (default: found by itself).
     #[arg(long, value_name = "NAME")]
     image_column: Option<String>,
     /// Job arrays: the number of processes that share the work (Slurm/Kubernetes array size).

@@ -18,9 +18,7 @@ use crate::precision_arg::PrecisionArg;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// One image, an image folder, a text file with one image path per line, or an IDX image file
-    /// (`t10k-images-idx3-ubyte.gz`: images centred on the --size canvas, labels from the
-    /// `…-labels-idx1-ubyte` beside it).
+    /// One image, an image folder, a .txt list of image paths, or an IDX image file.
     data: PathBuf,
     #[command(flatten)]
     model: ModelArgs,
@@ -32,9 +30,7 @@ pub struct EvalArgs {
     /// Only the first N images.
     #[arg(long)]
     limit: Option<usize>,
-    /// A classifier (ViT checkpoint folder, e.g. weights/vit-fashion-mnist) that classifies
-    /// the originals and the reconstructions: prints both accuracies and the gap. Needs
-    /// labelled data (an IDX file) at the classifier's input size.
+    /// A ViT folder that classifies originals and reconstructions (labelled IDX data).
     #[arg(long)]
     judge: Option<PathBuf>,
     /// Print the report as JSON (with per-image scores) on stdout.

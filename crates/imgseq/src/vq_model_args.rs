@@ -19,13 +19,10 @@ pub const DEFAULT_VQGAN: &str = "vqgan";
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Weights: safetensors, a taming `.ckpt`, a LlamaGen VQ `.pt` or a diffusers `VQModel`
-    /// folder (default: weights/vqgan/model.safetensors, under $IMGSEQ_WEIGHTS_DIR or the
-    /// workspace's weights/ folder).
+    /// Weights: safetensors, taming .ckpt, LlamaGen .pt or diffusers folder (default: weights/vqgan).
     #[arg(long)]
     pub weights: Option<PathBuf>,
-    /// Model config: our config.json, taming's model.yaml, LlamaGen's or diffusers'
-    /// config.json (default: beside the weights; a LlamaGen `.pt` needs none).
+    /// Model config: config.json or taming's model.yaml (default: beside the weights).
     #[arg(long)]
     pub config: Option<PathBuf>,
     #[command(flatten)]
@@ -35,9 +32,7 @@ pub struct ModelArgs {
 /// Input preprocessing.
 #[derive(Args, Clone)]
 pub struct Preprocess {
-    /// Resize the shorter side to SIZE and center-crop SIZE×SIZE; a multiple of the model's
-    /// downsampling factor (default: 384 for colour models; a gray model's training
-    /// resolution, 32 for the Fashion-MNIST tokenizer).
+    /// Input side in pixels, a multiple of the downsampling factor (default: the model's).
     #[arg(long)]
     pub size: Option<u32>,
     /// Allow enlarging images whose shorter side is smaller than --size.
