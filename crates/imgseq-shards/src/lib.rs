@@ -2,8 +2,9 @@
 //!
 //! * [`source`]: what to tokenize — image folders (recursive), `.txt` lists of paths,
 //!   WebDataset `.tar` shards (`KEY.jpg|png|webp` + optional `KEY.json|txt|cls`) and Parquet
-//!   files of images ([`parquet_in`]: img2dataset's and Hugging Face `datasets`' layouts),
-//!   listed once into an ordered index of samples whose keys trace back to the source.
+//!   files of images ([`parquet_source`]: img2dataset's and Hugging Face `datasets`' layouts,
+//!   read through [`parquet_in`]), listed once into an ordered index of samples ([`sample`])
+//!   whose keys trace back to the source.
 //! * [`plan`]: the deterministic split of that index into output shards of `shard_size`
 //!   samples, and of the shards among the `N` jobs of a job array.
 //! * [`wds`]: token shards as WebDataset `.tar` files (`KEY.tokens.npy` + `KEY.json` per
@@ -19,7 +20,9 @@ pub mod job;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;
+pub mod parquet_source;
 pub mod plan;
+pub mod sample;
 pub mod shard;
 pub mod source;
 pub mod wds;
@@ -27,5 +30,6 @@ pub mod wds;
 pub use imgseq_core::tokens::TokenGrid;
 pub use manifest::{Manifest, ShardRecord, TokenizerInfo};
 pub use plan::Plan;
+pub use sample::{Location, Sample, SampleRef};
 pub use shard::{ShardFormat, TokenShardWriter};
-pub use source::{Location, Sample, SampleRef, SourceOptions};
+pub use source::SourceOptions;

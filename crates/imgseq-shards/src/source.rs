@@ -5,159 +5,26 @@
 //! writes them: members grouped by key (the path up to the first `.` of the file name), an
 //! image `KEY.jpg|jpeg|png|webp|bmp` and optional `KEY.json`, `KEY.txt` (caption) and
 //! `KEY.cls` (label), which are kept as metadata, or a Parquet file of images
-//! ([`crate::parquet_in`]: img2dataset's and Hugging Face `datasets`' layouts). Listing reads
+//! ([`crate::parquet_source`]: img2dataset's and Hugging Face `datasets`' layouts). Listing reads
 //! names and sizes only; the bytes are read when a sample is processed, so memory does not grow
 //! with the images. An IDX image
 //! file (`train-images-idx3-ubyte[.gz]`, MNIST layout) is the exception: it is read whole and
 //! every image held in memory as a small gray PNG, with its label from the label file beside it.
 
-use crate::parquet_in::{self, ParquetCell, ParquetRow};
+use crate::parquet_source;
+pub use crate::sample::{Location, Sample, SampleRef, MAX_IMAGE_BYTES, MAX_META_BYTES};
 use imgseq_core::data::folder::list_images;
 use imgseq_core::data::idx::{
     is_idx_images_name, read_idx_images, read_idx_labels, sibling_labels, FASHION_MNIST_CLASSES,
 };
 use imgseq_core::{Error, Result};
-use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-/// Largest image file or tar member read (bigger ones are skipped as errors).
-pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
-/// Largest metadata member read.
-pub const MAX_META_BYTES: u64 = 4 << 20;
-
 const IMAGE_EXTS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "bmp"];
 const META_EXTS: [&str; 3] = ["json", "txt", "cls"];
-
-/// Where a file's bytes are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
-    File(PathBuf),
-    /// Bytes held in memory: an IDX image re-encoded as PNG, or its label as text.
-    Inline(Arc<Vec<u8>>),
-    /// The data of a tar member: `size` bytes at `offset` of `tar`.
-    TarMember {
-        tar: PathBuf,
-        offset: u64,
-        size: u64,
-    },
-    /// A value of a Parquet file: image bytes, a caption or a label.
-    ParquetCell(ParquetCell),
-    /// The scalar columns of a Parquet row, read as a JSON object.
-    ParquetRow(ParquetRow),
-}
-
-impl Location {
-    /// Reads the bytes (at most `limit`; more is an error naming the place).
-    pub fn read(&self, limit: u64) -> Result<Vec<u8>> {
-        match self {
-            Location::File(p) => {
-                let f = File::open(p).map_err(|e| Error::io(p, e))?;
-                let meta = f.metadata().map_err(|e| Error::io(p, e))?;
-                if !meta.is_file() {
-                    return Err(Error::format(p, "not a regular file"));
-                }
-                if meta.len() > limit {
-                    return Err(Error::format(
-                        p,
-                        format!("{} bytes, more than the {limit}-byte limit", meta.len()),
-                    ));
-                }
-                let mut v = Vec::with_capacity(meta.len() as usize);
-                f.take(limit + 1)
-                    .read_to_end(&mut v)
-                    .map_err(|e| Error::io(p, e))?;
-                Ok(v)
-            }
-            Location::Inline(bytes) => Ok(bytes.as_ref().clone()),
-            Location::TarMember { tar, offset, size } => {
-                if *size > limit {
-                    return Err(Error::format(
-                        tar,
-                        format!("member at byte {offset} has {size} bytes, more than the {limit}-byte limit"),
-                    ));
-                }
-                let mut f = File::open(tar).map_err(|e| Error::io(tar, e))?;
-                f.seek(SeekFrom::Start(*offset))
-                    .map_err(|e| Error::io(tar, e))?;
-                let mut v = vec![0u8; *size as usize];
-                f.read_exact(&mut v).map_err(|e| Error::io(tar, e))?;
-                Ok(v)
-            }
-            Location::ParquetCell(c) => c.read(limit),
-            Location::ParquetRow(r) => r.read_json(),
-        }
-    }
-}
-
-/// One sample of the index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SampleRef {
-    /// Unique in the index; the output shard's member names (`KEY.tokens.npy`).
-    pub key: String,
-    /// Where it came from, for people: `photos/a.jpg` or `data-000.tar:000012.jpg`.
-    pub source: String,
-    pub image: Location,
-    /// Metadata members by extension (`json`, `txt`, `cls`).
-    pub meta: Vec<(String, Location)>,
-}
-
-/// A sample with its bytes read.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub key: String,
-    pub source: String,
-    pub image: Vec<u8>,
-    /// `{"json": {...}, "caption": "...", "label": ...}`, whichever the source had.
-    pub meta: Map<String, Value>,
-}
-
-impl SampleRef {
-    /// Reads the image bytes and the metadata.
-    pub fn load(&self) -> Result<Sample> {
-        let image = self.image.read(MAX_IMAGE_BYTES)?;
-        let mut meta = Map::new();
-        for (ext, loc) in &self.meta {
-            let bytes = loc.read(MAX_META_BYTES)?;
-            let text = String::from_utf8_lossy(&bytes).trim().to_string();
-            match ext.as_str() {
-                "json" => {
-                    let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                        Error::format(
-                            Path::new(&self.source),
-                            format!("{}.json is not valid JSON: {e}", self.key),
-                        )
-                    })?;
-                    meta.insert("json".into(), v);
-                }
-                "txt" => {
-                    meta.insert("caption".into(), Value::String(text));
-                }
-                "class" => {
-                    meta.insert("class".into(), Value::String(text));
-                }
-                // A null label (a Parquet row without one): no label.
-                "cls" if text.is_empty() => {}
-                _ => {
-                    let label = text
-                        .parse::<i64>()
-                        .map(Value::from)
-                        .unwrap_or(Value::String(text));
-                    meta.insert("label".into(), label);
-                }
-            }
-        }
-        Ok(Sample {
-            key: self.key.clone(),
-            source: self.source.clone(),
-            image,
-            meta,
-        })
-    }
-}
 
 /// How sources are read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -195,7 +62,7 @@ pub fn index_with(sources: &[PathBuf], o: &SourceOptions) -> Result<Vec<SampleRe
         } else if has_ext(src, "tar") {
             all.extend(tar_samples(src)?);
         } else if has_ext(src, "parquet") {
-            all.extend(parquet_in::samples(src, o.image_column.as_deref())?);
+            all.extend(parquet_source::samples(src, o.image_column.as_deref())?);
         } else if is_idx_images_name(src) {
             all.extend(idx_samples(src)?);
         } else if has_ext(src, "txt") {
