@@ -75,12 +75,29 @@ pub fn remove_stale_temporaries(
         };
         // `shard-000012.` is 13 bytes; `get` is None off a character boundary.
         let of_my_shard = target.get(..13).is_some_and(|p| mine.contains(p));
-        if of_my_shard || target == manifest || target == errors {
+        // `run.json` is shared by every job of an array: its temporary goes only once the
+        // process that wrote it is gone (a run killed while writing it left it behind).
+        let orphan_run_file = target == "run.json" && !writer_alive(&name);
+        if of_my_shard || target == manifest || target == errors || orphan_run_file {
             let p = out.join(&*name);
             std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
         }
     }
     Ok(())
+}
+
+/// Whether the process whose pid ends the temporary's name (`.run.json.tmp-4242`) is still
+/// running (on Linux, `/proc/PID`; elsewhere assumed alive, so nothing shared is removed).
+fn writer_alive(temp_name: &str) -> bool {
+    let Some((_, pid)) = temp_name.rsplit_once(".tmp-") else {
+        return true;
+    };
+    if cfg!(target_os = "linux") {
+        pid.parse::<u32>()
+            .is_ok_and(|p| p == std::process::id() || Path::new("/proc").join(pid).exists())
+    } else {
+        true
+    }
 }
 
 /// `errors.jsonl` (at `path`): the skipped samples of every shard of the manifest, in shard
@@ -128,6 +145,10 @@ mod tests {
             (".ßhärd-000000.tar.tmp-1", true),
             (".é.tmp-1", true),
             (".shard-000000.tar.tmp-x", true),
+            // run.json's temporary: removed once its writer is gone (no pid 4294967290 runs),
+            // kept while it may still be written (pid 1 always runs).
+            (".run.json.tmp-4294967290", !cfg!(target_os = "linux")),
+            (".run.json.tmp-1", true),
         ];
         for (n, _) in names {
             std::fs::write(d.path().join(n), b"x").unwrap();
