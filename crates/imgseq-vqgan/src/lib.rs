@@ -28,6 +28,7 @@
 
 pub mod codebook;
 pub mod config;
+pub mod config_file;
 pub mod data;
 pub mod eval;
 pub mod family;
@@ -41,7 +42,9 @@ pub mod presets;
 pub mod quantize;
 pub mod rename;
 pub mod tokenizer;
+
 pub mod train;
+pub mod variant;
 
 pub use config::{DdConfig, VqConfig};
 pub use family::{Family, Variant};
