@@ -16,9 +16,9 @@
 //! | GroupNorm | 32 groups | 32 groups | `norm_num_groups` |
 //! | input | [−1, 1] | [−1, 1], ADM centre crop | [−1, 1] ([0, 1] for aMUSEd) |
 //!
-//! This module holds the [`Variant`], reads the two families' `config.json` files, tells a
-//! file's family ([`detect`]) and describes a LlamaGen model from its tensor shapes alone
-//! (its `.pt` has no config). The weight-name maps are in [`crate::rename`].
+//! This module re-exports the [`Variant`] (defined in [`crate::variant`]), reads the two
+//! families' `config.json` files, tells a file's family ([`detect`]) and describes a
+//! LlamaGen model from its tensor shapes alone (its `.pt` has no config). The weight-name maps are in [`crate::rename`].
 
 use crate::config::{DdConfig, VqConfig, MAX_CHANNELS, MAX_LEVELS};
 use crate::variant::conv;

@@ -583,6 +583,9 @@ pub fn convert_checkpoint(
 /// storages, read as f32) or `None` for its own.
 type StoredTensor = (String, candle_core::Tensor, Option<DType>);
 
+/// A tensor of the converted file: our name and its values in the stored dtype.
+type KeptTensor = (String, candle_core::Tensor);
+
 /// The input's tensors in their stored dtypes.
 fn read_stored(input: &Path) -> Result<Vec<StoredTensor>> {
     let mut stored: Vec<StoredTensor> = Vec::new();
@@ -611,7 +614,7 @@ fn kept_tensors(
     input: &Path,
     stored: &[StoredTensor],
     map: HashMap<String, candle_core::Tensor>,
-) -> Result<(Vec<(String, candle_core::Tensor)>, usize, usize)> {
+) -> Result<(Vec<KeptTensor>, usize, usize)> {
     let target: HashMap<&str, Option<DType>> =
         stored.iter().map(|(k, _, dt)| (k.as_str(), *dt)).collect();
     let mut keep = Vec::new();
@@ -648,11 +651,7 @@ fn kept_tensors(
 }
 
 /// `--fold-l2-norm`: the codebook normalised in place and the config's `l2_norm` cleared.
-fn fold_codebook(
-    config: &mut VqConfig,
-    keep: &mut [(String, candle_core::Tensor)],
-    input: &Path,
-) -> Result<()> {
+fn fold_codebook(config: &mut VqConfig, keep: &mut [KeptTensor], input: &Path) -> Result<()> {
     if !config.variant.l2_norm {
         let msg = "cannot fold the l2 normalisation: the model's codes are not l2-normalised \
                    (its config has no `l2_norm`)";
@@ -671,11 +670,7 @@ fn fold_codebook(
 }
 
 /// The converted file's bytes: the tensors sorted by name, with taming's metadata.
-fn serialize_converted(
-    keep: &[(String, candle_core::Tensor)],
-    config: &VqConfig,
-    output: &Path,
-) -> Result<Vec<u8>> {
+fn serialize_converted(keep: &[KeptTensor], config: &VqConfig, output: &Path) -> Result<Vec<u8>> {
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
     meta.insert(
