@@ -16,7 +16,8 @@
 //! Our own `config.json` (written beside converted safetensors) is the JSON form of
 //! [`VqConfig`]: `{"embed_dim": .., "n_embed": .., "ddconfig": {..}}`.
 
-use crate::family::{Variant, MAX_GROUPS};
+pub use crate::config_file::fuzz_config_bytes;
+use crate::variant::{Variant, MAX_GROUPS};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -81,25 +82,9 @@ pub const LIMITS: [(&str, usize); 7] = [
 /// Largest config file read.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
-fn read_text(path: &Path) -> Result<String> {
+pub(crate) fn read_text(path: &Path) -> Result<String> {
     let bytes = imgseq_core::weights::read_regular_file(path, MAX_CONFIG_BYTES, "a config")?;
     String::from_utf8(bytes).map_err(|_| Error::format(path, "not UTF-8 text"))
-}
-
-/// What the `vq_config` fuzz target runs (and the corpus replay test): the bytes as our
-/// JSON config and as a taming YAML, each validated. Must never panic.
-#[doc(hidden)]
-pub fn fuzz_config_bytes(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let p = Path::new("fuzz.cfg");
-    if let Ok(c) = VqConfig::from_json_str(text, p) {
-        let _ = (c.downsample_factor(), c.check_input_size(256));
-    }
-    if let Ok(c) = VqConfig::from_taming_yaml_str(text, p) {
-        let _ = (c.downsample_factor(), c.check_input_size(256));
-    }
 }
 
 fn default_beta() -> f64 {
@@ -287,27 +272,7 @@ impl VqConfig {
         Ok(())
     }
 
-    /// Reads our `config.json` (JSON form of [`VqConfig`]).
-    pub fn from_json_file(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        Self::from_json_str(&read_text(path)?, path)
-    }
-
-    /// [`Self::from_json_file`] on text; `path` is only used in messages.
-    pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
-        let v: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))?;
-        if crate::family::family_of_config(&v) != crate::family::Family::Taming {
-            // A LlamaGen or diffusers `config.json` (its shape defaults where only weights
-            // can tell, see [`crate::family`]).
-            return crate::family::config_from_json_value(&v, path, None);
-        }
-        let cfg = Self::from_json_value(&v, path)?;
-        cfg.validate(path)?;
-        Ok(cfg)
-    }
-
-    fn from_json_value(v: &serde_json::Value, path: &Path) -> Result<Self> {
+    pub(crate) fn from_json_value(v: &serde_json::Value, path: &Path) -> Result<Self> {
         // Field-by-field so that a missing field gives a one-line error naming it.
         let dd = field(v, "ddconfig", "", path)?;
         let mut cfg = Self {
@@ -347,7 +312,7 @@ impl VqConfig {
         })?;
         // YAML → JSON value so one set of field readers serves both formats.
         let v: serde_json::Value = serde_json::to_value(&y)
-            .map_err(|e| Error::format(path, format!("unsupported YAML content ({e})")))?;
+            .map_err(|e| Error::unsupported(path, format!("unsupported YAML content ({e})")))?;
         let model = field(&v, "model", "", path)?;
         let params = field(model, "params", "model.", path)?;
         let cfg = Self {
@@ -364,15 +329,6 @@ impl VqConfig {
         };
         cfg.validate(path)?;
         Ok(cfg)
-    }
-
-    /// Reads either format, by extension (`.yaml`/`.yml` → taming, else our JSON).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("yaml") | Some("yml") => Self::from_taming_yaml_file(path),
-            _ => Self::from_json_file(path),
-        }
     }
 
     /// Pretty JSON, the content of `config.json`.
@@ -565,11 +521,23 @@ model:
         // A taming config is written exactly as before the families came: no `variant`.
         assert!(!c.to_json_string().contains("variant"));
         let mut l = c.clone();
-        l.variant = crate::family::Variant::llamagen(true);
+        l.variant = crate::variant::Variant::llamagen(true);
         std::fs::write(&p, l.to_json_string()).unwrap();
         assert_eq!(VqConfig::from_json_file(&p).unwrap(), l);
         std::fs::write(&p, r#"{"embed_dim": 4, "n_embed": 8}"#).unwrap();
         let e = VqConfig::from_json_file(&p).unwrap_err().to_string();
         assert!(e.ends_with("missing field `ddconfig`"), "{e}");
+    }
+
+    #[test]
+    fn yaml_that_json_cannot_hold_is_unsupported() {
+        // A sequence as a mapping key: valid YAML, no JSON form.
+        let e = VqConfig::from_taming_yaml_str("? [1, 2]\n: 3\n", Path::new("m.yaml")).unwrap_err();
+        assert_eq!(e.kind(), imgseq_core::error::ErrorKind::Unsupported);
+        assert!(
+            e.to_string()
+                .starts_with("m.yaml: unsupported YAML content ("),
+            "{e}"
+        );
     }
 }

@@ -16,161 +16,17 @@
 //! | GroupNorm | 32 groups | 32 groups | `norm_num_groups` |
 //! | input | [−1, 1] | [−1, 1], ADM centre crop | [−1, 1] ([0, 1] for aMUSEd) |
 //!
-//! This module holds the [`Variant`], reads the two families' `config.json` files, tells a
-//! file's family ([`detect`]) and describes a LlamaGen model from its tensor shapes alone
-//! (its `.pt` has no config). The weight-name maps are in [`crate::rename`].
+//! This module re-exports the [`Variant`] (defined in [`crate::variant`]), reads the two
+//! families' `config.json` files, tells a file's family ([`detect`]) and describes a
+//! LlamaGen model from its tensor shapes alone (its `.pt` has no config). The weight-name maps are in [`crate::rename`].
 
 use crate::config::{DdConfig, VqConfig, MAX_CHANNELS, MAX_LEVELS};
+use crate::variant::conv;
+pub use crate::variant::{Distance, Family, Range, Resize, Variant, MAX_GROUPS};
 use imgseq_core::{Error, Result};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Which code the weights were trained with (and so how they are named).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// taming-transformers (and imgseq's own training): `encoder.down.i.block.j...`.
-    #[default]
-    Taming,
-    /// LlamaGen's VQ-8 / VQ-16: `encoder.conv_blocks.i.res.j...`.
-    Llamagen,
-    /// diffusers' `VQModel`: `encoder.down_blocks.i.resnets.j...`.
-    Diffusers,
-}
-
-impl Family {
-    /// The name users see (`weights inspect`, messages).
-    pub fn label(self) -> &'static str {
-        match self {
-            Family::Taming => "taming VQGAN",
-            Family::Llamagen => "LlamaGen VQ",
-            Family::Diffusers => "diffusers VQModel",
-        }
-    }
-}
-
-/// How a latent vector's nearest codebook entry is found (ties → lowest index either way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Distance {
-    /// argmin of ‖z‖² + ‖e‖² − 2·z·e (taming, LlamaGen).
-    #[default]
-    Expanded,
-    /// argmin of `torch.cdist`: √max(‖z‖² + ‖e‖² − 2·z·e, 1e−30), so distances whose square
-    /// roots round to the same float tie (diffusers).
-    Cdist,
-}
-
-/// How an image file becomes the model's square input: the one rule of [`imgseq_core::input`].
-pub use imgseq_core::input::Crop as Resize;
-
-/// The pixel range the network reads and writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Range {
-    /// [−1, 1] (taming, LlamaGen, most diffusers models).
-    #[default]
-    MinusOneOne,
-    /// [0, 1] (aMUSEd's VQ: its pipeline does not normalise).
-    ZeroOne,
-}
-
-/// What a model does differently from taming's VQGAN. [`Variant::default`] is taming.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Variant {
-    pub family: Family,
-    /// GroupNorm groups (diffusers' `norm_num_groups`; 32 elsewhere).
-    pub norm_groups: usize,
-    /// Whether the middle blocks have their attention (diffusers' `mid_block_add_attention`).
-    pub mid_attn: bool,
-    /// LlamaGen's `codebook_l2_norm`: z and the codebook are l2-normalised before the search,
-    /// and the normalised entry is what the decoder gets.
-    pub l2_norm: bool,
-    pub distance: Distance,
-    pub resize: Resize,
-    pub range: Range,
-}
-
-impl Default for Variant {
-    fn default() -> Self {
-        Self {
-            family: Family::Taming,
-            norm_groups: 32,
-            mid_attn: true,
-            l2_norm: false,
-            distance: Distance::Expanded,
-            resize: Resize::ShorterSide,
-            range: Range::MinusOneOne,
-        }
-    }
-}
-
-/// Most GroupNorm groups.
-pub const MAX_GROUPS: usize = 4096;
-
-impl Variant {
-    /// taming's (every option at its default): not written into `config.json`.
-    pub fn is_taming(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// LlamaGen's VQ models.
-    pub fn llamagen(l2_norm: bool) -> Self {
-        Self {
-            family: Family::Llamagen,
-            l2_norm,
-            resize: Resize::AdmCenterCrop,
-            ..Self::default()
-        }
-    }
-
-    /// diffusers' `VQModel`.
-    pub fn diffusers(norm_groups: usize, mid_attn: bool, range: Range) -> Self {
-        Self {
-            family: Family::Diffusers,
-            norm_groups,
-            mid_attn,
-            distance: Distance::Cdist,
-            range,
-            ..Self::default()
-        }
-    }
-
-    /// Our JSON form (`"variant": {...}` in `config.json`): every field optional (taming's
-    /// value), unknown fields refused.
-    pub(crate) fn from_json(v: &Value, path: &Path) -> Result<Self> {
-        let Value::Object(m) = v else {
-            return Err(Error::format(path, "field `variant` must be an object"));
-        };
-        let mut out = Self::default();
-        for (k, x) in m {
-            let name = format!("variant.{k}");
-            match k.as_str() {
-                "family" => out.family = conv(x, &name, path)?,
-                "norm_groups" => out.norm_groups = conv(x, &name, path)?,
-                "mid_attn" => out.mid_attn = conv(x, &name, path)?,
-                "l2_norm" => out.l2_norm = conv(x, &name, path)?,
-                "distance" => out.distance = conv(x, &name, path)?,
-                "resize" => out.resize = conv(x, &name, path)?,
-                "range" => out.range = conv(x, &name, path)?,
-                _ => {
-                    return Err(Error::format(
-                        path,
-                        format!("unknown field `{name}` (known: family, norm_groups, mid_attn, l2_norm, distance, resize, range)"),
-                    ))
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-fn conv<T: serde::de::DeserializeOwned>(v: &Value, name: &str, path: &Path) -> Result<T> {
-    T::deserialize(v.clone())
-        .map_err(|e| Error::format(path, format!("field `{name}` has a wrong value {v} ({e})")))
-}
 
 /// `name`'s value, or `default` when absent or null.
 fn opt<T: serde::de::DeserializeOwned>(
@@ -443,85 +299,11 @@ pub fn diffusers_range(dir: &Path) -> Range {
 /// `UpDecoderBlock2D` blocks, `silu`, GroupNorm (`norm_type: group`; MoVQ's `spatial` is
 /// refused), block widths that are multiples of the first.
 pub fn diffusers_config(v: &Value, path: &Path, range: Range) -> Result<VqConfig> {
-    if !v.is_object() {
-        return Err(Error::format(path, "not a JSON object"));
-    }
-    if let Some(c) = v.get("_class_name") {
-        if c.as_str() != Some("VQModel") {
-            return Err(Error::format(
-                path,
-                format!("`_class_name` is {c}; imgseq reads diffusers `VQModel` configs"),
-            ));
-        }
-    }
-    let channels: Vec<usize> = opt(v, "block_out_channels", vec![64], path)?;
-    let levels = channels.len();
-    if levels == 0 || levels > MAX_LEVELS {
-        return Err(Error::format(
-            path,
-            format!("`block_out_channels` has {levels} entries; 1 to {MAX_LEVELS} levels"),
-        ));
-    }
-    let down: Vec<String> = opt(
-        v,
-        "down_block_types",
-        vec!["DownEncoderBlock2D".into()],
-        path,
-    )?;
-    let up: Vec<String> = opt(v, "up_block_types", vec!["UpDecoderBlock2D".into()], path)?;
-    for (name, types, want) in [
-        ("down_block_types", &down, "DownEncoderBlock2D"),
-        ("up_block_types", &up, "UpDecoderBlock2D"),
-    ] {
-        if types.len() != levels {
-            return Err(Error::format(
-                path,
-                format!(
-                    "`{name}` has {} entries but `block_out_channels` {levels}",
-                    types.len()
-                ),
-            ));
-        }
-        if let Some(t) = types.iter().find(|t| *t != want) {
-            return Err(Error::format(
-                path,
-                format!("`{name}` has {t:?}; imgseq runs only {want} blocks"),
-            ));
-        }
-    }
-    let act: String = opt(v, "act_fn", "silu".into(), path)?;
-    if act != "silu" {
-        return Err(Error::format(
-            path,
-            format!("`act_fn` is {act:?}; imgseq runs only \"silu\""),
-        ));
-    }
-    let norm: String = opt(v, "norm_type", "group".into(), path)?;
-    if norm != "group" {
-        return Err(Error::format(
-            path,
-            format!(
-                "`norm_type` is {norm:?}; imgseq runs only \"group\" (not MoVQ's spatial norm)"
-            ),
-        ));
-    }
-    let ch = channels[0];
-    if ch == 0 || ch > MAX_CHANNELS {
-        return Err(Error::format(
-            path,
-            format!("`block_out_channels[0]` is {ch}; must be 1 to {MAX_CHANNELS}"),
-        ));
-    }
-    let mut ch_mult = Vec::with_capacity(levels);
-    for (i, &c) in channels.iter().enumerate() {
-        if c % ch != 0 {
-            return Err(Error::format(
-                path,
-                format!("`block_out_channels[{i}]` ({c}) is not a multiple of `block_out_channels[0]` ({ch}); imgseq needs that"),
-            ));
-        }
-        ch_mult.push(c / ch);
-    }
+    check_diffusers_class(v, path)?;
+    let channels = diffusers_channels(v, path)?;
+    check_diffusers_blocks(v, path, channels.len())?;
+    check_diffusers_act_norm(v, path)?;
+    let (ch, ch_mult) = diffusers_ch_mult(&channels, path)?;
     let latent: usize = opt(v, "latent_channels", 3, path)?;
     let embed: Option<usize> = opt(v, "vq_embed_dim", None, path)?;
     let groups: usize = opt(v, "norm_num_groups", 32, path)?;
@@ -549,6 +331,111 @@ pub fn diffusers_config(v: &Value, path: &Path, range: Range) -> Result<VqConfig
         variant: Variant::diffusers(groups, mid_attn, range),
     };
     Ok(cfg)
+}
+
+/// A JSON object whose `_class_name` (when present) is `VQModel`.
+fn check_diffusers_class(v: &Value, path: &Path) -> Result<()> {
+    if !v.is_object() {
+        return Err(Error::format(path, "not a JSON object"));
+    }
+    if let Some(c) = v.get("_class_name") {
+        if c.as_str() != Some("VQModel") {
+            return Err(Error::format(
+                path,
+                format!("`_class_name` is {c}; imgseq reads diffusers `VQModel` configs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `block_out_channels`: 1 to [`MAX_LEVELS`] levels.
+fn diffusers_channels(v: &Value, path: &Path) -> Result<Vec<usize>> {
+    let channels: Vec<usize> = opt(v, "block_out_channels", vec![64], path)?;
+    let levels = channels.len();
+    if levels == 0 || levels > MAX_LEVELS {
+        return Err(Error::format(
+            path,
+            format!("`block_out_channels` has {levels} entries; 1 to {MAX_LEVELS} levels"),
+        ));
+    }
+    Ok(channels)
+}
+
+/// `down_block_types` / `up_block_types`: one plain block per level.
+fn check_diffusers_blocks(v: &Value, path: &Path, levels: usize) -> Result<()> {
+    let down: Vec<String> = opt(
+        v,
+        "down_block_types",
+        vec!["DownEncoderBlock2D".into()],
+        path,
+    )?;
+    let up: Vec<String> = opt(v, "up_block_types", vec!["UpDecoderBlock2D".into()], path)?;
+    for (name, types, want) in [
+        ("down_block_types", &down, "DownEncoderBlock2D"),
+        ("up_block_types", &up, "UpDecoderBlock2D"),
+    ] {
+        if types.len() != levels {
+            return Err(Error::format(
+                path,
+                format!(
+                    "`{name}` has {} entries but `block_out_channels` {levels}",
+                    types.len()
+                ),
+            ));
+        }
+        if let Some(t) = types.iter().find(|t| *t != want) {
+            return Err(Error::format(
+                path,
+                format!("`{name}` has {t:?}; imgseq runs only {want} blocks"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `act_fn` silu and `norm_type` group.
+fn check_diffusers_act_norm(v: &Value, path: &Path) -> Result<()> {
+    let act: String = opt(v, "act_fn", "silu".into(), path)?;
+    if act != "silu" {
+        return Err(Error::format(
+            path,
+            format!("`act_fn` is {act:?}; imgseq runs only \"silu\""),
+        ));
+    }
+    let norm: String = opt(v, "norm_type", "group".into(), path)?;
+    if norm != "group" {
+        return Err(Error::format(
+            path,
+            format!(
+                "`norm_type` is {norm:?}; imgseq runs only \"group\" (not MoVQ's spatial norm)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// taming's `ch` and `ch_mult` from `block_out_channels` (multiples of the first).
+fn diffusers_ch_mult(channels: &[usize], path: &Path) -> Result<(usize, Vec<usize>)> {
+    let levels = channels.len();
+    let ch = channels[0];
+    if ch == 0 || ch > MAX_CHANNELS {
+        return Err(Error::format(
+            path,
+            format!("`block_out_channels[0]` is {ch}; must be 1 to {MAX_CHANNELS}"),
+        ));
+    }
+    let mut ch_mult = Vec::with_capacity(levels);
+    for (i, &c) in channels.iter().enumerate() {
+        if c % ch != 0 {
+            return Err(Error::format(
+                path,
+                format!("`block_out_channels[{i}]` ({c}) is not a multiple of `block_out_channels[0]` ({ch}); imgseq needs that"),
+            ));
+        }
+        ch_mult.push(c / ch);
+    }
+    Ok((ch, ch_mult))
 }
 
 /// Reads a `config.json` of any family; `weights_shapes` gives LlamaGen's shape (needed for

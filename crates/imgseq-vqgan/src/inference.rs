@@ -72,7 +72,7 @@ impl VqConfig {
         }
         Err(match size {
             Some(s) => Error::setting("size", s, msg),
-            None => Error::invalid(format!("a {height}x{width} image {msg}")),
+            None => Error::resource_limit(format!("a {height}x{width} image {msg}")),
         })
     }
 }
@@ -178,7 +178,7 @@ pub fn decode_tokens(
     let (hp, wp) = (tokens.h.saturating_mul(f), tokens.w.saturating_mul(f));
     if let Err(e) = cfg.check_memory(batch.min(tokens.n), hp, wp, None) {
         return Err(match e {
-            Error::Invalid(_) => Error::invalid(format!(
+            Error::ResourceLimit(_) => Error::resource_limit(format!(
                 "a {}x{} token grid decodes to a {hp}x{wp} image, which {}",
                 tokens.h,
                 tokens.w,
@@ -204,4 +204,27 @@ pub fn decode_tokens(
     }
     pb.finish_and_clear();
     Ok(imgs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use imgseq_core::error::ErrorKind;
+
+    #[test]
+    fn memory_refusal_of_one_image_is_a_resource_limit() {
+        let cfg = VqConfig::vqgan_imagenet_f16_1024();
+        let side = 1 << 20;
+        let e = cfg.check_memory(1, side, side, None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ResourceLimit);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("a {side}x{side} image needs about ")),
+            "{msg}"
+        );
+        // A named setting is still blamed as a setting.
+        let e = cfg.check_memory(1, side, side, Some(side)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadSetting);
+        assert!(cfg.check_memory(1, 64, 64, None).is_ok());
+    }
 }

@@ -3,15 +3,16 @@
 //!
 //! The model (what a checkpoint holds):
 //! * [`config`]: `ddconfig` / `embed_dim` / `n_embed`, taming's `model.yaml` and our JSON;
-//!   the input-size rule ([`VqConfig::check_input_size`]). [`presets`]: named architectures.
+//!   the input-size rule ([`VqConfig::check_input_size`]). [`config_file`]: reading a config
+//!   file of any family. [`presets`]: named architectures.
 //! * [`model`]: Encoder, Decoder and [`VqModel`], named like taming's state dict;
 //!   [`VqModel::forward`] is the one image → reconstruction, loss, indices path.
 //! * [`quantize`]: the nearest-entry quantizer with taming's loss and straight-through.
 //! * [`load`]: loading a model from safetensors or a taming `.ckpt` (read by the
 //!   `imgseq-torch` crate) with strict key checks; `weights inspect/convert`.
-//! * [`family`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the same network
-//!   (their configs, weight names and quantizer options); [`preprocess`]: each family's
-//!   image preprocessing (the rule is [`imgseq_core::input`]'s).
+//! * [`family`], [`variant`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the
+//!   same network (their configs, weight names and quantizer options); [`preprocess`]: each
+//!   family's image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
 //!
 //! Using it:
@@ -28,6 +29,7 @@
 
 pub mod codebook;
 pub mod config;
+pub mod config_file;
 pub mod data;
 pub mod eval;
 pub mod family;
@@ -41,7 +43,9 @@ pub mod presets;
 pub mod quantize;
 pub mod rename;
 pub mod tokenizer;
+
 pub mod train;
+pub mod variant;
 
 pub use config::{DdConfig, VqConfig};
 pub use family::{Family, Variant};

@@ -535,8 +535,60 @@ pub fn convert_checkpoint(
         Some(c) => Some(c.to_path_buf()),
         None => default_config_path(input).ok(),
     };
-    // The tensors in their stored dtypes (torch's half storages are read as f32).
-    let mut stored: Vec<(String, candle_core::Tensor, Option<DType>)> = Vec::new();
+    let stored = read_stored(input)?;
+    let map: HashMap<String, candle_core::Tensor> = stored
+        .iter()
+        .map(|(k, t, _)| (k.clone(), t.clone()))
+        .collect();
+    let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
+    build_named(&d, input, map.clone(), &Device::Cpu)?;
+    let (mut keep, params, dropped) = kept_tensors(&d, input, &stored, map)?;
+    let mut config = d.config;
+    if options.fold_l2_norm {
+        fold_codebook(&mut config, &mut keep, input)?;
+    }
+    let yaml = match options.taming_yaml {
+        false => None,
+        true => Some(config.to_taming_yaml_string().map_err(|why| {
+            Error::invalid(format!(
+                "{}: taming's code cannot build this model for a model.yaml: {why}",
+                input.display()
+            ))
+        })?),
+    };
+    keep.sort_by(|a, b| a.0.cmp(&b.0));
+    let bytes = serialize_converted(&keep, &config, output)?;
+    let (cfg_out, yaml_out) = convert_outputs(output);
+    imgseq_core::fsutil::write_bytes_atomic(output, &bytes)?;
+    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, config.to_json_string().as_bytes())?;
+    let yaml_path = match yaml {
+        Some(y) => {
+            imgseq_core::fsutil::write_bytes_atomic(&yaml_out, y.as_bytes())?;
+            Some(yaml_out)
+        }
+        None => None,
+    };
+    Ok(ConvertReport {
+        config_path: cfg_out,
+        yaml_path,
+        written: keep.len(),
+        dropped,
+        params,
+        family: config.variant.family,
+        folded_l2_norm: options.fold_l2_norm,
+    })
+}
+
+/// A tensor as stored: name, values, and the dtype it is written back in (torch's half
+/// storages, read as f32) or `None` for its own.
+type StoredTensor = (String, candle_core::Tensor, Option<DType>);
+
+/// A tensor of the converted file: our name and its values in the stored dtype.
+type KeptTensor = (String, candle_core::Tensor);
+
+/// The input's tensors in their stored dtypes.
+fn read_stored(input: &Path) -> Result<Vec<StoredTensor>> {
+    let mut stored: Vec<StoredTensor> = Vec::new();
     if is_torch_checkpoint(input) {
         let mut c = imgseq_torch::Checkpoint::open(input)?;
         for (k, t) in c.state_dict(&Device::Cpu)? {
@@ -552,12 +604,17 @@ pub fn convert_checkpoint(
             stored.push((k, t, None));
         }
     }
-    let map: HashMap<String, candle_core::Tensor> = stored
-        .iter()
-        .map(|(k, t, _)| (k.clone(), t.clone()))
-        .collect();
-    let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
-    build_named(&d, input, map.clone(), &Device::Cpu)?;
+    Ok(stored)
+}
+
+/// The model tensors under our names in their stored dtypes, their parameter count and how
+/// many input tensors were dropped.
+fn kept_tensors(
+    d: &Described,
+    input: &Path,
+    stored: &[StoredTensor],
+    map: HashMap<String, candle_core::Tensor>,
+) -> Result<(Vec<KeptTensor>, usize, usize)> {
     let target: HashMap<&str, Option<DType>> =
         stored.iter().map(|(k, _, dt)| (k.as_str(), *dt)).collect();
     let mut keep = Vec::new();
@@ -566,7 +623,7 @@ pub fn convert_checkpoint(
     match d.names {
         Family::Taming => {
             let mut n = 0;
-            for (k, t, dt) in &stored {
+            for (k, t, dt) in stored {
                 if IGNORED_PREFIXES.iter().any(|p| k.starts_with(p)) {
                     n += 1;
                     continue;
@@ -590,33 +647,30 @@ pub fn convert_checkpoint(
             }
         }
     }
-    let mut config = d.config;
-    if options.fold_l2_norm {
-        if !config.variant.l2_norm {
-            let msg = "cannot fold the l2 normalisation: the model's codes are not l2-normalised \
-                       (its config has no `l2_norm`)";
-            return Err(Error::invalid(format!("{}: {msg}", input.display())));
-        }
-        let Some((_, cb)) = keep
-            .iter_mut()
-            .find(|(k, _)| k == crate::quantize::CODEBOOK)
-        else {
-            let msg = format!("no `{}` tensor to fold", crate::quantize::CODEBOOK);
-            return Err(Error::format(input, msg));
-        };
-        *cb = fold_l2_norm(cb)?;
-        config.variant.l2_norm = false;
+    Ok((keep, params, dropped))
+}
+
+/// `--fold-l2-norm`: the codebook normalised in place and the config's `l2_norm` cleared.
+fn fold_codebook(config: &mut VqConfig, keep: &mut [KeptTensor], input: &Path) -> Result<()> {
+    if !config.variant.l2_norm {
+        let msg = "cannot fold the l2 normalisation: the model's codes are not l2-normalised \
+                   (its config has no `l2_norm`)";
+        return Err(Error::invalid(format!("{}: {msg}", input.display())));
     }
-    let yaml = match options.taming_yaml {
-        false => None,
-        true => Some(config.to_taming_yaml_string().map_err(|why| {
-            Error::invalid(format!(
-                "{}: taming's code cannot build this model for a model.yaml: {why}",
-                input.display()
-            ))
-        })?),
+    let Some((_, cb)) = keep
+        .iter_mut()
+        .find(|(k, _)| k == crate::quantize::CODEBOOK)
+    else {
+        let msg = format!("no `{}` tensor to fold", crate::quantize::CODEBOOK);
+        return Err(Error::format(input, msg));
     };
-    keep.sort_by(|a, b| a.0.cmp(&b.0));
+    *cb = fold_l2_norm(cb)?;
+    config.variant.l2_norm = false;
+    Ok(())
+}
+
+/// The converted file's bytes: the tensors sorted by name, with taming's metadata.
+fn serialize_converted(keep: &[KeptTensor], config: &VqConfig, output: &Path) -> Result<Vec<u8>> {
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
     meta.insert(
@@ -631,23 +685,5 @@ pub fn convert_checkpoint(
     );
     let bytes = safetensors::serialize(keep.iter().map(|(k, t)| (k.as_str(), t)), Some(meta))
         .map_err(|e| Error::format(output, format!("cannot serialise safetensors ({e})")))?;
-    let (cfg_out, yaml_out) = convert_outputs(output);
-    imgseq_core::fsutil::write_bytes_atomic(output, &bytes)?;
-    imgseq_core::fsutil::write_bytes_atomic(&cfg_out, config.to_json_string().as_bytes())?;
-    let yaml_path = match yaml {
-        Some(y) => {
-            imgseq_core::fsutil::write_bytes_atomic(&yaml_out, y.as_bytes())?;
-            Some(yaml_out)
-        }
-        None => None,
-    };
-    Ok(ConvertReport {
-        config_path: cfg_out,
-        yaml_path,
-        written: keep.len(),
-        dropped,
-        params,
-        family: config.variant.family,
-        folded_l2_norm: options.fold_l2_norm,
-    })
+    Ok(bytes)
 }

@@ -52,174 +52,142 @@ fn source_name(
     name: &str,
 ) -> (String, Kind) {
     let parts: Vec<&str> = name.split('.').collect();
-    let join = |v: Vec<String>| v.join(".");
-    let rest = |from: usize| {
-        parts[from..]
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-    };
-    let flipped = |i: &str| -> String {
-        i.parse::<usize>()
-            .ok()
-            .and_then(|i| levels.checked_sub(1 + i))
-            .map_or_else(|| i.to_string(), |k| k.to_string())
-    };
     match family {
         Family::Taming => (name.to_string(), Kind::Same),
-        Family::Llamagen => {
-            let out = match parts.as_slice() {
-                ["encoder", "down", i, "block", j, ..] => [
-                    vec![
-                        "encoder".into(),
-                        "conv_blocks".into(),
-                        i.to_string(),
-                        "res".into(),
-                        j.to_string(),
-                    ],
-                    rest(5),
-                ]
-                .concat(),
-                ["encoder", "down", i, ..] => [
-                    vec!["encoder".into(), "conv_blocks".into(), i.to_string()],
-                    rest(3),
-                ]
-                .concat(),
-                ["decoder", "up", i, "block", j, ..] => [
-                    vec![
-                        "decoder".into(),
-                        "conv_blocks".into(),
-                        flipped(i),
-                        "res".into(),
-                        j.to_string(),
-                    ],
-                    rest(5),
-                ]
-                .concat(),
-                ["decoder", "up", i, ..] => [
-                    vec!["decoder".into(), "conv_blocks".into(), flipped(i)],
-                    rest(3),
-                ]
-                .concat(),
-                [x, "mid", m, ..] => {
-                    let k = match *m {
-                        "block_1" => "0",
-                        "attn_1" => "1",
-                        "block_2" => "2",
-                        other => other,
-                    };
-                    [vec![x.to_string(), "mid".into(), k.into()], rest(3)].concat()
-                }
-                _ => rest(0),
-            };
-            (join(out), Kind::Same)
-        }
-        Family::Diffusers => {
-            let resnet = |v: Vec<String>| -> Vec<String> {
-                v.into_iter()
-                    .map(|s| {
-                        if s == "nin_shortcut" {
-                            "conv_shortcut".into()
-                        } else {
-                            s
-                        }
-                    })
-                    .collect()
-            };
-            let mut kind = Kind::Same;
-            let out = match parts.as_slice() {
-                ["encoder", "down", i, "block", j, ..] => [
-                    vec![
-                        "encoder".into(),
-                        "down_blocks".into(),
-                        i.to_string(),
-                        "resnets".into(),
-                        j.to_string(),
-                    ],
-                    resnet(rest(5)),
-                ]
-                .concat(),
-                ["encoder", "down", i, "downsample", ..] => [
-                    vec![
-                        "encoder".into(),
-                        "down_blocks".into(),
-                        i.to_string(),
-                        "downsamplers".into(),
-                        "0".into(),
-                    ],
-                    rest(4),
-                ]
-                .concat(),
-                ["decoder", "up", i, "block", j, ..] => [
-                    vec![
-                        "decoder".into(),
-                        "up_blocks".into(),
-                        flipped(i),
-                        "resnets".into(),
-                        j.to_string(),
-                    ],
-                    resnet(rest(5)),
-                ]
-                .concat(),
-                ["decoder", "up", i, "upsample", ..] => [
-                    vec![
-                        "decoder".into(),
-                        "up_blocks".into(),
-                        flipped(i),
-                        "upsamplers".into(),
-                        "0".into(),
-                    ],
-                    rest(4),
-                ]
-                .concat(),
-                [x, "mid", "block_1", ..] => [
-                    vec![
-                        x.to_string(),
-                        "mid_block".into(),
-                        "resnets".into(),
-                        "0".into(),
-                    ],
-                    resnet(rest(3)),
-                ]
-                .concat(),
-                [x, "mid", "block_2", ..] => [
-                    vec![
-                        x.to_string(),
-                        "mid_block".into(),
-                        "resnets".into(),
-                        "1".into(),
-                    ],
-                    resnet(rest(3)),
-                ]
-                .concat(),
-                [x, "mid", "attn_1", layer, ..] => {
-                    let block = format!("{x}.mid_block.attentions.0");
-                    let legacy = legacy_attn(&block);
-                    let l = match (*layer, legacy) {
-                        ("norm", _) => "group_norm",
-                        ("q", false) => "to_q",
-                        ("k", false) => "to_k",
-                        ("v", false) => "to_v",
-                        ("proj_out", false) => "to_out.0",
-                        ("q", true) => "query",
-                        ("k", true) => "key",
-                        ("v", true) => "value",
-                        ("proj_out", true) => "proj_attn",
-                        (other, _) => other,
-                    };
-                    if *layer != "norm" {
-                        kind = Kind::Linear;
-                    }
-                    [vec![block, l.to_string()], rest(4)].concat()
-                }
-                [x, "norm_out", ..] => {
-                    [vec![x.to_string(), "conv_norm_out".into()], rest(2)].concat()
-                }
-                _ => rest(0),
-            };
-            (join(out), kind)
-        }
+        Family::Llamagen => (llamagen_name(&parts, levels), Kind::Same),
+        Family::Diffusers => diffusers_name(&parts, levels, legacy_attn),
     }
+}
+
+/// `head` then `tail`, dot-joined.
+fn dotted(head: &[&str], tail: &[&str]) -> String {
+    head.iter()
+        .chain(tail)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Decoder level `i` counted from the other end (taming's `up.i` is `(L−1−i)` in LlamaGen
+/// and diffusers); `i` itself when it is not a level.
+fn flipped(levels: usize, i: &str) -> String {
+    i.parse::<usize>()
+        .ok()
+        .and_then(|i| levels.checked_sub(1 + i))
+        .map_or_else(|| i.to_string(), |k| k.to_string())
+}
+
+/// LlamaGen's name of a taming tensor name split at its dots.
+fn llamagen_name(parts: &[&str], levels: usize) -> String {
+    match parts {
+        ["encoder", "down", i, "block", j, tail @ ..] => {
+            dotted(&["encoder", "conv_blocks", i, "res", j], tail)
+        }
+        ["encoder", "down", i, tail @ ..] => dotted(&["encoder", "conv_blocks", i], tail),
+        ["decoder", "up", i, "block", j, tail @ ..] => dotted(
+            &["decoder", "conv_blocks", &flipped(levels, i), "res", j],
+            tail,
+        ),
+        ["decoder", "up", i, tail @ ..] => {
+            dotted(&["decoder", "conv_blocks", &flipped(levels, i)], tail)
+        }
+        [x, "mid", m, tail @ ..] => {
+            let k = match *m {
+                "block_1" => "0",
+                "attn_1" => "1",
+                "block_2" => "2",
+                other => other,
+            };
+            dotted(&[x, "mid", k], tail)
+        }
+        _ => parts.join("."),
+    }
+}
+
+/// A ResnetBlock's tensor names in diffusers' (`nin_shortcut` is `conv_shortcut`).
+fn resnet_tail<'a>(tail: &[&'a str]) -> Vec<&'a str> {
+    tail.iter()
+        .map(|&s| {
+            if s == "nin_shortcut" {
+                "conv_shortcut"
+            } else {
+                s
+            }
+        })
+        .collect()
+}
+
+/// diffusers' name (and kind) of a taming tensor name split at its dots.
+fn diffusers_name(
+    parts: &[&str],
+    levels: usize,
+    legacy_attn: &dyn Fn(&str) -> bool,
+) -> (String, Kind) {
+    let name = match parts {
+        ["encoder", "down", i, "block", j, tail @ ..] => dotted(
+            &["encoder", "down_blocks", i, "resnets", j],
+            &resnet_tail(tail),
+        ),
+        ["encoder", "down", i, "downsample", tail @ ..] => {
+            dotted(&["encoder", "down_blocks", i, "downsamplers", "0"], tail)
+        }
+        ["decoder", "up", i, "block", j, tail @ ..] => dotted(
+            &["decoder", "up_blocks", &flipped(levels, i), "resnets", j],
+            &resnet_tail(tail),
+        ),
+        ["decoder", "up", i, "upsample", tail @ ..] => dotted(
+            &[
+                "decoder",
+                "up_blocks",
+                &flipped(levels, i),
+                "upsamplers",
+                "0",
+            ],
+            tail,
+        ),
+        [x, "mid", "block_1", tail @ ..] => {
+            dotted(&[x, "mid_block", "resnets", "0"], &resnet_tail(tail))
+        }
+        [x, "mid", "block_2", tail @ ..] => {
+            dotted(&[x, "mid_block", "resnets", "1"], &resnet_tail(tail))
+        }
+        [x, "mid", "attn_1", layer, tail @ ..] => {
+            return diffusers_attn_name(x, layer, tail, legacy_attn)
+        }
+        [x, "norm_out", tail @ ..] => dotted(&[x, "conv_norm_out"], tail),
+        _ => parts.join("."),
+    };
+    (name, Kind::Same)
+}
+
+/// diffusers' name of a middle attention layer (`to_q`..., or `query`... in files of the
+/// older layout) and its kind: `nn.Linear` weights but for the norm.
+fn diffusers_attn_name(
+    x: &str,
+    layer: &str,
+    tail: &[&str],
+    legacy_attn: &dyn Fn(&str) -> bool,
+) -> (String, Kind) {
+    let block = format!("{x}.mid_block.attentions.0");
+    let legacy = legacy_attn(&block);
+    let l = match (layer, legacy) {
+        ("norm", _) => "group_norm",
+        ("q", false) => "to_q",
+        ("k", false) => "to_k",
+        ("v", false) => "to_v",
+        ("proj_out", false) => "to_out.0",
+        ("q", true) => "query",
+        ("k", true) => "key",
+        ("v", true) => "value",
+        ("proj_out", true) => "proj_attn",
+        (other, _) => other,
+    };
+    let kind = if layer != "norm" {
+        Kind::Linear
+    } else {
+        Kind::Same
+    };
+    (dotted(&[&block, l], tail), kind)
 }
 
 struct Inner {
@@ -482,6 +450,32 @@ mod tests {
         assert_eq!(
             name(l, "quantize.embedding.weight", false),
             "quantize.embedding.weight"
+        );
+    }
+
+    #[test]
+    fn diffusers_attention_weights_are_linear_and_the_rest_same() {
+        let kind = |n: &str| source_name(Family::Diffusers, 5, &|_| false, n).1;
+        assert_eq!(kind("decoder.mid.attn_1.q.weight"), Kind::Linear);
+        assert_eq!(kind("encoder.mid.attn_1.proj_out.bias"), Kind::Linear);
+        assert_eq!(kind("decoder.mid.attn_1.norm.weight"), Kind::Same);
+        assert_eq!(kind("encoder.mid.block_1.conv1.weight"), Kind::Same);
+        let l = source_name(
+            Family::Llamagen,
+            5,
+            &|_| true,
+            "decoder.mid.attn_1.q.weight",
+        );
+        assert_eq!(l.1, Kind::Same);
+        assert_eq!(
+            source_name(
+                Family::Diffusers,
+                5,
+                &|_| false,
+                "encoder.mid.block_1.nin_shortcut.bias"
+            )
+            .0,
+            "encoder.mid_block.resnets.0.conv_shortcut.bias"
         );
     }
 
