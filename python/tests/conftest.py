@@ -61,7 +61,7 @@ def _find_cli() -> str:
         if not Path(env).is_file():
             pytest.fail(f"IMGSEQ_BIN={env} does not exist")
         return env
-    for p in (REPO / "target/release/imgseq", REPO / "target/debug/imgseq"):
+    for p in (REPO / "target/release/imgseq", REPO / "target/ci/imgseq", REPO / "target/debug/imgseq"):
         if p.is_file():
             return str(p)
     found = shutil.which("imgseq")
