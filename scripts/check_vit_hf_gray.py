@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_vit_hf_pipeline import arguments, compare, idx, imgseq_accuracy  # noqa: E402
+from check_vit_hf_pipeline import arguments, compare, imgseq_accuracy, test_set  # noqa: E402
 
 
 def hf_predictions(checkpoint, images, batch):
@@ -48,9 +48,7 @@ def main():
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    images = idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz"))
-    labels = idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz"))
-    n = len(labels) if a.limit is None else min(a.limit, len(labels))
+    images, labels, n = test_set(a)
     proc, preds = hf_predictions(a.checkpoint, images[:n], a.batch)
     hf_acc = 100.0 * float((preds == labels[:n]).mean())
     # f32: HF runs the model in f32 (`auto` may pick bf16, 93.06% on the shipped model).

@@ -45,6 +45,14 @@ def arguments():
     return ap.parse_args()
 
 
+def test_set(a):
+    """The Fashion-MNIST test images and labels from `a.data`, and how many to use (--limit)."""
+    images = idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz"))
+    labels = idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz"))
+    n = len(labels) if a.limit is None else min(a.limit, len(labels))
+    return images, labels, n
+
+
 def imgseq_accuracy(a, n, precision=None):
     """`imgseq vit eval` accuracy (%) on the first `n` test images of `a.data`."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,9 +86,7 @@ def main():
     from transformers import pipeline
 
     torch.set_num_threads(os.cpu_count() or 1)
-    images = idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz"))
-    labels = idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz"))
-    n = len(labels) if a.limit is None else min(a.limit, len(labels))
+    images, labels, n = test_set(a)
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
