@@ -92,12 +92,8 @@ fn writer_alive(temp_name: &str) -> bool {
     let Some((_, pid)) = temp_name.rsplit_once(".tmp-") else {
         return true;
     };
-    if cfg!(target_os = "linux") {
-        pid.parse::<u32>()
-            .is_ok_and(|p| p == std::process::id() || Path::new("/proc").join(pid).exists())
-    } else {
-        true
-    }
+    // `temp_target` already checked that `pid` is digits; this process's own entry exists.
+    !cfg!(target_os = "linux") || Path::new("/proc").join(pid).exists()
 }
 
 /// `errors.jsonl` (at `path`): the skipped samples of every shard of the manifest, in shard
