@@ -6,7 +6,7 @@
 //! bad file content, `TypeError` for arrays of the wrong dtype, `RuntimeError` for a failed
 //! tensor operation). The Python wrapper (`imgseq/__init__.py`) supplies the default weights.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::image_io;
 use imgseq_core::tokenizer::Tokenizer;
