@@ -32,6 +32,11 @@ pub enum Error {
     /// An argument or input value is outside what the operation accepts.
     #[error("{0}")]
     Invalid(String),
+    /// Data handed over in memory (an array, a token grid, a picture) is not what the
+    /// operation reads: wrong shape, length, channels or values. The file-borne kind is
+    /// [`Error::Format`].
+    #[error("{0}")]
+    BadData(String),
     /// The file is well formed but uses something imgseq does not support (a dtype, a byte
     /// order, a format version, a model family's option).
     #[error("{}: {msg}", path.display())]
@@ -73,7 +78,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Io { .. } => ErrorKind::Io,
-            Error::Format { .. } | Error::Weights { .. } => ErrorKind::BadInput,
+            Error::Format { .. } | Error::Weights { .. } | Error::BadData(_) => ErrorKind::BadInput,
             Error::Setting { .. } | Error::Invalid(_) => ErrorKind::BadSetting,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::ResourceLimit(_) => ErrorKind::ResourceLimit,
@@ -109,6 +114,10 @@ impl Error {
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
+    }
+    /// In-memory data of the wrong shape, length or values ([`Error::BadData`]).
+    pub fn bad_data(msg: impl Into<String>) -> Self {
+        Error::BadData(msg.into())
     }
     /// `setting("crop", 100, "must be a positive multiple of 16")`.
     pub fn setting(
@@ -150,6 +159,11 @@ mod tests {
                 Error::invalid("batch must be positive"),
                 ErrorKind::BadSetting,
                 "batch must be positive",
+            ),
+            (
+                Error::bad_data("tokens (1, 4, 4) do not fill a 3x3 grid"),
+                ErrorKind::BadInput,
+                "tokens (1, 4, 4) do not fill a 3x3 grid",
             ),
             (
                 Error::unsupported("b.npy", "big-endian data is not supported"),

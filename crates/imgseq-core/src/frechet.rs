@@ -29,19 +29,19 @@ impl GaussianStats {
     /// Statistics of `n = features.len() / dim` vectors stored row after row.
     pub fn from_features(features: &[f32], dim: usize) -> Result<Self> {
         if dim == 0 || !features.len().is_multiple_of(dim) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "{} feature values are not whole vectors of {dim}",
                 features.len()
             )));
         }
         let n = features.len() / dim;
         if n < 2 {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "a covariance needs at least 2 feature vectors, got {n}"
             )));
         }
         if let Some(i) = features.iter().position(|v| !v.is_finite()) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "feature value {i} is not finite ({})",
                 features[i]
             )));
@@ -81,7 +81,7 @@ impl GaussianStats {
 /// Fréchet distance (squared, as FID reports it) between two Gaussians.
 pub fn frechet_distance(a: &GaussianStats, b: &GaussianStats) -> Result<f64> {
     if a.dim != b.dim {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "feature sizes differ: {} vs {}",
             a.dim, b.dim
         )));

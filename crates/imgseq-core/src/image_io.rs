@@ -308,12 +308,12 @@ pub fn load_rgb_square(path: impl AsRef<Path>, size: u32, allow_upscale: bool) -
 
 fn check_size(what: &str, w: u32, h: u32) -> Result<()> {
     if w == 0 || h == 0 {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "{what}: size must be positive, got {w}x{h}"
         )));
     }
     if w > MAX_SIDE || h > MAX_SIDE {
-        return Err(Error::invalid(format!(
+        return Err(Error::resource_limit(format!(
             "{what}: size {w}x{h} is larger than {MAX_SIDE}x{MAX_SIDE}"
         )));
     }
@@ -327,7 +327,7 @@ where
 {
     check_size("resize", width, height)?;
     if img.width() == 0 || img.height() == 0 {
-        return Err(Error::invalid("resize: the image is empty"));
+        return Err(Error::bad_data("resize: the image is empty"));
     }
     Ok(image::imageops::resize(img, width, height, FILTER))
 }
@@ -341,7 +341,7 @@ where
     check_size("center crop", size, size)?;
     let (w, h) = img.dimensions();
     if w == 0 || h == 0 {
-        return Err(Error::invalid("center crop: the image is empty"));
+        return Err(Error::bad_data("center crop: the image is empty"));
     }
     let short = w.min(h) as f64;
     let scale = size as f64 / short;
@@ -369,7 +369,7 @@ where
     check_size("letterbox", size, size)?;
     let (w, h) = img.dimensions();
     if w == 0 || h == 0 {
-        return Err(Error::invalid("letterbox: the image is empty"));
+        return Err(Error::bad_data("letterbox: the image is empty"));
     }
     let scale = (size as f64 / w as f64).min(size as f64 / h as f64);
     let nw = ((w as f64 * scale).round() as u32).clamp(1, size);
@@ -469,7 +469,7 @@ pub fn chw_u8_to_tensor(
     device: &Device,
 ) -> Result<Tensor> {
     if data.len() != c * h * w {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "image data has {} bytes, expected {c}x{h}x{w}",
             data.len()
         )));
@@ -491,19 +491,19 @@ pub fn chw_f32_to_rgb(
     range: PixelRange,
 ) -> Result<RgbImage> {
     if c != 1 && c != 3 {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "an image tensor needs 1 or 3 channels, got {c}"
         )));
     }
     if data.len() != c * h * w {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "image data has {} values, expected {c}x{h}x{w}",
             data.len()
         )));
     }
     let (wu, hu) = (
-        u32::try_from(w).map_err(|_| Error::invalid("image too wide"))?,
-        u32::try_from(h).map_err(|_| Error::invalid("image too high"))?,
+        u32::try_from(w).map_err(|_| Error::resource_limit("image too wide"))?,
+        u32::try_from(h).map_err(|_| Error::resource_limit("image too high"))?,
     );
     let plane = h * w;
     let mut out = Vec::with_capacity(3 * plane);
@@ -524,7 +524,7 @@ pub fn from_tensor_chw(t: &Tensor, range: PixelRange) -> Result<RgbImage> {
         3 => t.clone(),
         4 if t.dim(0)? == 1 => t.squeeze(0)?,
         _ => {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "expected an image tensor of shape (c, h, w) or (1, c, h, w), got {:?}",
                 t.dims()
             )))

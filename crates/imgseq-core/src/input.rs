@@ -90,7 +90,7 @@ pub fn to_tensor(imgs: &[RgbImage], channels: usize, range: PixelRange) -> Resul
 pub fn rgb_from_pixels(data: &[u8], (h, w, c): (usize, usize, usize)) -> Result<RgbImage> {
     let (w32, h32) = (w as u32, h as u32);
     let bad = || {
-        Error::invalid(format!(
+        Error::bad_data(format!(
             "a {h}x{w}x{c} image needs {} bytes, got {}",
             h * w * c,
             data.len()
@@ -101,7 +101,7 @@ pub fn rgb_from_pixels(data: &[u8], (h, w, c): (usize, usize, usize)) -> Result<
             .map(|g| DynamicImage::ImageLuma8(g).to_rgb8())
             .ok_or_else(bad),
         3 => RgbImage::from_raw(w32, h32, data.to_vec()).ok_or_else(bad),
-        c => Err(Error::invalid(format!(
+        c => Err(Error::bad_data(format!(
             "images have 1 (gray) or 3 (RGB) channels, got {c}"
         ))),
     }
@@ -170,7 +170,8 @@ impl InputSpec {
         upscale: bool,
     ) -> Result<RgbImage> {
         let name = format!("image {i}");
-        let img = rgb_from_pixels(data, hwc).map_err(|e| Error::invalid(format!("{name}: {e}")))?;
+        let img =
+            rgb_from_pixels(data, hwc).map_err(|e| Error::bad_data(format!("{name}: {e}")))?;
         self.prepare(Path::new(&name), &img, upscale)
     }
 

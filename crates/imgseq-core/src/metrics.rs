@@ -23,14 +23,14 @@ const K2: f64 = 0.03;
 /// inputs.
 pub fn psnr(a: &[f32], b: &[f32], data_range: f32) -> Result<f64> {
     if a.len() != b.len() {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "psnr: inputs have {} and {} values",
             a.len(),
             b.len()
         )));
     }
     if a.is_empty() {
-        return Err(Error::invalid("psnr: empty inputs"));
+        return Err(Error::bad_data("psnr: empty inputs"));
     }
     if !(data_range > 0.0 && data_range.is_finite()) {
         return Err(Error::invalid(format!(
@@ -60,7 +60,7 @@ fn tensor_values(t: &Tensor) -> Result<Vec<f32>> {
 /// [`psnr`] of two tensors of the same shape (any float dtype, any device).
 pub fn psnr_tensor(a: &Tensor, b: &Tensor, data_range: f32) -> Result<f64> {
     if a.dims() != b.dims() {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "psnr: shapes differ: {:?} vs {:?}",
             a.dims(),
             b.dims()
@@ -167,9 +167,9 @@ pub fn ssim_chw_range(
     let n = c
         .checked_mul(h)
         .and_then(|x| x.checked_mul(w))
-        .ok_or_else(|| Error::invalid("ssim: image too large"))?;
+        .ok_or_else(|| Error::resource_limit("ssim: image too large"))?;
     if a.len() != n || b.len() != n {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "ssim: inputs have {} and {} values, expected {c}x{h}x{w}",
             a.len(),
             b.len()
@@ -177,7 +177,7 @@ pub fn ssim_chw_range(
     }
     let win = gaussian_kernel(SSIM_SIGMA, SSIM_TRUNCATE).len();
     if c == 0 || h < win || w < win {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "ssim: images must have at least one channel and be at least {win}x{win}, got \
              {c}x{h}x{w}"
         )));
@@ -206,7 +206,7 @@ pub fn ssim_chw(a: &[f32], b: &[f32], dims: (usize, usize, usize)) -> Result<f64
 /// device).
 pub fn ssim(a: &Tensor, b: &Tensor) -> Result<f64> {
     if a.dims() != b.dims() {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "ssim: shapes differ: {:?} vs {:?}",
             a.dims(),
             b.dims()
@@ -216,7 +216,7 @@ pub fn ssim(a: &Tensor, b: &Tensor) -> Result<f64> {
         [c, h, w] => (c, h, w),
         [h, w] => (1, h, w),
         ref d => {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "ssim: expected (c, h, w) images, got shape {d:?}"
             )))
         }
@@ -229,13 +229,13 @@ pub fn ssim(a: &Tensor, b: &Tensor) -> Result<f64> {
 /// `n_codes` when all are used equally). Indices outside `0..n_codes` are an error.
 pub fn codebook_usage<T: Copy + Into<i64>>(indices: &[T], n_codes: usize) -> Result<(usize, f64)> {
     if n_codes == 0 {
-        return Err(Error::invalid("codebook usage: the codebook is empty"));
+        return Err(Error::bad_data("codebook usage: the codebook is empty"));
     }
     if indices.is_empty() {
-        return Err(Error::invalid("codebook usage: no indices"));
+        return Err(Error::bad_data("codebook usage: no indices"));
     }
     if let Some((_, i)) = crate::codes::first_out_of_range(indices, n_codes) {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "codebook usage: index {i} is outside the codebook of {n_codes} codes"
         )));
     }

@@ -217,7 +217,7 @@ pub fn resize_bilinear_pil(
     (out_h, out_w): (usize, usize),
 ) -> Result<Vec<u8>> {
     if src.len() != c * h * w {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "resize: {} bytes do not make a {c}x{h}x{w} image",
             src.len()
         )));

@@ -49,15 +49,44 @@ pub const RUN_FILES: [&str; 7] = [
     EVAL_LOG,
 ];
 
+/// The names of one kind of run's files: the list a new run checks and an overwrite removes,
+/// and the progress file whose presence marks a complete checkpoint.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunLayout {
+    pub files: &'static [&'static str],
+    pub state: &'static str,
+    pub optimizer: &'static str,
+    pub weights: &'static str,
+}
+
+/// The run folder of a model (ViT, VQGAN, GPT): [`RUN_FILES`].
+pub const MODEL_RUN: RunLayout = RunLayout {
+    files: &RUN_FILES,
+    state: STATE_FILE,
+    optimizer: OPTIMIZER_FILE,
+    weights: WEIGHTS_FILE,
+};
+
 /// A training run's folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDir {
     dir: PathBuf,
+    layout: &'static RunLayout,
 }
 
 impl RunDir {
+    /// A model's run folder ([`MODEL_RUN`]).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self::with_layout(dir, &MODEL_RUN)
+    }
+
+    /// A run folder whose files are named by `layout` (e.g. the ViT's CNN teacher, whose
+    /// files sit beside a ViT run's in the same folder).
+    pub fn with_layout(dir: impl Into<PathBuf>, layout: &'static RunLayout) -> Self {
+        Self {
+            dir: dir.into(),
+            layout,
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -107,18 +136,18 @@ impl RunDir {
 
     /// Whether the folder holds a complete checkpoint to resume.
     pub fn has_checkpoint(&self) -> bool {
-        self.file(STATE_FILE).is_file()
+        self.file(self.layout.state).is_file()
     }
 
     /// The run files present.
     pub fn present(&self) -> Vec<&'static str> {
-        present_files(&self.dir, &RUN_FILES)
+        present_files(&self.dir, self.layout.files)
     }
 
     /// [`check_run_start`] for the run files: resuming needs a complete checkpoint, a new run
     /// a folder without run files.
     pub fn check_start(&self, resume: bool) -> Result<()> {
-        check_run_start(&self.dir, &RUN_FILES, STATE_FILE, resume)
+        check_run_start(&self.dir, self.layout.files, self.layout.state, resume)
     }
 
     /// Removes the run files and the snapshots (only those: other files and the folder stay).
@@ -127,7 +156,7 @@ impl RunDir {
         if snaps.is_dir() {
             std::fs::remove_dir_all(&snaps).map_err(|e| Error::io(&snaps, e))?;
         }
-        clear_run(&self.dir, &RUN_FILES)
+        clear_run(&self.dir, self.layout.files)
     }
 
     /// Creates the folder (at the first checkpoint: a run that fails before leaves nothing).
@@ -136,12 +165,12 @@ impl RunDir {
     }
 
     pub fn read_state<T: DeserializeOwned>(&self) -> Result<T> {
-        read_json(self.file(STATE_FILE), STATE_FILE)
+        read_json(self.file(self.layout.state), self.layout.state)
     }
 
-    /// Writes `state.json` (atomically): call it last, it marks the checkpoint complete.
+    /// Writes the progress file (atomically): call it last, it marks the checkpoint complete.
     pub fn write_state<T: Serialize>(&self, state: &T) -> Result<()> {
-        write_json(self.file(STATE_FILE), state)
+        write_json(self.file(self.layout.state), state)
     }
 
     /// Writes the optimizer file from named tensors (atomically, in name order).
@@ -149,13 +178,13 @@ impl RunDir {
         &self,
         tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
     ) -> Result<()> {
-        save_tensors(self.file(OPTIMIZER_FILE), tensors)
+        save_tensors(self.file(self.layout.optimizer), tensors)
     }
 
     /// Loads the optimizer file into `opt`, checks that its step is the state's `step`, and
     /// returns the file's tensors (which may hold more than the optimizer's own).
     pub fn read_optimizer(&self, opt: &mut AdamW, step: usize) -> Result<HashMap<String, Tensor>> {
-        let path = self.file(OPTIMIZER_FILE);
+        let path = self.file(self.layout.optimizer);
         let st = load_tensors(&path, &Device::Cpu)?;
         opt.load_state(&st).map_err(|m| Error::format(&path, m))?;
         if opt.step != step {
@@ -170,12 +199,31 @@ impl RunDir {
         Ok(st)
     }
 
+    /// The tensors of the run's weights file.
+    pub fn load_weights(&self) -> Result<HashMap<String, Tensor>> {
+        load_tensors(self.file(self.layout.weights), &Device::Cpu)
+    }
+
+    /// Writes the run's weights file from named tensors (atomically, in name order).
+    pub fn write_weights<'a, K: AsRef<str>>(
+        &self,
+        tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+    ) -> Result<()> {
+        save_tensors(self.file(self.layout.weights), tensors)
+    }
+
+    /// The tensors of the run's optimizer file (for optimizers other than [`AdamW`]; see
+    /// [`read_optimizer`](Self::read_optimizer)).
+    pub fn load_optimizer(&self) -> Result<HashMap<String, Tensor>> {
+        load_tensors(self.file(self.layout.optimizer), &Device::Cpu)
+    }
+
     /// Sets `vars` from the weights file: every one must be there with its shape.
     pub fn read_weights<'a>(
         &self,
         vars: impl IntoIterator<Item = (&'a str, &'a Var)>,
     ) -> Result<()> {
-        let path = self.file(WEIGHTS_FILE);
+        let path = self.file(self.layout.weights);
         let saved = load_tensors(&path, &Device::Cpu)?;
         set_vars(&path, &saved, vars)
     }

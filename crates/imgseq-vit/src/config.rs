@@ -75,7 +75,7 @@ pub fn patch_grid(h: usize, w: usize, patch_size: usize) -> Result<(usize, usize
         return Err(if h == w {
             Error::setting("size", h, "must be positive")
         } else {
-            Error::invalid(format!("input {h}x{w} is empty"))
+            Error::bad_data(format!("input {h}x{w} is empty"))
         });
     }
     if !h.is_multiple_of(patch_size) || !w.is_multiple_of(patch_size) {
@@ -83,7 +83,7 @@ pub fn patch_grid(h: usize, w: usize, patch_size: usize) -> Result<(usize, usize
         return Err(if h == w {
             Error::setting("size", h, msg)
         } else {
-            Error::invalid(format!("input {h}x{w} {msg}"))
+            Error::bad_data(format!("input {h}x{w} {msg}"))
         });
     }
     Ok((h / patch_size, w / patch_size))

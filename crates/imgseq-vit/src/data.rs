@@ -136,7 +136,7 @@ impl DataSource {
             set = resize_to(set, input)?;
         }
         if (set.channels, set.height) != (channels, input) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "the {} data is {}x{}x{} but the model expects {}x{}x{}",
                 match split {
                     Split::Train => "training",
@@ -164,7 +164,7 @@ impl DataSource {
 pub fn gray_to_rgb(ds: Dataset) -> Result<Dataset> {
     let (c, h, w) = ds.dims();
     if c != 1 {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "gray_to_rgb: images have {c} channels, not 1"
         )));
     }
@@ -197,7 +197,7 @@ pub fn pad_to(ds: Dataset, size: usize) -> Result<Dataset> {
         return Ok(ds);
     }
     if h > size || w > size {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "images are {h}x{w}, larger than the model's {size}x{size}"
         )));
     }

@@ -59,7 +59,7 @@ pub(crate) fn tally(
     for (&i, &p) in chunk.iter().zip(pred) {
         let t = set.labels[i] as usize;
         if t >= k {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "label {t} out of range for a {k}-class model"
             )));
         }

@@ -157,7 +157,7 @@ impl Classifier {
             fit_dynamic(img, content as u32, Fit::Letterbox(fill))?.to_chw_u8()
         };
         if c != self.cfg.num_channels {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "the model takes {}-channel images, got {c} channels",
                 self.cfg.num_channels
             )));
@@ -239,7 +239,7 @@ impl Classifier {
     pub fn logits(&self, x: &Tensor, interpolate: bool) -> Result<Tensor> {
         let (b, c, h, w) = x.dims4()?;
         if c != self.cfg.num_channels {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "the model takes {}-channel input, got {c} channels",
                 self.cfg.num_channels
             )));
@@ -263,7 +263,7 @@ impl Classifier {
     pub fn cls_features(&self, x: &Tensor) -> Result<Tensor> {
         let (b, c, h, w) = x.dims4()?;
         if c != self.cfg.num_channels || (h, w) != (self.cfg.image_size, self.cfg.image_size) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "the judge takes ({}, {s}, {s}) images, got ({c}, {h}, {w})",
                 self.cfg.num_channels,
                 s = self.cfg.image_size

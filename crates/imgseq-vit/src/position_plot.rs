@@ -68,12 +68,12 @@ pub struct PositionPlot {
 pub fn plot_positions(pos: &[f32], n: usize, d: usize) -> Result<PositionPlot> {
     let side = (n as f64).sqrt().round() as usize;
     if side * side != n {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "{n} position slots do not form a square grid"
         )));
     }
     if pos.len() != n * d {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "{} position values for {n} vectors of {d}",
             pos.len()
         )));

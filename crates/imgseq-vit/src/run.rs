@@ -2,16 +2,15 @@
 //! its progress ([`TrainState`]). Read by training, evaluation and inference alike.
 
 use imgseq_core::fsutil::{read_json, write_json};
+use imgseq_core::run::RunDir;
+pub use imgseq_core::run::{OPTIMIZER_FILE, RUN_FILES, STATE_FILE, TRAINING_FILE};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-use crate::checkpoint::{CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::CONFIG_FILE;
 use crate::config::ViTConfig;
 use crate::data::{Augment, ImageSet, Normalize};
-
-/// The run file that holds the [`TrainConfig`].
-pub const TRAINING_FILE: &str = "training.json";
 
 /// Everything that defines a training run (saved as `training.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -192,43 +191,31 @@ impl Default for TrainConfig {
 }
 
 /// The model config and training config of the run in `dir`, or `None` when `dir` holds no
-/// `training.json` (nothing to resume).
+/// `training.json` (nothing to resume; an older run's `train.json` is read too).
 pub fn load_run(dir: &Path) -> Result<Option<(ViTConfig, TrainConfig)>> {
-    let tc_path = dir.join(TRAINING_FILE);
-    if !tc_path.exists() {
+    let run = RunDir::new(dir);
+    if !run.has_training() {
         return Ok(None);
     }
-    let tc = TrainConfig::load(&tc_path)?;
+    let tc = TrainConfig::load(&run.training_path())?;
     let cfg = ViTConfig::load(dir.join(CONFIG_FILE))?;
     Ok(Some((cfg, tc)))
 }
 
-/// The files of a run folder.
-pub const RUN_FILES: [&str; 5] = [
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    TRAINING_FILE,
-    OPTIMIZER_FILE,
-    STATE_FILE,
-];
-/// The run file with the AdamW moments (and, with an EMA, the raw weights: [`RAW_PREFIX`]).
-pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-/// The run file with the progress ([`TrainState`]); written last at every checkpoint.
-pub const STATE_FILE: &str = "state.json";
-
-/// The run files present in `dir`.
+/// The run files present in `dir` ([`RunDir::present`]).
 pub fn run_files(dir: &Path) -> Vec<&'static str> {
-    imgseq_core::fsutil::present_files(dir, &RUN_FILES)
+    RunDir::new(dir).present()
 }
 
-/// [`imgseq_core::fsutil::check_run_start`] for this run folder's files.
+/// [`RunDir::check_start`]: resuming needs a complete checkpoint, a new run a folder without
+/// run files.
 pub fn check_start(out: &Path, resume: bool) -> Result<()> {
-    imgseq_core::fsutil::check_run_start(out, &RUN_FILES, STATE_FILE, resume)
+    RunDir::new(out).check_start(resume)
 }
 
 /// Removes the run files from `out` (only those: other files and the folder stay).
 pub fn clear_run(out: &Path) -> Result<()> {
-    imgseq_core::fsutil::clear_run(out, &RUN_FILES)
+    RunDir::new(out).clear()
 }
 
 /// Progress of a run (saved as `state.json` after every epoch).

@@ -16,6 +16,7 @@ use candle_nn::{Linear, Module, VarBuilder, VarMap};
 use imgseq_core::npy::write_npy_f32;
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::progress::bar;
+use imgseq_core::run::{sorted_vars, RunDir, RunLayout};
 use imgseq_core::{Error, Result};
 use imgseq_kernels::ops::{conv2d, group_norm, Padding};
 use rand::seq::SliceRandom;
@@ -24,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::save_tensors;
 use crate::data::{make_batch, Augment, ImageSet, Normalize};
 use crate::eval::EvalReport;
 use crate::train::cross_entropy_smoothed;
@@ -48,6 +48,14 @@ pub const TEACHER_RUN_FILES: [&str; 5] = [
     SOFT_LABELS_FILE,
     TEACHER_REPORT_FILE,
 ];
+
+/// A teacher's run folder: its files are prefixed, so they sit beside a ViT run's.
+pub const TEACHER_RUN: RunLayout = RunLayout {
+    files: &TEACHER_RUN_FILES,
+    state: TEACHER_STATE_FILE,
+    optimizer: TEACHER_OPTIMIZER_FILE,
+    weights: TEACHER_WEIGHTS_FILE,
+};
 
 /// Shapes and recipe of a teacher (saved as `teacher.json` with its figures).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -248,20 +256,20 @@ fn run_teacher(
     stop_after: Option<usize>,
 ) -> Result<TeacherReport> {
     check_inputs(cfg, train_set, test_set)?;
-    imgseq_core::fsutil::check_run_start(out, &TEACHER_RUN_FILES, TEACHER_STATE_FILE, resume)?;
+    let run = RunDir::with_layout(out, &TEACHER_RUN);
+    run.check_start(resume)?;
     let dev = Device::Cpu;
     let vars = VarMap::new();
     let vb = VarBuilder::from_varmap(&vars, DType::F32, &dev);
     let model = TeacherCnn::new(cfg, vb).map_err(tensor_err)?;
-    let named: Vec<(String, Var, bool)> = {
-        let data = vars.data().lock().expect("poisoned");
-        let mut v: Vec<_> = data
-            .iter()
-            .map(|(k, var)| (k.clone(), var.clone(), var.as_tensor().rank() >= 2))
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    };
+    // Weight decay on matrices and kernels, not on biases and norms.
+    let named: Vec<(String, Var, bool)> = sorted_vars(&vars)
+        .into_iter()
+        .map(|(k, var)| {
+            let decays = var.as_tensor().rank() >= 2;
+            (k, var, decays)
+        })
+        .collect();
     let parameters = named.iter().map(|v| v.1.as_tensor().elem_count()).sum();
     seeded_init(&named, cfg.seed)?;
     let mut opt = AdamW::new(named.clone(), cfg.lr, cfg.weight_decay)?;
@@ -325,10 +333,10 @@ fn run_teacher(
             state.seconds
         );
         // Checkpoint, the state last.
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        save_tensors(out.join(TEACHER_WEIGHTS_FILE), &weights())?;
-        save_tensors(out.join(TEACHER_OPTIMIZER_FILE), &opt.state()?)?;
-        imgseq_core::fsutil::write_json(out.join(TEACHER_STATE_FILE), &state)?;
+        run.create()?;
+        run.write_weights(&weights())?;
+        run.write_optimizer(&opt.state()?)?;
+        run.write_state(&state)?;
     }
     finish(cfg, &model, train_set, out, &state, parameters)
 }
@@ -502,8 +510,9 @@ fn restore(
     named: &[(String, Var, bool)],
     opt: &mut AdamW,
 ) -> Result<TeacherState> {
-    let spath = out.join(TEACHER_STATE_FILE);
-    let state: TeacherState = imgseq_core::fsutil::read_json(&spath, "a teacher state")?;
+    let run = RunDir::with_layout(out, &TEACHER_RUN);
+    let spath = run.file(TEACHER_STATE_FILE);
+    let state: TeacherState = run.read_state()?;
     let (saved, now) = (
         serde_json::to_value(&state.config).expect("plain data"),
         serde_json::to_value(cfg).expect("plain data"),
@@ -533,8 +542,8 @@ fn restore(
     {
         return Err(Error::format(&spath, "inconsistent epoch counts"));
     }
-    let wpath = out.join(TEACHER_WEIGHTS_FILE);
-    let w = crate::checkpoint::load_tensors(&wpath, &Device::Cpu)?;
+    let wpath = run.file(TEACHER_WEIGHTS_FILE);
+    let w = run.load_weights()?;
     if let Some(extra) = w.keys().find(|k| !named.iter().any(|n| &n.0 == *k)) {
         return Err(Error::weights(
             &wpath,
@@ -545,8 +554,8 @@ fn restore(
     // A finished run (a shipped teacher keeps no optimizer state) only recomputes its soft
     // labels: the optimizer is needed when epochs remain.
     if state.epochs_done < cfg.epochs {
-        let opath = out.join(TEACHER_OPTIMIZER_FILE);
-        let st = crate::checkpoint::load_tensors(&opath, &Device::Cpu)?;
+        let opath = run.file(TEACHER_OPTIMIZER_FILE);
+        let st = run.load_optimizer()?;
         opt.load_state(&st).map_err(|m| Error::format(&opath, m))?;
     }
     Ok(state)

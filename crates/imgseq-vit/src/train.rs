@@ -13,20 +13,19 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::progress::bar;
-use imgseq_core::run::normal;
+use imgseq_core::run::{normal, RunDir};
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{load_tensors, save_tensors, CONFIG_FILE, WEIGHTS_FILE};
+use crate::checkpoint::{CONFIG_FILE, WEIGHTS_FILE};
 use crate::config::ViTConfig;
 use crate::data::{make_batch, ImageSet, Normalize};
 use crate::eval::{argmax, evaluate_with};
 use crate::fused::{decays, ema_update, FlatAdamW, FusedViT, ParamLayout, Targets};
 use crate::model::ViTForImageClassification;
-use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 
 pub use crate::eval::{evaluate, EvalReport, EVAL_BATCH};
@@ -350,15 +349,14 @@ impl Trainer {
     }
 
     /// Restores the weights (and EMA) and the optimizer of the run in `out`.
-    fn resume(&mut self, out: &Path, tc: &TrainConfig) -> Result<()> {
-        let dev = Device::Cpu;
-        let wpath = out.join(WEIGHTS_FILE);
+    fn resume(&mut self, run: &RunDir, tc: &TrainConfig) -> Result<()> {
+        let wpath = run.file(WEIGHTS_FILE);
         let saved = self
             .layout
-            .from_tensors(&load_tensors(&wpath, &dev)?, "")
+            .from_tensors(&run.load_weights()?, "")
             .map_err(|e| Error::weights(&wpath, e.to_string()))?;
-        let opt_path = out.join(OPTIMIZER_FILE);
-        let st = load_tensors(&opt_path, &dev)?;
+        let opt_path = run.file(OPTIMIZER_FILE);
+        let st = run.load_optimizer()?;
         if tc.ema > 0.0 {
             let raw = self.layout.from_tensors(&st, RAW_PREFIX).map_err(|e| {
                 Error::format(&opt_path, format!("{e} (the raw weights of an EMA run)"))
@@ -375,27 +373,24 @@ impl Trainer {
     /// Writes the run files (the state last).
     fn checkpoint(
         &mut self,
-        out: &Path,
+        run: &RunDir,
         cfg: &ViTConfig,
         tc: &TrainConfig,
         state: &TrainState,
     ) -> Result<()> {
         self.sync()?;
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        tc.save(&out.join(TRAINING_FILE))?;
-        save_tensors(
-            out.join(WEIGHTS_FILE),
-            &self.layout.to_tensors(self.model_weights())?,
-        )?;
-        cfg.save(out.join(CONFIG_FILE))?;
+        run.create()?;
+        run.write_training(tc)?;
+        run.write_weights(&self.layout.to_tensors(self.model_weights())?)?;
+        cfg.save(run.file(CONFIG_FILE))?;
         let mut st = self.opt_state()?;
         if self.ema.is_some() {
             for (k, t) in self.layout.to_tensors(&self.params)? {
                 st.insert(format!("{RAW_PREFIX}{k}"), t);
             }
         }
-        save_tensors(out.join(OPTIMIZER_FILE), &st)?;
-        write_json(out.join(STATE_FILE), state)
+        run.write_optimizer(&st)?;
+        run.write_state(state)
     }
 }
 
@@ -435,11 +430,12 @@ pub fn train_with(
 ) -> Result<TrainState> {
     model_cfg.validate()?;
     tc.check_sets(train_set, test_set)?;
-    check_start(out, resume)?;
+    let run = RunDir::new(out);
+    run.check_start(resume)?;
     check_fits(model_cfg, train_set)?;
     let dev = Device::Cpu;
     let mut tr = Trainer::new(model_cfg, tc, engine)?;
-    let mut state = start(&mut tr, model_cfg, tc, out, resume)?;
+    let mut state = start(&mut tr, model_cfg, tc, &run, resume)?;
     if state.epochs_done >= tc.epochs {
         eprintln!(
             "{}: already at epoch {} of {}",
@@ -515,7 +511,7 @@ pub fn train_with(
         let loss = loss_sum / loss_n.max(1) as f64;
         end_epoch(&mut state, at, loss, report.accuracy, secs);
         // The checkpoint; the folder is made at the first one.
-        tr.checkpoint(out, model_cfg, tc, &state)?;
+        tr.checkpoint(&run, model_cfg, tc, &state)?;
     }
     Ok(state)
 }
@@ -523,7 +519,7 @@ pub fn train_with(
 /// Refuses a data set whose images are not the model's input size.
 fn check_fits(model_cfg: &ViTConfig, train_set: &ImageSet) -> Result<()> {
     if (train_set.channels, train_set.height) != (model_cfg.num_channels, model_cfg.image_size) {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "the data is {}x{}x{} but the model expects {}x{}x{} (pad or resize the data first)",
             train_set.channels,
             train_set.height,
@@ -541,7 +537,7 @@ fn start(
     tr: &mut Trainer,
     model_cfg: &ViTConfig,
     tc: &TrainConfig,
-    out: &Path,
+    run: &RunDir,
     resume: bool,
 ) -> Result<TrainState> {
     if !resume {
@@ -551,11 +547,11 @@ fn start(
         }
         return Ok(TrainState::default());
     }
-    let state: TrainState = read_json(out.join(STATE_FILE), "state.json")?;
-    tr.resume(out, tc)?;
+    let state: TrainState = run.read_state()?;
+    tr.resume(run, tc)?;
     eprintln!(
         "resuming {} after epoch {} (step {})",
-        out.display(),
+        run.path().display(),
         state.epochs_done,
         state.steps_done
     );

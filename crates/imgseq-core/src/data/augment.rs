@@ -154,14 +154,14 @@ fn check_lens(
 ) -> Result<()> {
     let n = c * h * w;
     if img.len() != n || out.len() != n {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "augment: image has {} bytes and output {} values, expected {c}x{h}x{w}",
             img.len(),
             out.len()
         )));
     }
     if norm.channels() != c {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "augment: normalisation has {} channels, the image {c}",
             norm.channels()
         )));
@@ -173,7 +173,7 @@ fn check_lens(
 pub fn normalize(img: &[u8], norm: &Normalize, out: &mut [f32]) -> Result<()> {
     let c = norm.channels();
     if c == 0 || !img.len().is_multiple_of(c) {
-        return Err(Error::invalid(format!(
+        return Err(Error::bad_data(format!(
             "normalize: {} bytes is not a whole number of {c}-channel planes",
             img.len()
         )));

@@ -52,19 +52,19 @@ impl Dataset {
             .and_then(|x| x.checked_mul(width))
             .filter(|&x| x > 0)
             .ok_or_else(|| {
-                Error::invalid(format!(
+                Error::bad_data(format!(
                     "dataset: bad image size {channels}x{height}x{width}"
                 ))
             })?;
         let n = labels.len();
         if images.len() != n * per {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "dataset: {} bytes of images for {n} labels of {channels}x{height}x{width}",
                 images.len()
             )));
         }
         if let Some(&bad) = labels.iter().find(|&&l| l as usize >= class_names.len()) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "dataset: label {bad} but only {} classes",
                 class_names.len()
             )));

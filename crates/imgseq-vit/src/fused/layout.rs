@@ -201,9 +201,9 @@ impl ParamLayout {
             let key = format!("{prefix}{}", s.name);
             let t = tensors
                 .get(&key)
-                .ok_or_else(|| Error::invalid(format!("missing tensor `{key}`")))?;
+                .ok_or_else(|| Error::bad_data(format!("missing tensor `{key}`")))?;
             if t.dims() != s.shape.as_slice() {
-                return Err(Error::invalid(format!(
+                return Err(Error::bad_data(format!(
                     "tensor `{key}` has shape {:?}, expected {:?}",
                     t.dims(),
                     s.shape
@@ -220,7 +220,7 @@ impl ParamLayout {
 
     pub(super) fn check_len(&self, flat: &[f32]) -> Result<()> {
         if flat.len() != self.len {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "a parameter array of {} values for a model of {}",
                 flat.len(),
                 self.len

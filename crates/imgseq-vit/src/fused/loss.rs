@@ -19,26 +19,26 @@ impl<'a> Targets<'a> {
         match *self {
             Targets::Labels(y) => {
                 if y.len() != b {
-                    return Err(Error::invalid(format!(
+                    return Err(Error::bad_data(format!(
                         "{} labels for a batch of {b}",
                         y.len()
                     )));
                 }
                 if let Some(bad) = y.iter().find(|&&c| c as usize >= k) {
-                    return Err(Error::invalid(format!(
+                    return Err(Error::bad_data(format!(
                         "label {bad} out of range for a {k}-class model"
                     )));
                 }
             }
             Targets::Probs(t) => {
                 if t.len() != b * k {
-                    return Err(Error::invalid(format!(
+                    return Err(Error::bad_data(format!(
                         "{} target probabilities for a batch of {b} and {k} classes",
                         t.len()
                     )));
                 }
                 if t.iter().any(|v| !(v.is_finite() && *v >= 0.0)) {
-                    return Err(Error::invalid(
+                    return Err(Error::bad_data(
                         "target probabilities must be finite and ≥ 0",
                     ));
                 }

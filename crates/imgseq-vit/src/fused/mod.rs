@@ -125,7 +125,7 @@ impl FusedViT {
         self.layout.check_len(params)?;
         let px = self.dims.pixels();
         if x.is_empty() || !x.len().is_multiple_of(px) {
-            return Err(Error::invalid(format!(
+            return Err(Error::bad_data(format!(
                 "an input of {} values is not a batch of {}x{}x{} images",
                 x.len(),
                 self.dims.c,
