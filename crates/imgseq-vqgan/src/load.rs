@@ -189,7 +189,7 @@ pub fn describe(
     let config = match names {
         Family::Taming => VqConfig::from_json_str(&text, cfg_path)?,
         Family::Llamagen => family::config_from_json_value(&v, cfg_path, Some((shapes, weights)))?,
-        Family::Diffusers => family::config_from_json_value(&v, cfg_path, None)?,
+        Family::Diffusers | Family::Janus => family::config_from_json_value(&v, cfg_path, None)?,
     };
     Ok(Described { names, config })
 }
@@ -262,9 +262,11 @@ pub fn load_model(
 fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
     if is_torch_checkpoint(path) {
         let sd = imgseq_torch::read_state_dict(path, device)?;
-        Ok(sd.into_iter().map(|(k, t)| (k, t.tensor)).collect())
+        Ok(crate::janus::vq_part(
+            sd.into_iter().map(|(k, t)| (k, t.tensor)).collect(),
+        ))
     } else {
-        imgseq_core::weights::load_tensors(path, device)
+        imgseq_core::weights::load_tensors(path, device).map(crate::janus::vq_part)
     }
 }
 
@@ -604,7 +606,7 @@ fn read_stored(input: &Path) -> Result<Vec<StoredTensor>> {
             stored.push((k, t, None));
         }
     }
-    Ok(stored)
+    Ok(crate::janus::vq_part_of(stored))
 }
 
 /// The model tensors under our names in their stored dtypes, their parameter count and how

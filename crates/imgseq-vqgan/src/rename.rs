@@ -32,7 +32,7 @@ pub fn ignored(family: Family) -> &'static [(&'static str, usize)] {
     match family {
         // LlamaGen's training-time usage log (`register_buffer("codebook_used", ...)`).
         Family::Llamagen => &[("quantize.codebook_used", 1)],
-        Family::Taming | Family::Diffusers => &[],
+        Family::Taming | Family::Diffusers | Family::Janus => &[],
     }
 }
 
@@ -56,11 +56,12 @@ fn source_name(
         Family::Taming => (name.to_string(), Kind::Same),
         Family::Llamagen => (llamagen_name(&parts, levels), Kind::Same),
         Family::Diffusers => diffusers_name(&parts, levels, legacy_attn),
+        Family::Janus => (crate::janus::janus_name(&parts, levels), Kind::Same),
     }
 }
 
 /// `head` then `tail`, dot-joined.
-fn dotted(head: &[&str], tail: &[&str]) -> String {
+pub(crate) fn dotted(head: &[&str], tail: &[&str]) -> String {
     head.iter()
         .chain(tail)
         .copied()
@@ -70,7 +71,7 @@ fn dotted(head: &[&str], tail: &[&str]) -> String {
 
 /// Decoder level `i` counted from the other end (taming's `up.i` is `(L−1−i)` in LlamaGen
 /// and diffusers); `i` itself when it is not a level.
-fn flipped(levels: usize, i: &str) -> String {
+pub(crate) fn flipped(levels: usize, i: &str) -> String {
     i.parse::<usize>()
         .ok()
         .and_then(|i| levels.checked_sub(1 + i))
