@@ -314,6 +314,9 @@ impl VqConfig {
         let v: serde_json::Value = serde_json::to_value(&y)
             .map_err(|e| Error::unsupported(path, format!("unsupported YAML content ({e})")))?;
         let model = field(&v, "model", "", path)?;
+        if let Some(args) = crate::ibq::init_args(model) {
+            return crate::ibq::ibq_config(args, path);
+        }
         let params = field(model, "params", "model.", path)?;
         let cfg = Self {
             ddconfig: parse_dd(
@@ -380,7 +383,7 @@ impl VqConfig {
     }
 }
 
-fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
+pub(crate) fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
     Ok(DdConfig {
         ch: from_field(v, "ch", prefix, path)?,
         ch_mult: from_field(v, "ch_mult", prefix, path)?,
@@ -395,7 +398,7 @@ fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig
     })
 }
 
-fn field<'a>(
+pub(crate) fn field<'a>(
     v: &'a serde_json::Value,
     name: &str,
     prefix: &str,
@@ -410,7 +413,7 @@ fn field<'a>(
     }
 }
 
-fn from_field<T: serde::de::DeserializeOwned>(
+pub(crate) fn from_field<T: serde::de::DeserializeOwned>(
     v: &serde_json::Value,
     name: &str,
     prefix: &str,

@@ -452,7 +452,7 @@ pub fn config_from_json_value(
     llamagen_shapes: Option<(&BTreeMap<String, Vec<usize>>, &Path)>,
 ) -> Result<VqConfig> {
     let cfg = match family_of_config(v) {
-        Family::Taming => return VqConfig::from_json_str(&v.to_string(), path),
+        Family::Taming | Family::Ibq => return VqConfig::from_json_str(&v.to_string(), path),
         Family::Janus => crate::janus::janus_config(v, path)?,
         Family::Diffusers => {
             let dir = path

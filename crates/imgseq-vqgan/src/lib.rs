@@ -33,6 +33,7 @@ pub mod config_file;
 pub mod data;
 pub mod eval;
 pub mod family;
+pub mod ibq;
 pub mod inference;
 pub mod janus;
 pub mod load;

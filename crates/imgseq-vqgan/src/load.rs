@@ -187,7 +187,7 @@ pub fn describe(
         .map_err(|e| Error::format(cfg_path, format!("not valid JSON ({e})")))?;
     let names = family::family_of_config(&v);
     let config = match names {
-        Family::Taming => VqConfig::from_json_str(&text, cfg_path)?,
+        Family::Taming | Family::Ibq => VqConfig::from_json_str(&text, cfg_path)?,
         Family::Llamagen => family::config_from_json_value(&v, cfg_path, Some((shapes, weights)))?,
         Family::Diffusers | Family::Janus => family::config_from_json_value(&v, cfg_path, None)?,
     };
@@ -277,8 +277,9 @@ pub fn build_named(
     map: HashMap<String, candle_core::Tensor>,
     device: &Device,
 ) -> Result<VqModel> {
+    let map = crate::ibq::model_weights(&d.config, path, map)?;
     match d.names {
-        Family::Taming => build(&d.config, &AuditedWeights::new(path, map), device),
+        Family::Taming | Family::Ibq => build(&d.config, &AuditedWeights::new(path, map), device),
         f => {
             let levels = d.config.ddconfig.ch_mult.len();
             rename::build_renamed(
@@ -544,6 +545,7 @@ pub fn convert_checkpoint(
         .collect();
     let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
     build_named(&d, input, map.clone(), &Device::Cpu)?;
+    let stored = crate::ibq::model_weights_of(&d.config, input, stored)?;
     let (mut keep, params, dropped) = kept_tensors(&d, input, &stored, map)?;
     let mut config = d.config;
     if options.fold_l2_norm {
@@ -623,7 +625,7 @@ fn kept_tensors(
     let mut params = 0;
     let dropped;
     match d.names {
-        Family::Taming => {
+        Family::Taming | Family::Ibq => {
             let mut n = 0;
             for (k, t, dt) in stored {
                 if IGNORED_PREFIXES.iter().any(|p| k.starts_with(p)) {

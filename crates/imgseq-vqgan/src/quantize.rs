@@ -122,6 +122,7 @@ impl VectorQuantizer {
                 let raw = raw.permute((0, 2, 3, 1))?.reshape((b * h * w, c))?;
                 ops::nearest_codebook(&raw, &self.embedding)?
             }
+            Distance::InnerProduct => ops::max_inner_product(&rows, &entries)?,
         };
         let zq = entries.index_select(&idx, 0)?; // (bhw, c)
         let zq = zq

@@ -21,6 +21,9 @@ pub enum Family {
     /// Janus's VQ in transformers' layout (`JanusVQVAE`, [`crate::janus`]): taming's names
     /// with the decoder's `up.k` counted from the lowest resolution.
     Janus,
+    /// IBQ (TencentARC/SEED-Voken, [`crate::ibq`]): taming's names, a Lightning `.ckpt`
+    /// with EMA copies, a largest-inner-product codebook search.
+    Ibq,
 }
 
 impl Family {
@@ -31,6 +34,7 @@ impl Family {
             Family::Llamagen => "LlamaGen VQ",
             Family::Diffusers => "diffusers VQModel",
             Family::Janus => "Janus VQ (transformers JanusVQVAE)",
+            Family::Ibq => "IBQ (SEED-Voken)",
         }
     }
 }
@@ -48,6 +52,8 @@ pub enum Distance {
     /// [`Distance::Expanded`] over the raw z and codebook even with `l2_norm` (whose
     /// normalised entry the decoder still gets): transformers' `JanusVQVAE.forward`.
     Unnormalised,
+    /// The largest inner product z·e (IBQ's `argmax softmax(z·eᵀ)`), not a distance.
+    InnerProduct,
 }
 
 /// How an image file becomes the model's square input: the one rule of [`imgseq_core::input`].
