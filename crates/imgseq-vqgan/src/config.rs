@@ -314,9 +314,6 @@ impl VqConfig {
         let v: serde_json::Value = serde_json::to_value(&y)
             .map_err(|e| Error::unsupported(path, format!("unsupported YAML content ({e})")))?;
         let model = field(&v, "model", "", path)?;
-        if let Some(args) = crate::ibq::init_args(model) {
-            return crate::ibq::ibq_config(args, path);
-        }
         let params = field(model, "params", "model.", path)?;
         let cfg = Self {
             ddconfig: parse_dd(

@@ -11,7 +11,7 @@
 //! weights (`ema_scope`) whenever the model has them, and so does imgseq; [`select`] picks
 //! either set.
 
-use crate::config::{field, from_field, parse_dd, VqConfig};
+use crate::config::{field, from_field, parse_dd, read_text, VqConfig};
 use crate::family::{Distance, Family, Variant};
 use candle_core::Tensor;
 use imgseq_core::{Error, Result};
@@ -22,10 +22,24 @@ use std::path::Path;
 /// `LitEma`'s buffers in the checkpoint's `state_dict`.
 pub const EMA_PREFIX: &str = "model_ema.";
 
+/// A yaml config file: IBQ's LightningCLI layout ([`ibq_config`]) or else taming's
+/// `model.yaml` ([`VqConfig::from_taming_yaml_str`]).
+pub fn yaml_config(path: &Path) -> Result<VqConfig> {
+    let text = read_text(path)?;
+    let ibq = serde_yaml::from_str::<serde_yaml::Value>(&text)
+        .ok()
+        .and_then(|y| serde_json::to_value(&y).ok())
+        .and_then(|v| v.get("model").and_then(init_args).cloned());
+    match ibq {
+        Some(args) => ibq_config(&args, path),
+        None => VqConfig::from_taming_yaml_str(&text, path),
+    }
+}
+
 /// The `init_args` of a LightningCLI `model:` section whose `class_path` names IBQ.
 pub fn init_args(model: &Value) -> Option<&Value> {
     let class = model.get("class_path")?.as_str()?;
-    if !class.rsplit('.').next().is_some_and(|c| c == "IBQ") {
+    if class.rsplit('.').next() != Some("IBQ") {
         return None;
     }
     model.get("init_args").filter(|a| a.is_object())

@@ -13,12 +13,10 @@
 //! its `get_codebook_entry` (the decode) l2-normalises the entry; the original Janus code
 //! (LlamaGen's `VectorQuantizer` with `l2_norm`) normalises both. imgseq searches the
 //! original's way; `"imgseq_search": "transformers"` in the config selects transformers'
-//! ([`crate::family::Distance::Unnormalised`]).
+//! ([`crate::variant::Distance::Unnormalised`]).
 
 use crate::config::{DdConfig, VqConfig, MAX_LEVELS};
-use crate::family::Variant;
-use crate::rename::{dotted, flipped};
-use crate::variant::conv;
+use crate::variant::{conv, Variant};
 use candle_core::Tensor;
 use imgseq_core::{Error, Result};
 use serde_json::Value;
@@ -64,14 +62,6 @@ pub fn vq_part_of<T>(items: Vec<(String, Tensor, T)>) -> Vec<(String, Tensor, T)
         .into_iter()
         .filter_map(|(k, t, x)| k.strip_prefix(FULL_PREFIX).map(|s| (s.to_string(), t, x)))
         .collect()
-}
-
-/// Janus's name of a taming tensor name split at its dots: the decoder's levels flipped.
-pub fn janus_name(parts: &[&str], levels: usize) -> String {
-    match parts {
-        ["decoder", "up", i, tail @ ..] => dotted(&["decoder", "up", &flipped(levels, i)], tail),
-        _ => parts.join("."),
-    }
 }
 
 /// `name`'s value, or `default` when absent or null.
@@ -159,32 +149,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn decoder_levels_are_flipped_and_the_rest_keeps_taming_names() {
-        let n = |s: &str| janus_name(&s.split('.').collect::<Vec<_>>(), 5);
-        assert_eq!(
-            n("decoder.up.4.attn.1.q.weight"),
-            "decoder.up.0.attn.1.q.weight"
-        );
-        assert_eq!(
-            n("decoder.up.0.block.2.conv1.bias"),
-            "decoder.up.4.block.2.conv1.bias"
-        );
-        assert_eq!(
-            n("decoder.up.3.upsample.conv.weight"),
-            "decoder.up.1.upsample.conv.weight"
-        );
-        assert_eq!(
-            n("encoder.down.4.attn.0.k.bias"),
-            "encoder.down.4.attn.0.k.bias"
-        );
-        assert_eq!(
-            n("decoder.mid.attn_1.norm.weight"),
-            "decoder.mid.attn_1.norm.weight"
-        );
-        assert_eq!(n("quantize.embedding.weight"), "quantize.embedding.weight");
-    }
-
-    #[test]
     fn config_defaults_full_model_and_refusals() {
         let p = Path::new("janus/config.json");
         let c = janus_config(&json!({"model_type": "janus_vqgan"}), p).unwrap();
@@ -198,12 +162,12 @@ mod tests {
         );
         assert_eq!(c.downsample_factor(), 16);
         assert!(c.variant.l2_norm);
-        assert_eq!(c.variant.distance, crate::family::Distance::Expanded);
+        assert_eq!(c.variant.distance, crate::variant::Distance::Expanded);
         let full = json!({"model_type": "janus", "vq_config": {"num_embeddings": 64,
             "imgseq_search": "transformers"}});
         let c = janus_config(&full, p).unwrap();
         assert_eq!(c.n_embed, 64);
-        assert_eq!(c.variant.distance, crate::family::Distance::Unnormalised);
+        assert_eq!(c.variant.distance, crate::variant::Distance::Unnormalised);
         for (v, want) in [
             (json!({"model_type": "janus"}), "vq_config"),
             (json!({"double_latent": true}), "double_latent"),

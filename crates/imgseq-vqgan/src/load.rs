@@ -178,7 +178,7 @@ pub fn describe(
     ) {
         return Ok(Described {
             names: Family::Taming,
-            config: VqConfig::from_taming_yaml_file(cfg_path)?,
+            config: crate::ibq::yaml_config(cfg_path)?,
         });
     }
     let bytes = imgseq_core::weights::read_regular_file(cfg_path, 16 << 20, "a config")?;

@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn ties_go_to_the_lowest_index_across_chunks() {
         // Entries 0..8 identical: every chunking must answer 0.
-        let e = vec![1.0f32, 0.0].repeat(8);
+        let e = [1.0f32, 0.0].repeat(8);
         let z = vec![1.0f32, 0.5];
         for metric in [Metric::Euclidean, Metric::InnerProduct] {
             for chunk in [1, 3, 8] {
