@@ -185,12 +185,32 @@ mod tests {
     fn large_codebook_speed() {
         let (d, k) = (256, 1 << 18);
         let (z, e) = (data(256 * d, 3), data(k * d, 4));
+        let before = peak_rss_kib();
         let t = std::time::Instant::now();
         let idx = nearest_by(&z, &e, d, Metric::InnerProduct);
+        let secs = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let idx2 = nearest_by(&z, &e, d, Metric::Euclidean);
+        let grew = peak_rss_kib().saturating_sub(before);
         eprintln!(
-            "256 rows × 2^18 codes × 256: {:.2} s",
-            t.elapsed().as_secs_f64()
+            "256 rows x 2^18 codes x 256 ({} threads): inner product {secs:.2} s, distance {:.2} s; \
+             peak RSS +{grew} KiB over the inputs",
+            super::super::threads(),
+            t.elapsed().as_secs_f64(),
         );
-        assert_eq!(idx.len(), 256);
+        assert_eq!((idx.len(), idx2.len()), (256, 256));
+        // The working blocks: rows x CHUNK floats per thread, far below the 256 MiB codebook.
+        let bound = (super::super::threads() * MAX_ROWS * CHUNK * 4 / 1024) as u64 + 16 * 1024;
+        assert!(grew < bound, "{grew} KiB");
+    }
+
+    /// The process's peak resident memory (`VmHWM`), KiB.
+    fn peak_rss_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 }
