@@ -16,7 +16,7 @@ between its two largest inner products (under both weight sets).
 Outputs:
   ibq_tiny.ckpt    torch.save of a Lightning-style checkpoint: epoch, global_step,
                    pytorch-lightning_version and `state_dict` (model, `loss.*`, `model_ema.*`)
-  ibq_tiny.yaml    their LightningCLI config layout (`model.class_path` ...IBQ, `init_args`)
+  ibq_tiny_model.yaml    their LightningCLI config layout (`model.class_path` ...IBQ, `init_args`)
   io.safetensors   x (1,3,32,32) in [-1, 1]; z_ema, indices_ema (1,16,16) int64, recon_ema
                    (the EMA weights, as their evaluation's `ema_scope`); indices_raw, recon_raw
   margin.txt       smallest gap between the largest and second-largest inner product
@@ -155,7 +155,7 @@ def main():
             },
         },
     }
-    with open(os.path.join(OUT, "ibq_tiny.yaml"), "w") as f:
+    with open(os.path.join(OUT, "ibq_tiny_model.yaml"), "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
     save_file(
         {

@@ -376,6 +376,13 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
     check_counts(path, &s.tensors)?;
     s.family = family::family_of_keys(s.tensors.iter().map(|t| t.name.as_str()));
+    // The config beside the weights names the family where names cannot (IBQ's are taming's).
+    if let Some(c) = default_config_path(path)
+        .ok()
+        .and_then(|c| VqConfig::from_file(c).ok())
+    {
+        s.family = Some(c.variant.family);
+    }
     Ok(s)
 }
 

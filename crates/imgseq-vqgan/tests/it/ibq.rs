@@ -43,7 +43,7 @@ fn check(m: &VqModel, indices: &str, recon: &str) -> f32 {
 fn lightning_ckpt_and_yaml_match_ibq_with_its_ema_weights() {
     let m = load_model(
         fx("ibq_tiny.ckpt"),
-        Some(&fx("ibq_tiny.yaml")),
+        Some(&fx("ibq_tiny_model.yaml")),
         &Device::Cpu,
     )
     .unwrap();
@@ -65,13 +65,21 @@ fn lightning_ckpt_and_yaml_match_ibq_with_its_ema_weights() {
     let rel = dz.to_scalar::<f32>().unwrap() / mz.to_scalar::<f32>().unwrap();
     assert!(rel < 1e-4, "z relative diff {rel}");
     let p = check(&m, "indices_ema", "recon_ema");
+    // The yaml beside the checkpoint is found and names the family (the tensor names are
+    // taming's).
+    let m2 = load_model(fx("ibq_tiny.ckpt"), None, &Device::Cpu).unwrap();
+    assert_eq!(m2.config().variant.family, Family::Ibq);
+    assert_eq!(
+        load::inspect(fx("ibq_tiny.ckpt")).unwrap().family,
+        Some(Family::Ibq)
+    );
     eprintln!("ibq (EMA): z rel diff {rel:.1e}, decode PSNR {p:.1} dB");
 }
 
 #[test]
 fn raw_training_weights_on_request() {
     let path = fx("ibq_tiny.ckpt");
-    let cfg = VqConfig::from_file(fx("ibq_tiny.yaml")).unwrap();
+    let cfg = VqConfig::from_file(fx("ibq_tiny_model.yaml")).unwrap();
     let sd = imgseq_torch::read_state_dict(&path, &Device::Cpu).unwrap();
     let items: Vec<_> = sd.into_iter().map(|(k, t)| (k, t.tensor, ())).collect();
     let raw = ibq::select(items, &path, false).unwrap();
@@ -89,7 +97,7 @@ fn convert_keeps_the_ema_weights_and_drops_the_training_tensors() {
     let out = d.path().join("model.safetensors");
     let r = load::convert_checkpoint(
         &fx("ibq_tiny.ckpt"),
-        Some(&fx("ibq_tiny.yaml")),
+        Some(&fx("ibq_tiny_model.yaml")),
         &out,
         Default::default(),
     )
