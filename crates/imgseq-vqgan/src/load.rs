@@ -344,7 +344,7 @@ fn candle_dtype_name(d: DType) -> &'static str {
 }
 
 /// Lists the tensors of a safetensors file or torch checkpoint without building a model
-/// (checkpoint tensor data is not read).
+/// (checkpoint tensor data is not read); the family from a config beside it, else the names.
 pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let path = path.as_ref();
     let path = &resolve_weights(path)?;
@@ -376,7 +376,6 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
     check_counts(path, &s.tensors)?;
     s.family = family::family_of_keys(s.tensors.iter().map(|t| t.name.as_str()));
-    // The config beside the weights names the family where names cannot (IBQ's are taming's).
     if let Some(c) = default_config_path(path)
         .ok()
         .and_then(|c| VqConfig::from_file(c).ok())
