@@ -21,6 +21,7 @@ Outputs:
                    (the EMA weights, as their evaluation's `ema_scope`); indices_raw, recon_raw
   margin.txt       smallest gap between the largest and second-largest inner product
 Run: /tmp/hfvenv/bin/python scripts/make_ibq_fixtures.py --seed-voken PATH/TO/SEED-Voken
+(the fixtures were written with SEED-Voken at commit b9a17eac8e2c0779c12a5429b0bfd6c502788484)
 """
 
 import argparse
