@@ -104,3 +104,18 @@ def test_gray_model_tokens_equal_the_cli(tmp_path, cli, gray_model):
     rec = t.decode(got)
     assert rec.shape == (3, 32, 32, 3)
     assert (rec[..., 0] == rec[..., 1]).all() and (rec[..., 1] == rec[..., 2]).all()
+
+
+JANUS = REPO / "tests/fixtures/janus"
+
+
+def test_janus_folder_pads_to_square_and_tokens_equal_the_cli(tmp_path, cli):
+    # transformers' JanusVQVAE as save_pretrained writes it; its processor's resize + pad.
+    t = imgseq.VQTokenizer(JANUS, size=32, precision="f32")
+    assert t.crop == "pad_to_square" and t.channels == 3
+    imgs = [make_image(50, 40, 90), make_image(51, 70, 45), make_image(52, 32, 32)]
+    for i, img in enumerate(imgs):
+        p = tmp_path / f"j{i}.png"
+        write_png(p, img)
+        want = cli_tokens(cli, [p], tmp_path / f"j{i}.npy", "--weights", JANUS, "--size", 32)
+        np.testing.assert_array_equal(t.encode(img).astype(np.int64), want)

@@ -30,6 +30,10 @@ pub enum Crop {
     /// ([`image_io::letterbox`]); the ViT's tokenizer adds its content side, canvas and
     /// normalisation at the tensor step.
     Letterbox,
+    /// transformers' `JanusImageProcessor` (Janus, Janus-Pro): the longer side resized to the
+    /// size with Pillow's bicubic, padded to a square with grey (127, 127, 127)
+    /// ([`resample::pad_to_square`]).
+    PadToSquare,
 }
 
 impl Crop {
@@ -39,6 +43,7 @@ impl Crop {
             Crop::ShorterSide => "shorter_side",
             Crop::AdmCenterCrop => "adm_center_crop",
             Crop::Letterbox => "letterbox",
+            Crop::PadToSquare => "pad_to_square",
         }
     }
 }
@@ -115,6 +120,7 @@ impl InputSpec {
             Crop::ShorterSide => image_io::resize_shorter_center_crop(img, self.size)?,
             Crop::AdmCenterCrop => resample::adm_center_crop(img, self.size)?,
             Crop::Letterbox => image_io::letterbox(img, self.size, image::Rgb([0, 0, 0]))?,
+            Crop::PadToSquare => resample::pad_to_square(img, self.size, resample::JANUS_FILL)?,
         };
         Ok(self.channels_of(sq))
     }

@@ -287,6 +287,32 @@ pub fn adm_center_crop(img: &RgbImage, size: u32) -> Result<RgbImage> {
     Ok(image::imageops::crop_imm(&img, x0, y0, size, size).to_image())
 }
 
+/// The padding colour of Janus's image processor: `int(0.5 · 255)` per channel (its mean).
+pub const JANUS_FILL: [u8; 3] = [127, 127, 127];
+
+/// transformers' `JanusImageProcessor` (PIL backend) up to its 8-bit picture: the longer side
+/// resized to `size` with Pillow's bicubic (the other side `round(side · size / longer)`,
+/// half to even as Python rounds, at least 14 or `size` when that is smaller), then pasted
+/// onto a `size`×`size` canvas of `fill` at offset ⌊(size − side) / 2⌋.
+pub fn pad_to_square(img: &RgbImage, size: u32, fill: [u8; 3]) -> Result<RgbImage> {
+    if size == 0 {
+        return Err(Error::setting("size", size, "must be positive"));
+    }
+    let (w, h) = (img.width(), img.height());
+    if w == 0 || h == 0 {
+        return Err(Error::invalid("pad_to_square: the image is empty"));
+    }
+    let delta = size as f64 / w.max(h) as f64;
+    let min_side = 14.min(size);
+    let side = |s: u32| round_half_even(s as f64 * delta).clamp(min_side, size);
+    let (nw, nh) = (side(w), side(h));
+    let resized = pil_resize(img, nw, nh, Filter::Bicubic);
+    let mut out = RgbImage::from_pixel(size, size, image::Rgb(fill));
+    let (x0, y0) = ((size - nw) / 2, (size - nh) / 2);
+    image::imageops::replace(&mut out, &resized, x0 as i64, y0 as i64);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -479,9 +479,15 @@ custom_op!(CustomOp2 for Conv2d, "imgseq-conv2d-nobias";
 pub struct NearestCodebook;
 
 custom_op!(CustomOp2 for NearestCodebook, "imgseq-nearest-codebook";
-    fwd_f32(_op; s1, l1, s2, l2) => codebook_fwd((s1, l1), (s2, l2)));
+    fwd_f32(_op; s1, l1, s2, l2) => codebook_fwd((s1, l1), (s2, l2), codebook::Metric::Euclidean));
 
-fn codebook_fwd((s1, l1): In, (s2, l2): In) -> Fwd {
+/// The codebook row of largest inner product (IBQ's search).
+pub struct MaxInnerProduct;
+
+custom_op!(CustomOp2 for MaxInnerProduct, "imgseq-max-inner-product";
+    fwd_f32(_op; s1, l1, s2, l2) => codebook_fwd((s1, l1), (s2, l2), codebook::Metric::InnerProduct));
+
+fn codebook_fwd((s1, l1): In, (s2, l2): In, metric: codebook::Metric) -> Fwd {
     let (zd, ed) = (l1.dims(), l2.dims());
     if zd.len() != 2 || ed.len() != 2 || zd[1] != ed[1] {
         bail!("nearest_codebook: z {zd:?} and codebook {ed:?} do not match");
@@ -489,7 +495,7 @@ fn codebook_fwd((s1, l1): In, (s2, l2): In) -> Fwd {
     let z = cpu::slice::<f32>(s1, l1)?;
     let e = cpu::slice::<f32>(s2, l2)?;
     Ok((
-        CpuStorage::U32(codebook::nearest(z, e, zd[1])),
+        CpuStorage::U32(codebook::nearest_by(z, e, zd[1], metric)),
         Shape::from(zd[0]),
     ))
 }

@@ -195,6 +195,21 @@ pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
     reference::nearest_codebook(z, codebook)
 }
 
+/// Index of the codebook row with the largest inner product z·e for every row of `z` (IBQ's
+/// `argmax softmax(z·eᵀ)`; ties go to the lowest index). Blocked over the codebook like
+/// [`nearest_codebook`], so memory stays bounded for any codebook size.
+///
+/// # Shapes
+/// z: (n, d), codebook: (k, d) → (n) u32
+pub fn max_inner_product(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
+    if z.device().is_cpu() && codebook.device().is_cpu() && z.rank() == 2 && codebook.rank() == 2 {
+        let z = z.to_dtype(DType::F32)?.contiguous()?;
+        let e = codebook.to_dtype(DType::F32)?.contiguous()?;
+        return z.apply_op2_no_bwd(&e, &custom::MaxInnerProduct);
+    }
+    reference::max_inner_product(z, codebook)
+}
+
 // ---------------------------------------------------------------------------------------------
 // bf16 inference (Precision::Bf16): weights rounded to bf16 and packed once, inputs rounded on
 // every call, f32 accumulation (`vdpbf16ps`, or its portable emulation). No backward.

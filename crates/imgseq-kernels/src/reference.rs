@@ -159,3 +159,13 @@ pub fn nearest_codebook(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
     let d = z2.broadcast_add(&e2)?.sub(&(z.matmul(&e.t()?)? * 2.0)?)?;
     d.argmin(1)
 }
+
+/// Index of the codebook row with the largest inner product (ties → lowest index).
+///
+/// # Shapes
+/// z: (n, d), codebook: (k, d) → (n) u32
+pub fn max_inner_product(z: &Tensor, codebook: &Tensor) -> Result<Tensor> {
+    let z = z.to_dtype(DType::F32)?;
+    let e = codebook.to_dtype(DType::F32)?;
+    z.matmul(&e.t()?)?.neg()?.argmin(1)
+}

@@ -380,7 +380,7 @@ impl VqConfig {
     }
 }
 
-fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
+pub(crate) fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig> {
     Ok(DdConfig {
         ch: from_field(v, "ch", prefix, path)?,
         ch_mult: from_field(v, "ch_mult", prefix, path)?,
@@ -395,7 +395,7 @@ fn parse_dd(v: &serde_json::Value, prefix: &str, path: &Path) -> Result<DdConfig
     })
 }
 
-fn field<'a>(
+pub(crate) fn field<'a>(
     v: &'a serde_json::Value,
     name: &str,
     prefix: &str,
@@ -410,7 +410,7 @@ fn field<'a>(
     }
 }
 
-fn from_field<T: serde::de::DeserializeOwned>(
+pub(crate) fn from_field<T: serde::de::DeserializeOwned>(
     v: &serde_json::Value,
     name: &str,
     prefix: &str,

@@ -48,7 +48,7 @@ impl VqConfig {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         match path.extension().and_then(|e| e.to_str()) {
-            Some("yaml") | Some("yml") => Self::from_taming_yaml_file(path),
+            Some("yaml") | Some("yml") => crate::ibq::yaml_config(path),
             _ => Self::from_json_file(path),
         }
     }

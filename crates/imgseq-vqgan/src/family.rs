@@ -44,7 +44,9 @@ fn opt<T: serde::de::DeserializeOwned>(
 /// The family a `config.json` is written for: diffusers (`_class_name` or
 /// `down_block_types`), LlamaGen (`codebook_size` or `encoder_ch_mult`), else ours/taming.
 pub fn family_of_config(v: &Value) -> Family {
-    if v.get("_class_name").is_some() || v.get("down_block_types").is_some() {
+    if crate::janus::is_janus_config(v) {
+        Family::Janus
+    } else if v.get("_class_name").is_some() || v.get("down_block_types").is_some() {
         Family::Diffusers
     } else if v.get("codebook_size").is_some() || v.get("encoder_ch_mult").is_some() {
         Family::Llamagen
@@ -55,6 +57,10 @@ pub fn family_of_config(v: &Value) -> Family {
 
 /// The family of a state dict, by its key names.
 pub fn family_of_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<Family> {
+    let keys: Vec<&str> = keys.into_iter().collect();
+    if crate::janus::is_janus_keys(&keys) {
+        return Some(Family::Janus);
+    }
     for k in keys {
         if k.starts_with("encoder.conv_blocks.") || k.starts_with("decoder.conv_blocks.") {
             return Some(Family::Llamagen);
@@ -446,7 +452,8 @@ pub fn config_from_json_value(
     llamagen_shapes: Option<(&BTreeMap<String, Vec<usize>>, &Path)>,
 ) -> Result<VqConfig> {
     let cfg = match family_of_config(v) {
-        Family::Taming => return VqConfig::from_json_str(&v.to_string(), path),
+        Family::Taming | Family::Ibq => return VqConfig::from_json_str(&v.to_string(), path),
+        Family::Janus => crate::janus::janus_config(v, path)?,
         Family::Diffusers => {
             let dir = path
                 .parent()

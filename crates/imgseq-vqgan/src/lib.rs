@@ -10,8 +10,8 @@
 //! * [`quantize`]: the nearest-entry quantizer with taming's loss and straight-through.
 //! * [`load`]: loading a model from safetensors or a taming `.ckpt` (read by the
 //!   `imgseq-torch` crate) with strict key checks; `weights inspect/convert`.
-//! * [`family`], [`variant`], [`rename`]: LlamaGen's VQ and diffusers' `VQModel` run as the
-//!   same network (their configs, weight names and quantizer options); [`preprocess`]: each
+//! * [`family`], [`variant`], [`rename`]: LlamaGen's VQ, diffusers' `VQModel`, Janus's VQ
+//!   ([`janus`]) and IBQ ([`ibq`]) run as the same network (their configs, weight names and quantizer options); [`preprocess`]: each
 //!   family's image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
 //!
@@ -33,7 +33,9 @@ pub mod config_file;
 pub mod data;
 pub mod eval;
 pub mod family;
+pub mod ibq;
 pub mod inference;
+pub mod janus;
 pub mod load;
 pub mod loss;
 pub mod model;

@@ -178,7 +178,7 @@ pub fn describe(
     ) {
         return Ok(Described {
             names: Family::Taming,
-            config: VqConfig::from_taming_yaml_file(cfg_path)?,
+            config: crate::ibq::yaml_config(cfg_path)?,
         });
     }
     let bytes = imgseq_core::weights::read_regular_file(cfg_path, 16 << 20, "a config")?;
@@ -187,9 +187,9 @@ pub fn describe(
         .map_err(|e| Error::format(cfg_path, format!("not valid JSON ({e})")))?;
     let names = family::family_of_config(&v);
     let config = match names {
-        Family::Taming => VqConfig::from_json_str(&text, cfg_path)?,
+        Family::Taming | Family::Ibq => VqConfig::from_json_str(&text, cfg_path)?,
         Family::Llamagen => family::config_from_json_value(&v, cfg_path, Some((shapes, weights)))?,
-        Family::Diffusers => family::config_from_json_value(&v, cfg_path, None)?,
+        Family::Diffusers | Family::Janus => family::config_from_json_value(&v, cfg_path, None)?,
     };
     Ok(Described { names, config })
 }
@@ -262,9 +262,11 @@ pub fn load_model(
 fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
     if is_torch_checkpoint(path) {
         let sd = imgseq_torch::read_state_dict(path, device)?;
-        Ok(sd.into_iter().map(|(k, t)| (k, t.tensor)).collect())
+        Ok(crate::janus::vq_part(
+            sd.into_iter().map(|(k, t)| (k, t.tensor)).collect(),
+        ))
     } else {
-        imgseq_core::weights::load_tensors(path, device)
+        imgseq_core::weights::load_tensors(path, device).map(crate::janus::vq_part)
     }
 }
 
@@ -275,8 +277,9 @@ pub fn build_named(
     map: HashMap<String, candle_core::Tensor>,
     device: &Device,
 ) -> Result<VqModel> {
+    let map = crate::ibq::model_weights(&d.config, path, map)?;
     match d.names {
-        Family::Taming => build(&d.config, &AuditedWeights::new(path, map), device),
+        Family::Taming | Family::Ibq => build(&d.config, &AuditedWeights::new(path, map), device),
         f => {
             let levels = d.config.ddconfig.ch_mult.len();
             rename::build_renamed(
@@ -341,7 +344,7 @@ fn candle_dtype_name(d: DType) -> &'static str {
 }
 
 /// Lists the tensors of a safetensors file or torch checkpoint without building a model
-/// (checkpoint tensor data is not read).
+/// (checkpoint tensor data is not read); the family from a config beside it, else the names.
 pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let path = path.as_ref();
     let path = &resolve_weights(path)?;
@@ -373,6 +376,12 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
     check_counts(path, &s.tensors)?;
     s.family = family::family_of_keys(s.tensors.iter().map(|t| t.name.as_str()));
+    if let Some(c) = default_config_path(path)
+        .ok()
+        .and_then(|c| VqConfig::from_file(c).ok())
+    {
+        s.family = Some(c.variant.family);
+    }
     Ok(s)
 }
 
@@ -542,6 +551,7 @@ pub fn convert_checkpoint(
         .collect();
     let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
     build_named(&d, input, map.clone(), &Device::Cpu)?;
+    let stored = crate::ibq::model_weights_of(&d.config, input, stored)?;
     let (mut keep, params, dropped) = kept_tensors(&d, input, &stored, map)?;
     let mut config = d.config;
     if options.fold_l2_norm {
@@ -604,7 +614,7 @@ fn read_stored(input: &Path) -> Result<Vec<StoredTensor>> {
             stored.push((k, t, None));
         }
     }
-    Ok(stored)
+    Ok(crate::janus::vq_part_of(stored))
 }
 
 /// The model tensors under our names in their stored dtypes, their parameter count and how
@@ -621,7 +631,7 @@ fn kept_tensors(
     let mut params = 0;
     let dropped;
     match d.names {
-        Family::Taming => {
+        Family::Taming | Family::Ibq => {
             let mut n = 0;
             for (k, t, dt) in stored {
                 if IGNORED_PREFIXES.iter().any(|p| k.starts_with(p)) {

@@ -109,6 +109,7 @@ impl VectorQuantizer {
     /// z: (b, c, h, w), c = embed_dim → quantized (b, c, h, w), loss (), indices (b, h, w) u32
     pub fn quantize(&self, z: &Tensor) -> Result<Quantized> {
         let (b, c, h, w) = z.dims4()?;
+        let raw = z;
         // LlamaGen: z itself is replaced by its normalised self (the loss and the
         // straight-through path use it too).
         let z = &self.search_space(z)?;
@@ -117,6 +118,11 @@ impl VectorQuantizer {
         let idx = match self.distance {
             Distance::Expanded => ops::nearest_codebook(&rows, &entries)?, // (bhw) u32
             Distance::Cdist => nearest_cdist(&rows, &entries)?,
+            Distance::Unnormalised => {
+                let raw = raw.permute((0, 2, 3, 1))?.reshape((b * h * w, c))?;
+                ops::nearest_codebook(&raw, &self.embedding)?
+            }
+            Distance::InnerProduct => ops::max_inner_product(&rows, &entries)?,
         };
         let zq = entries.index_select(&idx, 0)?; // (bhw, c)
         let zq = zq

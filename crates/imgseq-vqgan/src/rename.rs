@@ -32,7 +32,7 @@ pub fn ignored(family: Family) -> &'static [(&'static str, usize)] {
     match family {
         // LlamaGen's training-time usage log (`register_buffer("codebook_used", ...)`).
         Family::Llamagen => &[("quantize.codebook_used", 1)],
-        Family::Taming | Family::Diffusers => &[],
+        Family::Taming | Family::Diffusers | Family::Janus | Family::Ibq => &[],
     }
 }
 
@@ -53,9 +53,10 @@ fn source_name(
 ) -> (String, Kind) {
     let parts: Vec<&str> = name.split('.').collect();
     match family {
-        Family::Taming => (name.to_string(), Kind::Same),
+        Family::Taming | Family::Ibq => (name.to_string(), Kind::Same),
         Family::Llamagen => (llamagen_name(&parts, levels), Kind::Same),
         Family::Diffusers => diffusers_name(&parts, levels, legacy_attn),
+        Family::Janus => (janus_name(&parts, levels), Kind::Same),
     }
 }
 
@@ -100,6 +101,15 @@ fn llamagen_name(parts: &[&str], levels: usize) -> String {
             };
             dotted(&[x, "mid", k], tail)
         }
+        _ => parts.join("."),
+    }
+}
+
+/// Janus's name (transformers' `JanusVQVAE`) of a taming tensor name split at its dots: the
+/// decoder's levels flipped, the rest taming's.
+fn janus_name(parts: &[&str], levels: usize) -> String {
+    match parts {
+        ["decoder", "up", i, tail @ ..] => dotted(&["decoder", "up", &flipped(levels, i)], tail),
         _ => parts.join("."),
     }
 }
@@ -477,6 +487,32 @@ mod tests {
             .0,
             "encoder.mid_block.resnets.0.conv_shortcut.bias"
         );
+    }
+
+    #[test]
+    fn janus_decoder_levels_are_flipped_and_the_rest_keeps_taming_names() {
+        let n = |s: &str| name(Family::Janus, s, false);
+        assert_eq!(
+            n("decoder.up.4.attn.1.q.weight"),
+            "decoder.up.0.attn.1.q.weight"
+        );
+        assert_eq!(
+            n("decoder.up.0.block.2.conv1.bias"),
+            "decoder.up.4.block.2.conv1.bias"
+        );
+        assert_eq!(
+            n("decoder.up.3.upsample.conv.weight"),
+            "decoder.up.1.upsample.conv.weight"
+        );
+        assert_eq!(
+            n("encoder.down.4.attn.0.k.bias"),
+            "encoder.down.4.attn.0.k.bias"
+        );
+        assert_eq!(
+            n("decoder.mid.attn_1.norm.weight"),
+            "decoder.mid.attn_1.norm.weight"
+        );
+        assert_eq!(n("quantize.embedding.weight"), "quantize.embedding.weight");
     }
 
     #[test]

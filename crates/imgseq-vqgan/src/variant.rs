@@ -18,6 +18,12 @@ pub enum Family {
     Llamagen,
     /// diffusers' `VQModel`: `encoder.down_blocks.i.resnets.j...`.
     Diffusers,
+    /// Janus's VQ in transformers' layout (`JanusVQVAE`, [`crate::janus`]): taming's names
+    /// with the decoder's `up.k` counted from the lowest resolution.
+    Janus,
+    /// IBQ (TencentARC/SEED-Voken, [`crate::ibq`]): taming's names, a Lightning `.ckpt`
+    /// with EMA copies, a largest-inner-product codebook search.
+    Ibq,
 }
 
 impl Family {
@@ -27,6 +33,8 @@ impl Family {
             Family::Taming => "taming VQGAN",
             Family::Llamagen => "LlamaGen VQ",
             Family::Diffusers => "diffusers VQModel",
+            Family::Janus => "Janus VQ (transformers JanusVQVAE)",
+            Family::Ibq => "IBQ (SEED-Voken)",
         }
     }
 }
@@ -41,6 +49,11 @@ pub enum Distance {
     /// argmin of `torch.cdist`: √max(‖z‖² + ‖e‖² − 2·z·e, 1e−30), so distances whose square
     /// roots round to the same float tie (diffusers).
     Cdist,
+    /// [`Distance::Expanded`] over the raw z and codebook even with `l2_norm` (whose
+    /// normalised entry the decoder still gets): transformers' `JanusVQVAE.forward`.
+    Unnormalised,
+    /// The largest inner product z·e (IBQ's `argmax softmax(z·eᵀ)`), not a distance.
+    InnerProduct,
 }
 
 /// How an image file becomes the model's square input: the one rule of [`imgseq_core::input`].
@@ -102,6 +115,22 @@ impl Variant {
             family: Family::Llamagen,
             l2_norm,
             resize: Resize::AdmCenterCrop,
+            ..Self::default()
+        }
+    }
+
+    /// Janus's VQ: LlamaGen's l2-normalised codes (the original's search, or with
+    /// `transformers_search` the raw argmin of transformers' `JanusVQVAE`), its processor's
+    /// pad-to-square input.
+    pub fn janus(transformers_search: bool) -> Self {
+        Self {
+            family: Family::Janus,
+            l2_norm: true,
+            distance: match transformers_search {
+                true => Distance::Unnormalised,
+                false => Distance::Expanded,
+            },
+            resize: Resize::PadToSquare,
             ..Self::default()
         }
     }

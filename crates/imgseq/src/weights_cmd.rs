@@ -10,14 +10,15 @@ use std::path::PathBuf;
 pub enum WeightsCmd {
     /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` / `.pt`
     /// (names, dtypes, shapes, count, total parameters) and the tokenizer family their names
-    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel). Checkpoints are read without
+    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Janus VQ; IBQ when its yaml is
+    /// beside it as `NAME_model.yaml` or `model.yaml`). Checkpoints are read without
     /// executing any code.
     Inspect {
         /// A `.safetensors`, `.ckpt` or `.pt` file, or a diffusers model folder.
         file: PathBuf,
     },
-    /// Convert a taming-transformers `.ckpt`, a LlamaGen VQ `.pt` / `model.safetensors` or a
-    /// diffusers `VQModel` folder to safetensors in imgseq's layout (model tensors only;
+    /// Convert a taming-transformers `.ckpt`, a LlamaGen VQ `.pt` / `model.safetensors`, a
+    /// diffusers `VQModel` folder, a Janus VQ folder or an IBQ `.ckpt` (its EMA weights) to safetensors in imgseq's layout (model tensors only;
     /// `loss.*` and LlamaGen's `quantize.codebook_used` dropped) and write `config.json`
     /// (with the family's options) beside the output.
     Convert {

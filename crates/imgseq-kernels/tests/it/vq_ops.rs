@@ -1,4 +1,4 @@
-//! VQGAN ops (conv2d, group_norm + SiLU, nearest_codebook) against the candle composites.
+//! VQGAN ops (conv2d, group_norm + SiLU, nearest_codebook, max_inner_product) against the candle composites.
 
 use crate::common;
 use candle_core::{DType, Device, Tensor};
@@ -256,6 +256,19 @@ fn nearest_codebook_matches_reference() {
             .unwrap(),
         vec![0, 1, 0]
     );
+}
+
+#[test]
+fn max_inner_product_matches_reference_across_codebook_chunks() {
+    // More entries than one codebook chunk (8,192), so the running best crosses chunks.
+    let z = rand(&[40, 8], 24, 1.0, DType::F32);
+    let e = rand(&[20_000, 8], 25, 1.0, DType::F32);
+    let a = ops::max_inner_product(&z, &e).unwrap();
+    let b = reference::max_inner_product(&z, &e).unwrap();
+    assert_eq!(a.to_vec1::<u32>().unwrap(), b.to_vec1::<u32>().unwrap());
+    let a = ops::nearest_codebook(&z, &e).unwrap();
+    let b = reference::nearest_codebook(&z, &e).unwrap();
+    assert_eq!(a.to_vec1::<u32>().unwrap(), b.to_vec1::<u32>().unwrap());
 }
 
 #[test]

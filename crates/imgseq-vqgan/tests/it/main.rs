@@ -6,6 +6,8 @@ mod diffusers;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
 mod hostile_weights;
+mod ibq;
+mod janus;
 mod llamagen;
 mod parity;
 mod winograd_accuracy;

@@ -154,3 +154,47 @@ fn diffusers_folder_works_and_needs_its_config() {
         "{e}"
     );
 }
+
+#[test]
+fn janus_folder_encodes_to_janus_tokens_and_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let folder = s(&fx("janus"));
+    let photo = s(&fx("janus/photo.png"));
+    let io = candle_core::safetensors::load(fx("janus/io.safetensors"), &candle_core::Device::Cpu)
+        .unwrap();
+    let want = io["indices_l2"]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<i64>()
+        .unwrap();
+    let t = d.path().join("t.npy");
+    let args = |w: &str, t: &Path| {
+        let v = [
+            "vq",
+            "encode",
+            &photo,
+            "--weights",
+            w,
+            "--size",
+            "32",
+            "-o",
+            &s(t),
+        ];
+        v.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+    };
+    let run = |v: Vec<String>| ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    run(args(&folder, &t));
+    assert_eq!(read_tokens(&t), want);
+    let r = d.path().join("r.png");
+    ok(&["vq", "decode", &s(&t), "--weights", &folder, "-o", &s(&r)]);
+    assert_eq!(image::image_dimensions(&r).unwrap(), (32, 32));
+    let out = ok(&["weights", "inspect", &folder]);
+    assert!(out.contains("family: Janus VQ"), "{out}");
+    std::fs::create_dir(d.path().join("conv")).unwrap();
+    let conv = d.path().join("conv/model.safetensors");
+    let out = ok(&["weights", "convert", &folder, "-o", &s(&conv)]);
+    assert!(out.contains("Janus VQ"), "{out}");
+    let t2 = d.path().join("t2.npy");
+    run(args(&s(&conv), &t2));
+    assert_eq!(read_tokens(&t2), want);
+}

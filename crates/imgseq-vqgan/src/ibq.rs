@@ -1,0 +1,205 @@
+//! IBQ (TencentARC/SEED-Voken, `src/IBQ/models/ibqgan.py`): taming's encoder and decoder (the
+//! same `model.py`, the same tensor names) with `IndexPropagationQuantize`, whose token is the
+//! codebook entry of largest inner product with z (`argmax softmax(z·eᵀ)`, not the nearest by
+//! distance; [`crate::family::Distance::InnerProduct`]), searched over up to 2^18 × 256 codes in
+//! bounded memory by [`imgseq_kernels::ops::max_inner_product`].
+//!
+//! Files: their Lightning `.ckpt` (`state_dict` with `loss.*` training tensors and, when
+//! trained with `use_ema`, `LitEma`'s copies `model_ema.<name without dots>` plus
+//! `model_ema.decay` / `num_updates`) and their LightningCLI yaml (`model.class_path`
+//! `...IBQ`, `model.init_args.{ddconfig, n_embed, embed_dim}`). Their evaluation runs the EMA
+//! weights (`ema_scope`) whenever the model has them, and so does imgseq; [`select`] picks
+//! either set.
+
+use crate::config::{field, from_field, parse_dd, read_text, VqConfig};
+use crate::family::{Distance, Family, Variant};
+use candle_core::Tensor;
+use imgseq_core::{Error, Result};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// `LitEma`'s buffers in the checkpoint's `state_dict`.
+pub const EMA_PREFIX: &str = "model_ema.";
+
+/// A yaml config file: IBQ's LightningCLI layout ([`ibq_config`]) or else taming's
+/// `model.yaml` ([`VqConfig::from_taming_yaml_str`]).
+pub fn yaml_config(path: &Path) -> Result<VqConfig> {
+    let text = read_text(path)?;
+    let ibq = serde_yaml::from_str::<serde_yaml::Value>(&text)
+        .ok()
+        .and_then(|y| serde_json::to_value(&y).ok())
+        .and_then(|v| v.get("model").and_then(init_args).cloned());
+    match ibq {
+        Some(args) => ibq_config(&args, path),
+        None => VqConfig::from_taming_yaml_str(&text, path),
+    }
+}
+
+/// The `init_args` of a LightningCLI `model:` section whose `class_path` names IBQ.
+pub fn init_args(model: &Value) -> Option<&Value> {
+    let class = model.get("class_path")?.as_str()?;
+    if class.rsplit('.').next() != Some("IBQ") {
+        return None;
+    }
+    model.get("init_args").filter(|a| a.is_object())
+}
+
+/// The [`VqConfig`] of IBQ's `model.init_args`. Refused: a `remap` of the indices.
+pub fn ibq_config(args: &Value, path: &Path) -> Result<VqConfig> {
+    let pre = "model.init_args.";
+    if args.get("remap").is_some_and(|r| !r.is_null()) {
+        return Err(Error::unsupported(
+            path,
+            "`model.init_args.remap` is set; imgseq reads IBQ models without an index remap",
+        ));
+    }
+    let beta = match args.get("beta") {
+        Some(b) if !b.is_null() => from_field(args, "beta", pre, path)?,
+        _ => 0.25,
+    };
+    let cfg = VqConfig {
+        ddconfig: parse_dd(
+            field(args, "ddconfig", pre, path)?,
+            "model.init_args.ddconfig.",
+            path,
+        )?,
+        embed_dim: from_field(args, "embed_dim", pre, path)?,
+        n_embed: from_field(args, "n_embed", pre, path)?,
+        beta,
+        legacy: true,
+        variant: Variant {
+            family: Family::Ibq,
+            distance: Distance::InnerProduct,
+            ..Variant::default()
+        },
+    };
+    cfg.validate(path)?;
+    Ok(cfg)
+}
+
+/// The weights an IBQ model of `cfg` runs: [`select`] with the EMA copies when the file has
+/// them (as their evaluation does); any other family's tensors as they are.
+pub fn model_weights(
+    cfg: &VqConfig,
+    path: &Path,
+    map: HashMap<String, Tensor>,
+) -> Result<HashMap<String, Tensor>> {
+    let items = map.into_iter().map(|(k, t)| (k, t, ())).collect();
+    Ok(model_weights_of(cfg, path, items)?
+        .into_iter()
+        .map(|(k, t, _)| (k, t))
+        .collect())
+}
+
+/// [`model_weights`] of tensors listed with more beside them (`weights convert`).
+pub fn model_weights_of<T>(
+    cfg: &VqConfig,
+    path: &Path,
+    items: Vec<(String, Tensor, T)>,
+) -> Result<Vec<(String, Tensor, T)>> {
+    if cfg.variant.family != Family::Ibq {
+        return Ok(items);
+    }
+    let ema = items.iter().any(|(k, _, _)| k.starts_with(EMA_PREFIX));
+    select(items, path, ema)
+}
+
+/// The model's tensors without `LitEma`'s buffers: with `ema`, every model tensor (all but
+/// `loss.*`) replaced by its copy `model_ema.<name without dots>`, which must exist with
+/// the same shape; without, the raw training weights.
+pub fn select<T>(
+    items: Vec<(String, Tensor, T)>,
+    path: &Path,
+    ema: bool,
+) -> Result<Vec<(String, Tensor, T)>> {
+    let (emas, mut rest): (Vec<_>, Vec<_>) = items
+        .into_iter()
+        .partition(|(k, _, _)| k.starts_with(EMA_PREFIX));
+    if !ema {
+        return Ok(rest);
+    }
+    let copies: HashMap<String, Tensor> = emas
+        .into_iter()
+        .map(|(k, t, _)| (k[EMA_PREFIX.len()..].to_string(), t))
+        .collect();
+    for (k, t, _) in rest.iter_mut() {
+        if k.starts_with("loss.") {
+            continue;
+        }
+        let dotless = k.replace('.', "");
+        let Some(e) = copies.get(&dotless) else {
+            return Err(Error::weights(
+                path,
+                format!("no EMA copy `{EMA_PREFIX}{dotless}` of tensor `{k}`"),
+            ));
+        };
+        if e.dims() != t.dims() {
+            return Err(Error::weights(
+                path,
+                format!(
+                    "EMA copy `{EMA_PREFIX}{dotless}` has shape {:?}, `{k}` {:?}",
+                    e.dims(),
+                    t.dims()
+                ),
+            ));
+        }
+        *t = e.clone();
+    }
+    Ok(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn t(v: f32) -> Tensor {
+        Tensor::full(v, 2, &Device::Cpu).unwrap()
+    }
+
+    fn first(items: &[(String, Tensor, ())], k: &str) -> f32 {
+        let (_, t, _) = items.iter().find(|(n, _, _)| n == k).unwrap();
+        t.to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()[0]
+    }
+
+    #[test]
+    fn ema_copies_replace_the_model_tensors_and_are_dropped() {
+        let items = vec![
+            ("encoder.conv_in.weight".to_string(), t(1.0), ()),
+            ("loss.discriminator.w".to_string(), t(2.0), ()),
+            ("model_ema.encoderconv_inweight".to_string(), t(3.0), ()),
+            ("model_ema.lossdiscriminatorw".to_string(), t(4.0), ()),
+            ("model_ema.decay".to_string(), t(0.999), ()),
+        ];
+        let p = Path::new("last.ckpt");
+        let ema = select(items.clone(), p, true).unwrap();
+        assert_eq!(ema.len(), 2);
+        assert_eq!(first(&ema, "encoder.conv_in.weight"), 3.0);
+        let raw = select(items.clone(), p, false).unwrap();
+        assert_eq!(first(&raw, "encoder.conv_in.weight"), 1.0);
+        let missing = vec![
+            ("decoder.conv_out.bias".to_string(), t(1.0), ()),
+            ("model_ema.decay".to_string(), t(0.999), ()),
+        ];
+        let e = select(missing, p, true).unwrap_err().to_string();
+        assert!(
+            e.contains("no EMA copy `model_ema.decoderconv_outbias`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn only_an_ibq_class_path_is_read_as_ibq() {
+        let m = serde_json::json!({"class_path": "src.IBQ.models.ibqgan.IBQ", "init_args": {}});
+        assert!(init_args(&m).is_some());
+        let m = serde_json::json!({"class_path": "src.Open_MAGVIT2.models.lfqgan.VQModel",
+            "init_args": {}});
+        assert!(init_args(&m).is_none());
+        let p = Path::new("ibq.yaml");
+        let e = ibq_config(&serde_json::json!({"remap": "used.npy"}), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("remap"), "{e}");
+    }
+}
