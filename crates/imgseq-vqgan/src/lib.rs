@@ -14,6 +14,8 @@
 //!   same network (their configs, weight names and quantizer options); [`preprocess`]: each
 //!   family's image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
+//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs): continuous latents as
+//!   patch sequences, on the same encoder and decoder.
 //!
 //! Using it:
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
@@ -34,6 +36,7 @@ pub mod data;
 pub mod eval;
 pub mod family;
 pub mod inference;
+pub mod kl;
 pub mod load;
 pub mod loss;
 pub mod model;

@@ -6,6 +6,7 @@ mod diffusers;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
 mod hostile_weights;
+mod kl;
 mod llamagen;
 mod parity;
 mod winograd_accuracy;
