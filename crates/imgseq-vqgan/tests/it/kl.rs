@@ -170,3 +170,22 @@ fn weights_are_recognised_as_autoencoder_kl() {
     let vq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/diffusers/vq");
     assert_eq!(kl::is_kl_file(&vq).unwrap(), None);
 }
+
+/// The SD VAE at its released size (random weights): `make_kl_fixtures.py --released DIR`
+/// writes DIR (not committed; ~330 MB); run with
+/// `IMGSEQ_KL_RELEASED=DIR cargo test -p imgseq-vqgan --test it kl:: -- --ignored`.
+#[test]
+#[ignore]
+fn released_size_sd_vae_matches_diffusers() {
+    let dir = PathBuf::from(std::env::var("IMGSEQ_KL_RELEASED").expect("IMGSEQ_KL_RELEASED"));
+    let m = kl::load_kl(&dir, None, None, &Device::Cpu).unwrap();
+    let io = candle_core::safetensors::load(dir.join("io.safetensors"), &Device::Cpu).unwrap();
+    let t = std::time::Instant::now();
+    let p = m.posterior(&io["x"], None).unwrap();
+    let rec = m.decode_raw(&io["mean"], None).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let r = rel_diff(&p.mean, &io["mean"]);
+    let db = psnr(&rec, &io["recon"]);
+    eprintln!("released SD VAE 256²: mean relative diff {r:.2e}, decode {db:.1} dB, {secs:.1} s");
+    assert!(r < 1e-4 && db >= 40.0);
+}
