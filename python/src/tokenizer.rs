@@ -17,6 +17,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
+/// Integer codes (VQ) or float32 latents (KL).
+type Values = Result<Vec<i64>, Vec<f32>>;
+
 enum Inner {
     Vq(VqTokenizer),
     Kl(KlTokenizer),
@@ -134,38 +137,31 @@ impl Tokenizer {
         }
         let spec = self.spec();
         let out = py
-            .detach(
-                || -> imgseq_core::Result<(Vec<usize>, Result<Vec<i64>, Vec<f32>>)> {
-                    let plane = h * w * 3;
-                    let pics = (0..n)
-                        .map(|i| {
-                            spec.from_pixels(
-                                i,
-                                &data[i * plane..(i + 1) * plane],
-                                (h, w, 3),
-                                upscale,
-                            )
-                        })
-                        .collect::<imgseq_core::Result<Vec<RgbImage>>>()?;
-                    match &self.inner {
-                        Inner::Vq(t) => {
-                            let g = t.encode_pictures(&pics)?.into_tokens()?;
-                            Ok((vec![g.n, g.h, g.w], Ok(g.data)))
-                        }
-                        Inner::Kl(t) => {
-                            let x = t.input_tensor(&pics)?;
-                            let (n, _, h, w) = x.dims4()?;
-                            t.model.check_input(n, h, w, t.tile)?;
-                            let z = t.model.encode(&x, t.draw, t.tile)?;
-                            let z = match self.patch {
-                                Some(p) => patch::patchify(&z, p)?,
-                                None => z,
-                            };
-                            Ok((z.dims().to_vec(), Err(z.flatten_all()?.to_vec1()?)))
-                        }
+            .detach(|| -> imgseq_core::Result<(Vec<usize>, Values)> {
+                let plane = h * w * 3;
+                let pics = (0..n)
+                    .map(|i| {
+                        spec.from_pixels(i, &data[i * plane..(i + 1) * plane], (h, w, 3), upscale)
+                    })
+                    .collect::<imgseq_core::Result<Vec<RgbImage>>>()?;
+                match &self.inner {
+                    Inner::Vq(t) => {
+                        let g = t.encode_pictures(&pics)?.into_tokens()?;
+                        Ok((vec![g.n, g.h, g.w], Ok(g.data)))
                     }
-                },
-            )
+                    Inner::Kl(t) => {
+                        let x = t.input_tensor(&pics)?;
+                        let (n, _, h, w) = x.dims4()?;
+                        t.model.check_input(n, h, w, t.tile)?;
+                        let z = t.model.encode(&x, t.draw, t.tile)?;
+                        let z = match self.patch {
+                            Some(p) => patch::patchify(&z, p)?,
+                            None => z,
+                        };
+                        Ok((z.dims().to_vec(), Err(z.flatten_all()?.to_vec1()?)))
+                    }
+                }
+            })
             .map_err(to_py)?;
         let (shape, values) = out;
         Ok(match values {
