@@ -16,6 +16,9 @@ Workloads (issue #4):
   a bf16: workload a in reduced precision: imgseq --precision bf16 (bf16 weights packed at load,
      vdpbf16ps with f32 sums) against PyTorch `torch.autocast("cpu", torch.bfloat16)` with
      channels_last model and input (oneDNN; AMX where the CPU has it)
+  f  SD VAE (diffusers AutoencoderKL, released config, random weights): encode 512² → posterior
+     mean, and decode 64² latents → 512², batch 1, one pass each (no warm-up), against
+     diffusers' AutoencoderKL f32 eager; peak RSS per process
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -171,6 +174,18 @@ def child(workload, d, *args):
             with torch.no_grad():
                 model.quantize.distances(model.encode_latents(x)).argmin(1)
         ms = timeit(encode, 1, reps)
+    elif workload in ("kl-encode", "kl-decode"):
+        from diffusers import AutoencoderKL
+        model = AutoencoderKL.from_pretrained(d).eval()
+        inp = load_file(os.path.join(d, "inputs.safetensors"))
+
+        def run():
+            with torch.no_grad():
+                if workload == "kl-encode":
+                    model.encode(inp["x"]).latent_dist.mean
+                else:
+                    model.decode(inp["z"]).sample
+        ms = timeit(run, 0, 1)
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -229,6 +244,18 @@ def setup_vq(d, size, batch=1):
     save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
 
 
+def setup_kl(d, size):
+    """The SD VAE's released config with random weights, an image and a latent."""
+    from diffusers import AutoencoderKL
+    torch.manual_seed(0)
+    cfg = dict(block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+               up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2, latent_channels=4,
+               sample_size=512, scaling_factor=0.18215)
+    AutoencoderKL(**cfg).eval().save_pretrained(d)
+    save_file({"x": torch.rand(1, 3, size, size) * 2 - 1, "z": torch.randn(1, 4, size // 8, size // 8)},
+              os.path.join(d, "inputs.safetensors"))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(*sys.argv[2:])
@@ -238,7 +265,7 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e")
+    ap.add_argument("--only", default="a,b,c,d,e,f")
     ap.add_argument("--markdown", help="append the result table to this file")
     a = ap.parse_args()
     os.environ["BENCH_THREADS"] = str(a.threads)
@@ -334,6 +361,13 @@ def main():
         reps = 1 if a.quick else 2
         row("e VQGAN f16-1024 encode 256² (many images)", "batch 8", None,
             torch_child("vq-encode", d, reps), rust(a.bin, "vq-encode", d, reps), unit_imgs=8)
+
+    if "f" in only:
+        d = os.path.join(tmp, "kl")
+        os.makedirs(d)
+        setup_kl(d, 512)
+        for w in ("kl-encode", "kl-decode"):
+            row(f"f SD VAE {w[3:]} 512²", "batch 1", None, torch_child(w, d), rust(a.bin, w, d))
 
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "

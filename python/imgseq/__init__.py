@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 __all__ = [
+    "Tokenizer",
     "VQTokenizer",
     "ViT",
     "read_token_shards",
@@ -333,3 +334,54 @@ def read_token_shards(
                     sample["json"] = json.loads(raw.decode("utf-8"))
             if sample is not None:
                 yield sample
+
+
+class Tokenizer:
+    """Any tokenizer family imgseq reads, told by its weights: ``Tokenizer.from_pretrained``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._m = inner
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: PathLike,
+        config: Optional[PathLike] = None,
+        preset: Optional[str] = None,
+        size: Optional[int] = None,
+        patch: Optional[int] = None,
+        sample_seed: Optional[int] = None,
+        tile: Optional[int] = None,
+    ) -> "Tokenizer":
+        """Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``) or an ``AutoencoderKL``
+        (a diffusers ``vae/`` folder, or a single file with ``preset`` ``sd``, ``sdxl``,
+        ``sd3``, ``flux``). ``size`` defaults to 384 (VQ) / 256 (KL); ``patch``: KL latents
+        as (n, N, p²·C) sequences; ``sample_seed``: a posterior draw instead of its mean."""
+        return cls(_ext().Tokenizer.from_pretrained(
+            os.fspath(path), None if config is None else os.fspath(config), preset, size, patch,
+            sample_seed, tile))
+
+    @property
+    def family(self) -> str:
+        return self._m.family
+
+    @property
+    def kind(self) -> str:
+        """``"tokens"`` (integer codes) or ``"latents"`` (float32)."""
+        return self._m.kind
+
+    @property
+    def size(self) -> int:
+        return self._m.size
+
+    def encode(self, images: np.ndarray, upscale: bool = False) -> np.ndarray:
+        """uint8 images (n, h, w, 3) → int64 codes (n, gh, gw), or float32 latents (n, C, h, w)
+        / sequences (n, N, p²·C) — equal to ``imgseq vq encode`` / ``imgseq vae encode``."""
+        return self._m.encode(images, upscale)
+
+    def decode(self, latents: np.ndarray) -> np.ndarray:
+        """AutoencoderKL latents as ``encode`` gives them → uint8 images (n, H, W, 3)."""
+        return self._m.decode(latents)
+
+    def __repr__(self) -> str:
+        return repr(self._m)

@@ -116,3 +116,26 @@ def read_token_shards(
 ) -> Iterator[Dict[str, Any]]:
     """Samples ``{"key", "tokens" (h, w) uint16, "json", "shard"}`` of the WebDataset shards
     of ``imgseq vq tokenize`` (a folder, one .tar, or a list). Pure Python."""
+
+class Tokenizer:
+    """Any tokenizer family imgseq reads (VQ families, AutoencoderKL), told by its weights."""
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: PathLike,
+        config: Optional[PathLike] = ...,
+        preset: Optional[str] = ...,
+        size: Optional[int] = ...,
+        patch: Optional[int] = ...,
+        sample_seed: Optional[int] = ...,
+        tile: Optional[int] = ...,
+    ) -> "Tokenizer": ...
+    @property
+    def family(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    def encode(self, images: np.ndarray, upscale: bool = ...) -> np.ndarray: ...
+    def decode(self, latents: np.ndarray) -> np.ndarray: ...

@@ -14,6 +14,8 @@
 //!   ([`janus`]) and IBQ ([`ibq`]) run as the same network (their configs, weight names and quantizer options); [`preprocess`]: each
 //!   family's image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
+//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs): continuous latents as
+//!   patch sequences, on the same encoder and decoder.
 //!
 //! Using it:
 //! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
@@ -36,6 +38,7 @@ pub mod family;
 pub mod ibq;
 pub mod inference;
 pub mod janus;
+pub mod kl;
 pub mod load;
 pub mod loss;
 pub mod model;

@@ -146,6 +146,20 @@ fn main() -> anyhow::Result<()> {
             let x = load_tensors(dir.join("inputs.safetensors"), &dev)?["x"].clone();
             time(1, reps, || model.encode(&x).map(|_| ()))?
         }
+        "kl-encode" | "kl-decode" => {
+            // diffusers AutoencoderKL (SD VAE): image → posterior mean, or latent → image,
+            // one pass (no warm-up: a pass is long), as the script's PyTorch side.
+            let m = imgseq_vqgan::kl::load_kl(dir, None, None, &dev)?;
+            let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
+            let wrap = candle_core::Error::wrap;
+            if what == "kl-encode" {
+                let x = inp["x"].clone();
+                time(0, 1, || m.posterior(&x, None).map(|_| ()).map_err(wrap))?
+            } else {
+                let z = inp["z"].clone();
+                time(0, 1, || m.decode_raw(&z, None).map(|_| ()).map_err(wrap))?
+            }
+        }
         "conv" => {
             let reps = num(2, 10);
             let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
@@ -154,7 +168,7 @@ fn main() -> anyhow::Result<()> {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
             })?
         }
-        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, conv)"),
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, conv)"),
     };
     let _ = Tensor::zeros(1, DType::F32, &dev)?;
     println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());

@@ -2,6 +2,7 @@
 //!
 //! `imgseq vit ...`     continuous tokens (ViT): embed, train, eval, classify, plot-positions
 //! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
+//! `imgseq vae ...`     continuous latents (AutoencoderKL): encode, decode, roundtrip
 //! `imgseq weights ...` inspect and convert weight files
 //! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
 
@@ -10,6 +11,7 @@ mod gpt_judge;
 mod paths;
 mod precision_arg;
 mod tokenize_cmd;
+mod vae_cmd;
 mod vit_cmd;
 mod vit_data_arg;
 mod vit_teacher_cmd;
@@ -44,6 +46,9 @@ enum Cmd {
     /// Discrete tokens: VQGAN (image -> 24x24 codebook indices -> image).
     #[command(subcommand)]
     Vq(vq_cmd::VqCmd),
+    /// Continuous latents: diffusers AutoencoderKL (SD, SDXL, SD3, FLUX VAEs), as patch sequences.
+    #[command(subcommand)]
+    Vae(vae_cmd::VaeCmd),
     /// Inspect and convert weight files (safetensors, taming .ckpt).
     #[command(subcommand)]
     Weights(weights_cmd::WeightsCmd),
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Vit(c) => vit_cmd::run(c),
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
+        Cmd::Vae(c) => vae_cmd::run(c),
         Cmd::Weights(c) => weights_cmd::run(c),
         Cmd::Gpt(c) => gpt_cmd::run(c),
     };

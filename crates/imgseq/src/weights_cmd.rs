@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub enum WeightsCmd {
     /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` / `.pt`
     /// (names, dtypes, shapes, count, total parameters) and the tokenizer family their names
-    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Janus VQ; IBQ when its yaml is
+    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Janus VQ, AutoencoderKL; IBQ when its yaml is
     /// beside it as `NAME_model.yaml` or `model.yaml`). Checkpoints are read without
     /// executing any code.
     Inspect {
@@ -107,7 +107,17 @@ fn inspect(file: PathBuf) -> Result<()> {
     let s = load::inspect(&file)?;
     let mut o = String::new();
     writeln!(o, "{}: {}", file.display(), s.format)?;
-    if let Some(f) = s.family {
+    let kl = imgseq_vqgan::kl::load::kl_of_shapes(
+        s.tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.as_slice())),
+    );
+    if let Some((names, c)) = kl {
+        writeln!(
+            o,
+            "  family: AutoencoderKL ({names} names, {c} latent channels)"
+        )?;
+    } else if let Some(f) = s.family {
         writeln!(o, "  family: {}", f.label())?;
     }
     for (k, v) in &s.scalars {

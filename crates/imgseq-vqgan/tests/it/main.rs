@@ -8,6 +8,7 @@ mod hostile_fuzz_corpus;
 mod hostile_weights;
 mod ibq;
 mod janus;
+mod kl;
 mod llamagen;
 mod parity;
 mod winograd_accuracy;

@@ -7,6 +7,7 @@ mod hardening_cli;
 mod hostile_parsers;
 mod tokenize;
 mod tokenize_parquet;
+mod vae_cli;
 mod vit_cli;
 mod vq_cli;
 mod vq_families;

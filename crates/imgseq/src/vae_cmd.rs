@@ -1,0 +1,371 @@
+//! `imgseq vae ...`: image ↔ continuous latents of a diffusers `AutoencoderKL` (SD, SDXL,
+//! SD3, FLUX VAEs), as latent maps or as patch sequences. Flags and printing only: the work
+//! is `imgseq_vqgan::kl`'s.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use clap::{Args, Subcommand};
+use imgseq_core::fsutil::Outputs;
+use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::npy;
+use imgseq_core::tokenizer::Tokenizer;
+use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer};
+use imgseq_vqgan::{data, eval};
+use std::path::{Path, PathBuf};
+
+/// Input side when --size is not given (DiT's 256²).
+const DEFAULT_SIZE: u32 = 256;
+
+#[derive(Subcommand)]
+pub enum VaeCmd {
+    /// Images → latents.npy: (C, h, w) float32 for one image, (n, C, h, w) for several; with
+    /// --patch p, the sequences (h/p·w/p, p²·C) / (n, ...). Scaled and shifted as the
+    /// diffusion pipelines feed them to their transformer.
+    Encode {
+        /// Input images (png, jpg, webp, bmp).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+        #[command(flatten)]
+        model: VaeModelArgs,
+        #[command(flatten)]
+        opts: LatentOpts,
+        /// Images per forward pass.
+        #[arg(long, default_value_t = 1)]
+        batch_size: usize,
+        /// Output file (.npy).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// latents.npy (as `vae encode` writes it) → image(s); several are written as
+    /// OUT_000.png, OUT_001.png, ...
+    Decode {
+        latents: PathBuf,
+        #[command(flatten)]
+        model: VaeModelArgs,
+        /// The file holds patch sequences of p×p patches (square latent grids).
+        #[arg(long)]
+        patch: Option<usize>,
+        /// Tiled decode with tiles of this side in pixels (bounded memory).
+        #[arg(long)]
+        tile: Option<usize>,
+        /// Output image (png, jpg, jpeg, webp or bmp, by extension).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// Image → latents → image: writes DIR/latents.npy, DIR/recon.png, DIR/side_by_side.png
+    /// and prints the latent shape, PSNR and SSIM.
+    Roundtrip {
+        image: PathBuf,
+        #[command(flatten)]
+        model: VaeModelArgs,
+        #[command(flatten)]
+        opts: LatentOpts,
+        /// Output folder (created if missing).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+}
+
+/// Which model.
+#[derive(Args, Clone)]
+pub struct VaeModelArgs {
+    /// A diffusers `vae/` folder (config.json + diffusion_pytorch_model.safetensors) or a
+    /// single .safetensors / .ckpt (diffusers or LDM names; a whole SD checkpoint's VAE).
+    #[arg(long)]
+    pub weights: PathBuf,
+    /// The diffusers config.json (default: beside the weights).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// A released VAE's config: sd (1.x/2.x), sdxl, sd3, flux (for single files).
+    #[arg(long)]
+    pub preset: Option<String>,
+}
+
+/// How latents are made.
+#[derive(Args, Clone)]
+pub struct LatentOpts {
+    /// Input side in pixels, a multiple of the downsampling factor.
+    #[arg(long, default_value_t = DEFAULT_SIZE)]
+    pub size: u32,
+    /// Allow enlarging images whose shorter side is smaller than --size.
+    #[arg(long)]
+    pub upscale: bool,
+    /// Draw from the posterior (mean + std·ε) instead of taking its mean.
+    #[arg(long)]
+    pub sample: bool,
+    /// Seed of --sample's draw.
+    #[arg(long, default_value_t = 0, requires = "sample")]
+    pub seed: u64,
+    /// Cut the latents into p×p patches: (h/p·w/p) tokens of p²·C values (FLUX's order).
+    #[arg(long)]
+    pub patch: Option<usize>,
+    /// Tiled encode/decode with tiles of this side in pixels (bounded memory; diffusers'
+    /// overlap-and-blend scheme).
+    #[arg(long)]
+    pub tile: Option<usize>,
+}
+
+impl VaeModelArgs {
+    fn given(&self) -> Vec<PathBuf> {
+        std::iter::once(self.weights.clone())
+            .chain(self.config.clone())
+            .collect()
+    }
+
+    fn load(&self, outs: &mut Outputs) -> Result<KlModel> {
+        let preset = self
+            .preset
+            .as_deref()
+            .map(KlPreset::from_name)
+            .transpose()?;
+        if let Ok(f) = imgseq_vqgan::load::resolve_weights(&self.weights) {
+            outs.add_input(f);
+        }
+        Ok(kl::load_kl(
+            &self.weights,
+            self.config.as_deref(),
+            preset,
+            &Device::Cpu,
+        )?)
+    }
+}
+
+fn tokenizer(model: KlModel, o: &LatentOpts) -> Result<KlTokenizer> {
+    let mut t = KlTokenizer::new(model, o.size, o.patch.unwrap_or(1))?;
+    t.draw = if o.sample {
+        Draw::Sample(o.seed)
+    } else {
+        Draw::Mean
+    };
+    t.tile = o.tile;
+    Ok(t)
+}
+
+pub fn run(cmd: VaeCmd) -> Result<()> {
+    match cmd {
+        VaeCmd::Encode {
+            images,
+            model,
+            opts,
+            batch_size,
+            output,
+        } => encode(&images, &model, &opts, batch_size, &output),
+        VaeCmd::Decode {
+            latents,
+            model,
+            patch,
+            tile,
+            output,
+        } => decode(&latents, &model, patch, tile, &output),
+        VaeCmd::Roundtrip {
+            image,
+            model,
+            opts,
+            output,
+        } => roundtrip(&image, &model, &opts, &output),
+    }
+}
+
+/// (n, C, h, w) latents as written: the maps, or with `patch` the (n, N, p²·C) sequences.
+fn latents_out(z: &Tensor, patch: Option<usize>) -> Result<(Vec<usize>, Vec<f32>)> {
+    let t = match patch {
+        Some(p) => patch::patchify(z, p)?,
+        None => z.clone(),
+    };
+    Ok((t.dims().to_vec(), t.flatten_all()?.to_vec1()?))
+}
+
+/// Scaled latents of prepared pictures, in batches: (n, C, h, w).
+fn encode_pictures(t: &KlTokenizer, imgs: &[image::RgbImage], batch: usize) -> Result<Tensor> {
+    let bar = imgseq_core::progress::items(imgs.len(), "encode");
+    let mut parts = Vec::new();
+    for chunk in imgs.chunks(batch.max(1)) {
+        let x = t.input_tensor(chunk)?;
+        let (n, _, h, w) = x.dims4()?;
+        t.model.check_input(n, h, w, t.tile)?;
+        parts.push(t.model.encode(&x, t.draw, t.tile)?);
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(Tensor::cat(&parts, 0)?)
+}
+
+fn encode(
+    images: &[PathBuf],
+    m: &VaeModelArgs,
+    o: &LatentOpts,
+    batch: usize,
+    out: &Path,
+) -> Result<()> {
+    let mut outs = Outputs::new(images.iter().chain(&m.given()));
+    outs.check(out)?;
+    let t = tokenizer(m.load(&mut outs)?, o)?;
+    data::check_headers(images, o.size, o.upscale)?;
+    let imgs = t.load(images, o.upscale)?;
+    let z = encode_pictures(&t, &imgs, batch)?;
+    let (mut shape, data) = latents_out(&z, o.patch)?;
+    if images.len() == 1 {
+        shape.remove(0);
+    }
+    outs.write(out, |p| npy::write_npy_f32(p, &shape, &data))?;
+    outs.finish();
+    eprintln!(
+        "wrote {} {shape:?} float32 ({})",
+        out.display(),
+        t.model.config().describe()
+    );
+    Ok(())
+}
+
+/// A latents file as (n, C, h, w): latent maps, or square patch sequences with `patch`.
+fn read_latents(path: &Path, model: &KlModel, patch: Option<usize>) -> Result<Tensor> {
+    let (mut shape, data) = npy::read_npy_f32(path)?;
+    let c = model.config().latent_channels();
+    let seq = patch.is_some();
+    let want = if seq { 3 } else { 4 };
+    if shape.len() == want - 1 {
+        shape.insert(0, 1);
+    }
+    if shape.len() != want {
+        bail!(
+            "{}: shape {shape:?}; expected {} (from `vae encode`{})",
+            path.display(),
+            if seq {
+                "(n, tokens, p²·C) or (tokens, p²·C)"
+            } else {
+                "(n, C, h, w) or (C, h, w)"
+            },
+            if seq { " --patch" } else { "" }
+        );
+    }
+    match patch {
+        None => {
+            if shape[1] != c {
+                bail!(
+                    "{}: {} channels; the model has {c}",
+                    path.display(),
+                    shape[1]
+                );
+            }
+            Ok(Tensor::from_vec(data, shape, &Device::Cpu)?)
+        }
+        Some(p) => {
+            let (n, tokens, dim) = (shape[0], shape[1], shape[2]);
+            let side = (tokens as f64).sqrt().round() as usize;
+            if p == 0 || side * side != tokens || dim != c * p * p {
+                bail!(
+                    "{}: {tokens} tokens of {dim} values are not a square grid of {p}x{p} patches of \
+                     a {c}-channel latent",
+                    path.display()
+                );
+            }
+            let t = Tensor::from_vec(data, (n, tokens, dim), &Device::Cpu)?;
+            Ok(patch::unpatchify(&t, c, side * p, side * p, p)?)
+        }
+    }
+}
+
+fn decode(
+    latents: &Path,
+    m: &VaeModelArgs,
+    p: Option<usize>,
+    tile: Option<usize>,
+    out: &Path,
+) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(latents.to_path_buf()).chain(m.given()));
+    image_io::output_format(out)?;
+    let model = m.load(&mut outs)?;
+    let z = read_latents(latents, &model, p)?;
+    let (n, _, h, w) = z.dims4()?;
+    let f = model.config().downsample_factor();
+    model.check_input(1, h * f, w * f, tile)?;
+    let files: Vec<PathBuf> = if n == 1 {
+        vec![out.to_path_buf()]
+    } else {
+        let stem = out
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = out
+            .extension()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (0..n)
+            .map(|i| out.with_file_name(format!("{stem}_{i:03}.{ext}")))
+            .collect()
+    };
+    for f in &files {
+        outs.check(f)?;
+    }
+    let bar = imgseq_core::progress::items(n, "decode");
+    let mut imgs = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = model
+            .decode(&z.narrow(0, i, 1)?, tile)
+            .with_context(|| format!("{}: cannot decode", latents.display()))?;
+        imgs.push(image_io::from_tensor_chw(
+            &x.get(0)?,
+            PixelRange::MinusOneOne,
+        )?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    for (f, img) in files.iter().zip(&imgs) {
+        outs.write(f, |p| image_io::save_image(p, img))?;
+    }
+    outs.finish();
+    for f in &files {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+/// The files `vae roundtrip` writes into its output folder.
+const ROUNDTRIP_FILES: [&str; 3] = ["latents.npy", "recon.png", "side_by_side.png"];
+
+fn roundtrip(image: &Path, m: &VaeModelArgs, o: &LatentOpts, out: &Path) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(image.to_path_buf()).chain(m.given()));
+    if std::fs::symlink_metadata(out).is_ok() {
+        if !out.is_dir() {
+            bail!(
+                "{}: not a folder (the output of vae roundtrip is a folder)",
+                out.display()
+            );
+        }
+        for f in ROUNDTRIP_FILES {
+            outs.check(out.join(f))?;
+        }
+    }
+    let t = tokenizer(m.load(&mut outs)?, o)?;
+    let img = t.input().load(image, o.upscale)?;
+    let z = encode_pictures(&t, std::slice::from_ref(&img), 1)?;
+    let (shape, data) = latents_out(&z, o.patch)?;
+    let x = t.model.decode(&z, t.tile)?;
+    let recon = image_io::from_tensor_chw(&x.get(0)?, PixelRange::MinusOneOne)?;
+    let (psnr, ssim) = eval::score(&img, &recon)?;
+    let pair = image_io::side_by_side(&[img, recon.clone()], 4);
+    outs.create_dir_all(out)?;
+    let [lat, rec, sbs] = ROUNDTRIP_FILES.map(|f| out.join(f));
+    outs.write(&lat, |p| npy::write_npy_f32(p, &shape[1..], &data))?;
+    outs.write(&rec, |p| image_io::save_image(p, &recon))?;
+    outs.write(&sbs, |p| image_io::save_image(p, &pair))?;
+    outs.finish();
+    println!(
+        "model: {} ({})",
+        m.weights.display(),
+        t.model.config().describe()
+    );
+    let what = if o.sample {
+        format!("a draw (seed {})", o.seed)
+    } else {
+        "the posterior mean".into()
+    };
+    println!("latents: {:?} float32, {what}", &shape[1..]);
+    println!("PSNR: {psnr:.2} dB");
+    println!("SSIM: {ssim:.4}");
+    println!(
+        "wrote {}/{{latents.npy, recon.png, side_by_side.png}}",
+        out.display()
+    );
+    Ok(())
+}

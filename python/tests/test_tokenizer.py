@@ -1,0 +1,60 @@
+"""imgseq.Tokenizer.from_pretrained: every family the Rust side reads, equal to the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import imgseq
+from conftest import REPO, make_image, run_cli, write_png
+
+KL = REPO / "tests/fixtures/kl"
+VQ = REPO / "tests/fixtures/diffusers/vq"
+
+
+def test_autoencoder_kl_latents_equal_the_cli(tmp_path, cli):
+    img = make_image(3, 70, 64)
+    write_png(tmp_path / "a.png", img)
+    t = imgseq.Tokenizer.from_pretrained(KL / "flux", size=64, patch=2)
+    assert t.family == "AutoencoderKL" and t.kind == "latents"
+    got = t.encode(img[None])
+    run_cli(cli, "vae", "encode", tmp_path / "a.png", "--weights", KL / "flux", "--size", 64,
+            "--patch", 2, "-o", tmp_path / "a.npy")
+    want = np.load(tmp_path / "a.npy")
+    assert got.dtype == np.float32 and got.shape == (1,) + want.shape == (1, 256, 64)
+    np.testing.assert_array_equal(got[0], want)
+    rec = t.decode(got)
+    assert rec.dtype == np.uint8 and rec.shape == (1, 64, 64, 3)
+
+
+def test_ldm_single_file_with_config_and_latent_maps(tmp_path, cli):
+    img = make_image(4, 64, 64)
+    write_png(tmp_path / "b.png", img)
+    t = imgseq.Tokenizer.from_pretrained(KL / "ldm.safetensors", config=KL / "sd/config.json", size=64)
+    got = t.encode(img)
+    run_cli(cli, "vae", "encode", tmp_path / "b.png", "--weights", KL / "ldm.safetensors",
+            "--config", KL / "sd/config.json", "--size", 64, "-o", tmp_path / "b.npy")
+    np.testing.assert_array_equal(got[0], np.load(tmp_path / "b.npy"))
+    assert got.shape == (1, 4, 16, 16)
+
+
+def test_vq_family_tokens_equal_the_cli(tmp_path, cli):
+    img = make_image(5, 40, 32)
+    write_png(tmp_path / "c.png", img)
+    t = imgseq.Tokenizer.from_pretrained(VQ, size=32)
+    assert t.kind == "tokens" and "VQModel" in t.family
+    got = t.encode(img[None])
+    run_cli(cli, "vq", "encode", tmp_path / "c.png", "--weights", VQ, "--size", 32,
+            "-o", tmp_path / "c.npy")
+    np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))
+    with pytest.raises(ValueError, match="VQTokenizer"):
+        t.decode(np.zeros((1, 4, 2, 2), np.float32))
+
+
+def test_errors_are_value_errors_naming_the_problem():
+    with pytest.raises(ValueError, match="--preset|preset"):
+        imgseq.Tokenizer.from_pretrained(KL / "ldm.safetensors")
+    with pytest.raises(ValueError, match="patch"):
+        imgseq.Tokenizer.from_pretrained(KL / "flux", size=64, patch=3)
+    with pytest.raises(FileNotFoundError):
+        imgseq.Tokenizer.from_pretrained(KL / "missing.safetensors")
