@@ -41,8 +41,11 @@ Outputs (tests/fixtures/lfq/):
                    no model_ema.* tensors (for the "no EMA weights" error and the raw default)
 Run: /tmp/hfvenv/bin/python scripts/make_lfq_fixtures.py
      /tmp/hfvenv/bin/python scripts/make_lfq_fixtures.py --released OUT_DIR
-       (the released 2^18 layout — ch 128, ch_mult [1,1,2,2,4], 4 res blocks — at 256²;
-       EMA storages all shared, so the file is the raw model's size; not committed)
+       (the released 2^18 layout — ch 128, ch_mult [1,1,2,2,4], 4 res blocks — on one 256²
+       image, EMA storages all shared so the file is the raw model's size; not committed;
+       also prints their encode / decode time, f32 eager, THREADS threads, default 2). The
+       Rust side: IMGSEQ_LFQ_RELEASED=OUT_DIR cargo test -p imgseq-lfq --test parity --
+       --ignored --nocapture
 """
 
 import argparse
@@ -218,6 +221,23 @@ def write_no_ema(out):
     torch.save(lightning_ckpt(sd), os.path.join(out, "no_ema.ckpt"))
 
 
+@torch.no_grad()
+def time_released(m, x):
+    """Their encode (encoder + LFQ) and decode (decoder) of one image, f32 eager, best of 3."""
+    import time
+    best = {}
+    for _ in range(3):
+        t = time.perf_counter()
+        (q, _, _), _ = m.quantize(m.encoder(x), return_loss_breakdown=True)
+        t1 = time.perf_counter()
+        m.decoder(q)
+        t2 = time.perf_counter()
+        best["encode"] = min(best.get("encode", 1e9), t1 - t)
+        best["decode"] = min(best.get("decode", 1e9), t2 - t1)
+    print(f"PyTorch {torch.__version__} f32 eager, {torch.get_num_threads()} threads, "
+          f"{tuple(x.shape)}: encode {best['encode']:.2f} s, decode {best['decode']:.2f} s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--released", help="write the released-layout model here instead")
@@ -226,6 +246,7 @@ def main():
         dd = dict(double_z=False, z_channels=18, resolution=128, in_channels=3, out_ch=3,
                   ch=128, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=4)
         out, size, seeds, share = args.released, 256, range(1), True
+        torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     else:
         dd = dict(double_z=False, z_channels=18, resolution=32, in_channels=3, out_ch=3,
                   ch=32, ch_mult=[2, 1], num_res_blocks=1)
@@ -234,7 +255,7 @@ def main():
     for seed in seeds:
         m, fq = build(dd, seed, share)
         gen = torch.Generator().manual_seed(1000 + seed)
-        x = (torch.rand((2, 3, size, size), generator=gen) * 2 - 1)
+        x = (torch.rand((1 if args.released else 2, 3, size, size), generator=gen) * 2 - 1)
         x = torch.nn.functional.avg_pool2d(x, 3, 1, 1).clamp(-1, 1)  # a little smoother
         raw, ema = outputs(m, fq, x)
         margin = min(raw["h_raw"].abs().min().item(), ema["h_ema"].abs().min().item())
@@ -260,6 +281,8 @@ def main():
         f.write(f"{margin:.6g}\n")
     if not args.released:
         write_no_ema(out)
+    else:
+        time_released(m, x)
     for p in sorted(os.listdir(out)):
         print(p, os.path.getsize(os.path.join(out, p)))
 

@@ -222,3 +222,30 @@ fn other_checkpoints_are_not_taken_for_open_magvit2() {
     let e = err(load_model(&taming, None, WeightSet::Default));
     assert!(e.contains("not an Open-MAGVIT2 checkpoint"), "{e}");
 }
+
+/// The released layout (ch 128, ch_mult [1, 1, 2, 2, 4], 4 res blocks, 2^18 codes) on a 256²
+/// image, from `make_lfq_fixtures.py --released DIR` (too large to commit): tokens identical,
+/// decode ≥ 40 dB, and the encode / decode times.
+#[test]
+#[ignore = "needs IMGSEQ_LFQ_RELEASED=DIR from make_lfq_fixtures.py --released DIR"]
+fn released_layout_matches_their_code() {
+    let d = PathBuf::from(std::env::var("IMGSEQ_LFQ_RELEASED").expect("IMGSEQ_LFQ_RELEASED"));
+    let (ckpt, yaml) = (d.join("released.ckpt"), d.join("released.yaml"));
+    let m = load_model(&ckpt, Some(&yaml), WeightSet::Default).unwrap();
+    let io = imgseq_core::weights::load_tensors(d.join("io.safetensors"), &Device::Cpu).unwrap();
+    check_weight_set(&m, &io, "ema");
+    let x = &io["x"];
+    let (mut enc, mut dec) = (f64::MAX, f64::MAX);
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let g = m.encode(x).unwrap();
+        enc = enc.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        m.decode(&g).unwrap();
+        dec = dec.min(t.elapsed().as_secs_f64());
+    }
+    eprintln!(
+        "imgseq {:?}: encode {enc:.2} s, decode {dec:.2} s",
+        x.dims()
+    );
+}

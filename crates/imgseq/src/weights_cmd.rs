@@ -10,8 +10,8 @@ use std::path::PathBuf;
 pub enum WeightsCmd {
     /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` / `.pt`
     /// (names, dtypes, shapes, count, total parameters) and the tokenizer family their names
-    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel). Checkpoints are read without
-    /// executing any code.
+    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Open-MAGVIT2 LFQ). Checkpoints
+    /// are read without executing any code.
     Inspect {
         /// A `.safetensors`, `.ckpt` or `.pt` file, or a diffusers model folder.
         file: PathBuf,
@@ -48,6 +48,14 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             fold_l2_norm,
             taming_yaml,
         } => {
+            if imgseq_lfq::is_lfq_checkpoint(&input) {
+                anyhow::bail!(
+                    "{}: an {} checkpoint is read as it is (`imgseq vq encode|decode|roundtrip --weights {}`); convert does not take it",
+                    input.display(),
+                    imgseq_lfq::FAMILY,
+                    input.display()
+                );
+            }
             // Both outputs (the weights and config.json beside them) go through the one
             // output check: never an input, never a device, FIFO, link or folder.
             let mut outs = Outputs::new([Some(&input), config.as_ref()].into_iter().flatten());
@@ -106,7 +114,10 @@ fn inspect(file: PathBuf) -> Result<()> {
     let s = load::inspect(&file)?;
     let mut o = String::new();
     writeln!(o, "{}: {}", file.display(), s.format)?;
-    if let Some(f) = s.family {
+    // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
+    if imgseq_lfq::load::names_are_lfq(s.tensors.iter().map(|t| t.name.as_str())) {
+        writeln!(o, "  family: {}", imgseq_lfq::FAMILY)?;
+    } else if let Some(f) = s.family {
         writeln!(o, "  family: {}", f.label())?;
     }
     for (k, v) in &s.scalars {
