@@ -44,22 +44,22 @@ fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqToken
     } else {
         WeightSet::Default
     };
-    let model = load_model(w, config.as_deref(), which)?;
-    let c = model.config();
+    let t = LfqTokenizer::new(load_model(w, config.as_deref(), which)?, size)?;
+    let c = t.model.config();
     eprintln!(
         "{}: {} (f{}, 2^{} codes, {} weights{})",
         w.display(),
         imgseq_lfq::FAMILY,
         c.downsample_factor(),
         c.bits(),
-        if model.ema { "EMA" } else { "raw" },
+        if t.model.ema { "EMA" } else { "raw" },
         if config.is_none() {
             "; settings read off the weights"
         } else {
             ""
         }
     );
-    Ok(LfqTokenizer::new(model, size)?)
+    Ok(t)
 }
 
 pub fn encode(

@@ -137,6 +137,13 @@ pub fn load_choosing(
         Some(w) => w.clone(),
         None => default_weights()?,
     };
+    if imgseq_lfq::is_lfq_checkpoint(&weights) {
+        anyhow::bail!(
+            "{}: {} checkpoints are read by vq encode, decode and roundtrip only",
+            weights.display(),
+            imgseq_lfq::FAMILY
+        );
+    }
     // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
     // its config.json inside (`--weights` may name the folder).
     let file = imgseq_vqgan::load::resolve_weights(&weights)?;

@@ -143,4 +143,9 @@ fn bad_combinations_are_one_line_errors() {
     ]);
     assert!(e.contains("31") && e.contains("multiple of 2"), "{e}");
     assert!(!Path::new(&o).exists());
+    let shards = s(&d.path().join("shards"));
+    let src = s(d.path());
+    let ckpt = s(&fx("tiny.ckpt"));
+    let e = fails(&["vq", "tokenize", &src, "--weights", &ckpt, "-o", &shards]);
+    assert!(e.contains("encode, decode and roundtrip only"), "{e}");
 }
