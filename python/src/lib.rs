@@ -25,6 +25,8 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
+mod lfq;
+
 /// A library error as the Python exception of its kind, with the library's message.
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -535,6 +537,7 @@ impl ViT {
 #[pymodule]
 fn _imgseq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<VQTokenizer>()?;
+    m.add_class::<lfq::LFQTokenizer>()?;
     m.add_class::<ViT>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -242,7 +242,7 @@ impl LfqConfig {
         }
         for &m in &self.ch_mult {
             let c = self.ch.saturating_mul(m);
-            if c == 0 || c % GROUPS != 0 || c > 8192 {
+            if c == 0 || !c.is_multiple_of(GROUPS) || c > 8192 {
                 return fail(format!(
                     "ch {} × ch_mult {:?} must give channel counts that are positive multiples of {GROUPS} (GroupNorm) up to 8192",
                     self.ch, self.ch_mult
@@ -298,7 +298,7 @@ impl LfqConfig {
     /// least 2×2 (the decoder's adaptive norm takes a variance over the grid).
     pub fn check_input_size(&self, size: usize) -> Result<()> {
         let f = self.downsample_factor();
-        if size == 0 || size % f != 0 || size / f < 2 {
+        if size == 0 || !size.is_multiple_of(f) || size / f < 2 {
             return Err(Error::setting(
                 "size",
                 size,
