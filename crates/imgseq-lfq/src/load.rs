@@ -2,9 +2,9 @@
 //! pickle is interpreted, never executed) and, when given, its yaml config.
 //!
 //! Their checkpoint's `state_dict` holds the raw weights (`encoder.*`, `decoder.*`), the
-//! training loss (`loss.*`: discriminator, LPIPS) and, when trained with `use_ema`, LitEma's
-//! copies: `model_ema.<name without dots>` (`model_ema.encoderconv_inweight`), plus
-//! `model_ema.decay` / `num_updates`. Their inference (`reconstruct.py`'s `ema_scope`, the
+//! training loss (`loss.*`: discriminator, LPIPS; dropped, as are `quantize.*` buffers) and,
+//! when trained with `use_ema`, LitEma's copies: `model_ema.<name without dots>`
+//! (`model_ema.encoderconv_inweight`), plus `model_ema.decay` / `num_updates`. Their inference (`reconstruct.py`'s `ema_scope`, the
 //! AR stage's `init_from_ckpt`) runs the EMA copies when `use_ema` is set, so that is the
 //! default here; [`WeightSet::Raw`] takes the raw ones. Every `encoder.*` / `decoder.*`
 //! tensor must be used and every one the network needs must be present (no `strict=False`).
@@ -74,7 +74,13 @@ fn is_net(name: &str) -> bool {
 fn choose(path: &Path, all: HashMap<String, Tensor>, ema: bool) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::new();
     for (k, t) in &all {
-        if k.starts_with("loss.") || k.starts_with("model_ema.") {
+        // LFQ has no parameters: a `quantize.*` tensor (a buffer such as `mask` or
+        // `codebook`, non-persistent in their code but saved by some versions) is derived
+        // from the bit count and not needed.
+        if ["loss.", "model_ema.", "quantize."]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
             continue;
         }
         if !(ema && is_net(k)) {
