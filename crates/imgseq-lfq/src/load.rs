@@ -55,6 +55,27 @@ pub fn is_lfq_checkpoint(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Codes of the model in `path` (2^bits, the bits read off `encoder.conv_out`'s shape; no
+/// tensor data is read).
+pub fn codebook_size(path: &Path) -> Result<usize> {
+    let infos = imgseq_torch::Checkpoint::open(path)?.tensor_infos()?;
+    let shape = infos
+        .iter()
+        .find(|(n, _, _)| n == "encoder.conv_out.weight")
+        .map(|(_, _, s)| s.clone())
+        .ok_or_else(|| Error::weights(path, "missing tensor `encoder.conv_out.weight`"))?;
+    match shape.first() {
+        Some(&z) if (1..=crate::config::MAX_BITS).contains(&z) => Ok(1 << z),
+        _ => Err(Error::weights(
+            path,
+            format!(
+                "encoder.conv_out.weight has shape {shape:?}: not 1 to {} latent channels",
+                crate::config::MAX_BITS
+            ),
+        )),
+    }
+}
+
 /// The EMA copy's name of a raw parameter name (LitEma drops the dots).
 pub fn ema_name(raw: &str) -> String {
     format!("model_ema.{}", raw.replace('.', ""))
@@ -163,6 +184,13 @@ pub fn load_model(ckpt: &Path, config: Option<&Path>, which: WeightSet) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codebook_size_is_read_off_the_latent_channels() {
+        let d =
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lfq");
+        assert_eq!(codebook_size(&d.join("tiny.ckpt")).unwrap(), 1 << 18);
+    }
 
     #[test]
     fn ema_names_drop_the_dots() {

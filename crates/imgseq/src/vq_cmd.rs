@@ -299,6 +299,9 @@ fn edit(
     t.check_non_negative(tokens)?;
     let n_embed = match (config, weights) {
         (Some(c), _) => Some(VqConfig::from_file(c)?.n_embed),
+        (None, Some(w)) if imgseq_lfq::is_lfq_checkpoint(w) => {
+            Some(imgseq_lfq::load::codebook_size(w)?)
+        }
         // The config beside the weights, else the codebook's size in the weights (a LlamaGen
         // `.pt` has no config).
         (None, Some(w)) => Some(

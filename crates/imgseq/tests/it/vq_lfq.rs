@@ -71,6 +71,21 @@ fn encode_roundtrip_and_decode_agree_with_the_library() {
     // `vq decode` of the tokens gives roundtrip's reconstruction, pixel for pixel.
     let png = d.path().join("d.png");
     ok(&["vq", "decode", &s(&t), "--weights", &ckpt, "-o", &s(&png)]);
+    // `vq edit --weights` checks the tokens against the 2^18 codes.
+    let e = d.path().join("e.npy");
+    ok(&[
+        "vq",
+        "edit",
+        &s(&t),
+        "--swap",
+        "0,0:15,15",
+        "--weights",
+        &ckpt,
+        "-o",
+        &s(&e),
+    ]);
+    let edited = npy::read_npy_i64(&e).unwrap().1;
+    assert_eq!((edited[0], edited[255]), (toks[255], toks[0]));
     let a = image::open(&png).unwrap().to_rgb8();
     let b = image::open(r.join("recon.png")).unwrap().to_rgb8();
     assert_eq!(a, b);
