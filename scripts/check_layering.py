@@ -38,6 +38,7 @@ LAYERS = {
     "imgseq-vit": 2,
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
+    "imgseq-lfq": 2,
     "imgseq": 3,
     "imgseq-py": 3,
 }

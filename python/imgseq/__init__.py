@@ -29,6 +29,7 @@ import numpy as np
 __all__ = [
     "Tokenizer",
     "VQTokenizer",
+    "LFQTokenizer",
     "ViT",
     "read_token_shards",
     "default_weights_dir",
@@ -385,3 +386,21 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return repr(self._m)
+
+
+class LFQTokenizer:
+    """An Open-MAGVIT2 (LFQ) tokenizer on the CPU: their Lightning ``.ckpt`` (EMA weights by
+    default; ``raw=True`` for the raw ones) and optional training yaml, read without executing
+    any code. ``encode`` takes uint8 (n, h, w, 3) pictures and gives (n, h/16, w/16) tokens,
+    ``decode`` the reverse; tokens equal ``imgseq vq encode``'s for the same file."""
+
+    def __init__(self, weights: PathLike, config: Optional[PathLike] = None, raw: bool = False,
+                 size: Optional[int] = None) -> None:
+        self._t = _ext().LFQTokenizer(
+            os.fspath(weights), None if config is None else os.fspath(config), raw, size)
+
+    def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
+        return self._t.encode(images, batch_size, upscale)
+
+    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
+        return self._t.decode(tokens, batch_size)

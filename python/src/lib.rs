@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 
 mod tokenizer;
+mod lfq;
 
 /// A library error as the Python exception of its kind, with the library's message.
 fn to_py(e: Error) -> PyErr {
@@ -537,6 +538,7 @@ impl ViT {
 #[pymodule]
 fn _imgseq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<VQTokenizer>()?;
+    m.add_class::<lfq::LFQTokenizer>()?;
     m.add_class::<ViT>()?;
     tokenizer::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

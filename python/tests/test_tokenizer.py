@@ -58,3 +58,16 @@ def test_errors_are_value_errors_naming_the_problem():
         imgseq.Tokenizer.from_pretrained(KL / "flux", size=64, patch=3)
     with pytest.raises(FileNotFoundError):
         imgseq.Tokenizer.from_pretrained(KL / "missing.safetensors")
+
+
+def test_lfq_tokens_equal_the_cli_and_decode(tmp_path, cli):
+    lfq = REPO / "tests/fixtures/lfq"
+    img = make_image(6, 40, 32)
+    write_png(tmp_path / "d.png", img)
+    t = imgseq.LFQTokenizer(lfq / "tiny.ckpt", config=lfq / "tiny.yaml", size=32)
+    got = t.encode(img[None])
+    run_cli(cli, "vq", "encode", tmp_path / "d.png", "--weights", lfq / "tiny.ckpt",
+            "--config", lfq / "tiny.yaml", "--size", 32, "-o", tmp_path / "d.npy")
+    np.testing.assert_array_equal(np.asarray(got[0], np.int64), np.load(tmp_path / "d.npy").astype(np.int64))
+    rec = t.decode(got)
+    assert rec.dtype == np.uint8 and rec.shape[0] == 1

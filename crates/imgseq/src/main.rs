@@ -8,6 +8,7 @@
 
 mod gpt_cmd;
 mod gpt_judge;
+mod lfq_cmd;
 mod paths;
 mod precision_arg;
 mod tokenize_cmd;

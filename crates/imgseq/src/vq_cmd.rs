@@ -151,6 +151,9 @@ fn encode(
     batch: usize,
     out: &Path,
 ) -> Result<()> {
+    if crate::lfq_cmd::is_lfq(m) {
+        return crate::lfq_cmd::encode(images, m, pre, batch, out);
+    }
     let mut outs = Outputs::new(images.iter().chain(&m.given()));
     outs.check(out)?;
     let (model, _) = load_with(m, &mut outs)?;
@@ -192,6 +195,9 @@ fn decode(tokens: &Path, m: &ModelArgs, batch: usize, out: &Path) -> Result<()> 
     for p in &files {
         outs.check(p)?;
     }
+    if crate::lfq_cmd::is_lfq(m) {
+        return crate::lfq_cmd::decode(tokens, &files, m, batch, outs);
+    }
     let (model, _) = load_with(m, &mut outs)?;
     t.check_codebook(tokens, model.config().n_embed)?;
     let imgs = inference::decode_tokens(&model, &t, batch, true)
@@ -224,6 +230,10 @@ fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Resul
         for f in ROUNDTRIP_FILES {
             outs.check(out.join(f))?;
         }
+    }
+    if crate::lfq_cmd::is_lfq(m) {
+        let files = ROUNDTRIP_FILES.map(|f| out.join(f));
+        return crate::lfq_cmd::roundtrip(image, m, pre, out, files, outs);
     }
     let (model, weights, precision) = load_choosing(m, &mut outs)?;
     // The family's crop and the model's channels (a gray model reads the luma).
@@ -289,6 +299,9 @@ fn edit(
     t.check_non_negative(tokens)?;
     let n_embed = match (config, weights) {
         (Some(c), _) => Some(VqConfig::from_file(c)?.n_embed),
+        (None, Some(w)) if imgseq_lfq::is_lfq_checkpoint(w) => {
+            Some(imgseq_lfq::load::codebook_size(w)?)
+        }
         // The config beside the weights, else the codebook's size in the weights (a LlamaGen
         // `.pt` has no config).
         (None, Some(w)) => Some(

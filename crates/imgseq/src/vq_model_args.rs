@@ -19,7 +19,8 @@ pub const DEFAULT_VQGAN: &str = "vqgan";
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Weights: safetensors, taming .ckpt, LlamaGen .pt or diffusers folder (default: weights/vqgan).
+    /// Weights: safetensors, taming .ckpt, LlamaGen .pt, diffusers folder or an Open-MAGVIT2
+    /// .ckpt (encode, decode, roundtrip) (default: weights/vqgan).
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// Model config: config.json or taming's model.yaml (default: beside the weights).
@@ -27,6 +28,9 @@ pub struct ModelArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub precision: PrecisionArg,
+    /// Open-MAGVIT2 checkpoints: run the raw weights instead of their EMA copies.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// Input preprocessing.
@@ -126,10 +130,20 @@ pub fn load_choosing(
     m: &ModelArgs,
     outs: &mut Outputs,
 ) -> Result<(VqModel, PathBuf, PrecisionChoice)> {
+    if m.raw {
+        anyhow::bail!("--raw applies to Open-MAGVIT2 checkpoints (encode, decode, roundtrip) only");
+    }
     let weights = match &m.weights {
         Some(w) => w.clone(),
         None => default_weights()?,
     };
+    if imgseq_lfq::is_lfq_checkpoint(&weights) {
+        anyhow::bail!(
+            "{}: {} checkpoints are read by vq encode, decode and roundtrip only",
+            weights.display(),
+            imgseq_lfq::FAMILY
+        );
+    }
     // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
     // its config.json inside (`--weights` may name the folder).
     let file = imgseq_vqgan::load::resolve_weights(&weights)?;

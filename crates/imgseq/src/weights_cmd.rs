@@ -10,9 +10,9 @@ use std::path::PathBuf;
 pub enum WeightsCmd {
     /// List the tensors of a safetensors file or a PyTorch / Lightning `.ckpt` / `.pt`
     /// (names, dtypes, shapes, count, total parameters) and the tokenizer family their names
-    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Janus VQ, AutoencoderKL; IBQ when its yaml is
-    /// beside it as `NAME_model.yaml` or `model.yaml`). Checkpoints are read without
-    /// executing any code.
+    /// belong to (taming VQGAN, LlamaGen VQ, diffusers VQModel, Janus VQ, AutoencoderKL,
+    /// Open-MAGVIT2 LFQ; IBQ when its yaml is beside it as `NAME_model.yaml` or `model.yaml`).
+    /// Checkpoints are read without executing any code.
     Inspect {
         /// A `.safetensors`, `.ckpt` or `.pt` file, or a diffusers model folder.
         file: PathBuf,
@@ -49,6 +49,14 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             fold_l2_norm,
             taming_yaml,
         } => {
+            if imgseq_lfq::is_lfq_checkpoint(&input) {
+                anyhow::bail!(
+                    "{}: an {} checkpoint is read as it is (`imgseq vq encode|decode|roundtrip --weights {}`); convert does not take it",
+                    input.display(),
+                    imgseq_lfq::FAMILY,
+                    input.display()
+                );
+            }
             // Both outputs (the weights and config.json beside them) go through the one
             // output check: never an input, never a device, FIFO, link or folder.
             let mut outs = Outputs::new([Some(&input), config.as_ref()].into_iter().flatten());
@@ -112,7 +120,10 @@ fn inspect(file: PathBuf) -> Result<()> {
             .iter()
             .map(|t| (t.name.as_str(), t.shape.as_slice())),
     );
-    if let Some((names, c)) = kl {
+    // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
+    if imgseq_lfq::load::names_are_lfq(s.tensors.iter().map(|t| t.name.as_str())) {
+        writeln!(o, "  family: {}", imgseq_lfq::FAMILY)?;
+    } else if let Some((names, c)) = kl {
         writeln!(
             o,
             "  family: AutoencoderKL ({names} names, {c} latent channels)"

@@ -12,4 +12,5 @@ mod vit_cli;
 mod vq_cli;
 mod vq_families;
 mod vq_gray;
+mod vq_lfq;
 mod vq_train;
