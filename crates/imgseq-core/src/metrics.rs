@@ -246,7 +246,11 @@ pub fn mean_gradient(img: &[f32], (c, h, w): (usize, usize, usize)) -> Result<f6
     }
     let plane = h * w;
     let luma: Vec<f64> = (0..plane)
-        .map(|i| (0..c).map(|ch| weights[ch] * img[ch * plane + i] as f64).sum())
+        .map(|i| {
+            (0..c)
+                .map(|ch| weights[ch] * img[ch * plane + i] as f64)
+                .sum()
+        })
         .collect();
     let mut sum = 0.0;
     for y in 1..h - 1 {

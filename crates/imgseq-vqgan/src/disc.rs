@@ -219,8 +219,14 @@ impl Discriminator {
                     tracked,
                     ..
                 }) => {
-                    out.push((format!("main.{n}.running_mean"), running_mean.borrow().clone()));
-                    out.push((format!("main.{n}.running_var"), running_var.borrow().clone()));
+                    out.push((
+                        format!("main.{n}.running_mean"),
+                        running_mean.borrow().clone(),
+                    ));
+                    out.push((
+                        format!("main.{n}.running_var"),
+                        running_var.borrow().clone(),
+                    ));
                     let t = Tensor::new(tracked.get(), &Device::Cpu)?;
                     out.push((format!("main.{n}.num_batches_tracked"), t));
                 }
@@ -256,7 +262,8 @@ impl Discriminator {
                     tracked,
                     ..
                 }) => {
-                    for (cell, what) in [(running_mean, "running_mean"), (running_var, "running_var")]
+                    for (cell, what) in
+                        [(running_mean, "running_mean"), (running_var, "running_var")]
                     {
                         let t = get(format!("main.{n}.{what}"))?;
                         if t.dims() != cell.borrow().dims() {
@@ -325,8 +332,7 @@ impl Norm {
                 let inv = (var + BN_EPS)?.sqrt()?.recip()?;
                 let scale = (inv * weight.as_tensor())?;
                 let shift = (bias.as_tensor() - (&mean * &scale)?)?;
-                Ok(h
-                    .broadcast_mul(&per_channel(&scale)?)?
+                Ok(h.broadcast_mul(&per_channel(&scale)?)?
                     .broadcast_add(&per_channel(&shift)?)?)
             }
             Norm::Act {
@@ -412,10 +418,24 @@ mod tests {
         // 64 → 32 → 16 → 8 → 7 (stride 1, k 4, pad 1) → 6.
         assert_eq!(y.dims(), &[2, 1, 6, 6]);
         let bufs = d.buffers().unwrap();
-        let rm = &bufs.iter().find(|(n, _)| n == "main.3.running_mean").unwrap().1;
-        let moved = rm.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+        let rm = &bufs
+            .iter()
+            .find(|(n, _)| n == "main.3.running_mean")
+            .unwrap()
+            .1;
+        let moved = rm
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!(moved > 0.0, "running mean did not move");
-        let nb = &bufs.iter().find(|(n, _)| n == "main.3.num_batches_tracked").unwrap().1;
+        let nb = &bufs
+            .iter()
+            .find(|(n, _)| n == "main.3.num_batches_tracked")
+            .unwrap()
+            .1;
         assert_eq!(nb.to_scalar::<i64>().unwrap(), 1);
     }
 }

@@ -70,7 +70,11 @@ impl Lpips {
                 .find_map(|n| get(n))
                 .ok_or_else(|| Error::weights(origin, format!("missing tensor `{}`", names[0])))?;
             if t.dims() != shape {
-                let msg = format!("`{}` has shape {:?}, expected {shape:?}", names[0], t.dims());
+                let msg = format!(
+                    "`{}` has shape {:?}, expected {shape:?}",
+                    names[0],
+                    t.dims()
+                );
                 return Err(Error::weights(origin, msg));
             }
             Ok(t.to_dtype(DType::F32)?)
@@ -79,7 +83,8 @@ impl Lpips {
         let mut c_in = 3;
         for (i, c_out, tap) in VGG16_CONVS {
             let s = slice_of(i);
-            let names = |p: &str| vec![format!("features.{i}.{p}"), format!("net.slice{s}.{i}.{p}")];
+            let names =
+                |p: &str| vec![format!("features.{i}.{p}"), format!("net.slice{s}.{i}.{p}")];
             let w = find(&names("weight"), &[c_out, c_in, 3, 3])?;
             let b = find(&names("bias"), &[c_out])?;
             convs.push((w, b, tap));
@@ -116,9 +121,7 @@ impl Lpips {
 
     /// The five tapped feature maps of scaled images `x` (b, 3, h, w).
     fn features(&self, x: &Tensor) -> Result<Vec<Tensor>> {
-        let mut h = x
-            .broadcast_sub(&self.shift)?
-            .broadcast_div(&self.scale)?;
+        let mut h = x.broadcast_sub(&self.shift)?.broadcast_div(&self.scale)?;
         let mut taps = Vec::with_capacity(5);
         for (w, b, tap) in &self.convs {
             h = ops::conv2d(&h, w, Some(b), 1, Padding::same(1))?.relu()?;

@@ -9,8 +9,8 @@
 use super::config::TrainConfig;
 use super::ema::Ema;
 use super::gan::Gan;
-use crate::loss::LossTerms;
 use crate::config::VqConfig;
+use crate::loss::LossTerms;
 use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use imgseq_core::fsutil::write_bytes_atomic;

@@ -1,7 +1,7 @@
 //! `training.json`: everything that defines a training run, and the recipe of the shipped model.
 
-use crate::config::VqConfig;
 use super::gan::GanConfig;
+use crate::config::VqConfig;
 use crate::loss::LossWeights;
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::{Error, Result};

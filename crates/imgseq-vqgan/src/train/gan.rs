@@ -120,7 +120,11 @@ impl GanConfig {
                 ));
             }
             if !(1..=512).contains(&self.disc_ndf) {
-                return Err(Error::setting("disc_ndf", self.disc_ndf, "must be 1 to 512"));
+                return Err(Error::setting(
+                    "disc_ndf",
+                    self.disc_ndf,
+                    "must be 1 to 512",
+                ));
             }
         }
         for (n, b) in [
@@ -365,11 +369,13 @@ mod tests {
         let h = scalar(&discriminator_loss(DiscLoss::Hinge, &real, &fake).unwrap());
         assert!((h - 0.5 * (2.5 / 3.0 + 5.0 / 3.0)).abs() < 1e-6);
         let sp = |x: f32| (1.0 + x.exp()).ln();
-        let want = 0.5 * ((sp(-2.0) + sp(-0.5) + sp(1.0)) / 3.0 + (sp(-2.0) + sp(0.0) + sp(3.0)) / 3.0);
+        let want =
+            0.5 * ((sp(-2.0) + sp(-0.5) + sp(1.0)) / 3.0 + (sp(-2.0) + sp(0.0) + sp(3.0)) / 3.0);
         let v = scalar(&discriminator_loss(DiscLoss::Vanilla, &real, &fake).unwrap());
         assert!((v - want).abs() < 1e-6, "{v} vs {want}");
         // Stable for large logits.
-        let big = scalar(&discriminator_loss(DiscLoss::Vanilla, &t(&[-200.0]), &t(&[200.0])).unwrap());
+        let big =
+            scalar(&discriminator_loss(DiscLoss::Vanilla, &t(&[-200.0]), &t(&[200.0])).unwrap());
         assert!((big - 200.0).abs() < 1e-3);
         assert_eq!(scalar(&generator_loss(&fake).unwrap()), -1.0 / 3.0);
     }

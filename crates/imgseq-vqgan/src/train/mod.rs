@@ -29,10 +29,10 @@ use crate::config::VqConfig;
 use crate::data::{data_paths, load_idx_training_images, load_training_images, random_crops};
 use crate::loss::{loss, psnr_of_mse, Loss};
 use crate::lpips::Lpips;
-use gan::Gan;
 use crate::model::{Bottleneck, Forward, VqModel};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use gan::Gan;
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::data::idx::is_idx_images_name;
@@ -278,7 +278,13 @@ impl<'a> Trainer<'a> {
         let f = self.model.forward(x, bottleneck)?; // latents (b, d, s/f, s/f), recon (b, 3, s, s)
         let q = f.quantized.as_ref();
         let w = self.tc.loss_weights();
-        let mut l = loss(x, &f.reconstruction, q.map(|q| &q.loss), w, self.lpips.as_ref())?;
+        let mut l = loss(
+            x,
+            &f.reconstruction,
+            q.map(|q| &q.loss),
+            w,
+            self.lpips.as_ref(),
+        )?;
         let mut total = l.total.to_scalar::<f32>()? as f64;
         if !total.is_finite() {
             let msg = format!("training diverged: loss is {total} at step {}", step + 1);

@@ -78,7 +78,10 @@ fn adaptive_weight_g_loss_and_gradient_match_taming() {
     let vars = vec![("W".to_string(), w.clone())];
     let (grads, lambda) = generator_grads(&rest, &g_loss, &w, &vars, 0.8, 1.0).unwrap();
     let want = scalar(&f["d_weight"]);
-    assert!((lambda - want).abs() < 1e-4 * want.max(1.0), "λ {lambda} vs taming {want}");
+    assert!(
+        (lambda - want).abs() < 1e-4 * want.max(1.0),
+        "λ {lambda} vs taming {want}"
+    );
     let total = scalar(&rest) + lambda * scalar(&g_loss);
     assert!((total - scalar(&f["total_loss"])).abs() < 1e-4);
     let gw = grads.get(w.as_tensor()).unwrap();
