@@ -352,7 +352,7 @@ impl Gan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     fn t(v: &[f32]) -> Tensor {
         Tensor::from_slice(v, v.len(), &Device::Cpu).unwrap()
@@ -385,6 +385,49 @@ mod tests {
         assert!((adaptive_weight(2.0, 1.0, 0.5) - 0.5 * 2.0 / 1.0001).abs() < 1e-12);
         assert_eq!(adaptive_weight(1.0, 0.0, 1.0), LAMBDA_MAX);
         assert_eq!(adaptive_weight(0.0, 3.0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn disc_init_loads_a_taming_checkpoints_discriminator() {
+        let cfg = GanConfig {
+            disc_weight: 0.8,
+            disc_layers: 2,
+            disc_ndf: 4,
+            ..Default::default()
+        };
+        let (a, b) = (Gan::new(&cfg, 3, 1).unwrap(), Gan::new(&cfg, 3, 2).unwrap());
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 32, 32), &Device::Cpu).unwrap();
+        a.disc.forward(&x, true).unwrap(); // running statistics away from their start
+                                           // As a taming checkpoint names them (`loss.discriminator.*`), beside other tensors.
+        let mut st: Vec<(String, Tensor)> = a.state().unwrap();
+        st.push((
+            "encoder.conv_in.weight".into(),
+            Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
+        ));
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("last.safetensors");
+        imgseq_core::weights::save_tensors(&path, st.iter().map(|(k, v)| (k, v))).unwrap();
+        b.load_file(&path).unwrap();
+        let (ta, tb) = (a.state().unwrap(), b.state().unwrap());
+        for ((ka, va), (kb, vb)) in ta.iter().zip(&tb) {
+            if ka.starts_with(TAMING_PREFIX) {
+                assert_eq!(ka, kb);
+                let diff = (va.to_dtype(DType::F32).unwrap() - vb.to_dtype(DType::F32).unwrap())
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert_eq!(diff, 0.0, "{ka}");
+            }
+        }
+        // A file without the discriminator is refused, naming the tensor.
+        let bad = d.path().join("bad.safetensors");
+        imgseq_core::weights::save_tensors(&bad, st[..1].iter().map(|(k, v)| (k, v))).unwrap();
+        let e = b.load_file(&bad).unwrap_err().to_string();
+        assert!(e.contains("missing tensor"), "{e}");
     }
 
     #[test]
