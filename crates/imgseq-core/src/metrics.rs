@@ -224,6 +224,58 @@ pub fn ssim(a: &Tensor, b: &Tensor) -> Result<f64> {
     ssim_chw(&tensor_values(a)?, &tensor_values(b)?, dims)
 }
 
+/// Mean gradient magnitude of a `(c, h, w)` image's luma (c = 3: BT.601
+/// `0.299 r + 0.587 g + 0.114 b`; c = 1: the channel): central differences
+/// `gx = (Y[y][x+1] − Y[y][x−1]) / 2`, `gy = (Y[y+1][x] − Y[y−1][x]) / 2` at the interior
+/// pixels (1 ≤ x < w − 1, 1 ≤ y < h − 1), averaged `√(gx² + gy²)`. In the image's units.
+pub fn mean_gradient(img: &[f32], (c, h, w): (usize, usize, usize)) -> Result<f64> {
+    let weights: &[f64] = match c {
+        3 => &[0.299, 0.587, 0.114],
+        1 => &[1.0],
+        _ => {
+            return Err(Error::invalid(format!(
+                "mean_gradient: expected 1 or 3 channels, got {c}"
+            )))
+        }
+    };
+    if h < 3 || w < 3 || img.len() != c * h * w {
+        return Err(Error::invalid(format!(
+            "mean_gradient: expected a {c}x{h}x{w} image of at least 3x3, got {} values",
+            img.len()
+        )));
+    }
+    let plane = h * w;
+    let luma: Vec<f64> = (0..plane)
+        .map(|i| {
+            (0..c)
+                .map(|ch| weights[ch] * img[ch * plane + i] as f64)
+                .sum()
+        })
+        .collect();
+    let mut sum = 0.0;
+    for y in 1..h - 1 {
+        for x in 1..w - 1 {
+            let gx = (luma[y * w + x + 1] - luma[y * w + x - 1]) / 2.0;
+            let gy = (luma[(y + 1) * w + x] - luma[(y - 1) * w + x]) / 2.0;
+            sum += (gx * gx + gy * gy).sqrt();
+        }
+    }
+    Ok(sum / ((h - 2) * (w - 2)) as f64)
+}
+
+/// Sharpness of a reconstruction: its [`mean_gradient`] over the original's (1.0 = as much
+/// edge energy as the original; a blurred rebuild is below 1). `None` when the original has
+/// no gradient at all (a flat picture).
+pub fn sharpness(
+    original: &[f32],
+    recon: &[f32],
+    dims: (usize, usize, usize),
+) -> Result<Option<f64>> {
+    let g0 = mean_gradient(original, dims)?;
+    let g1 = mean_gradient(recon, dims)?;
+    Ok((g0 > 0.0).then(|| g1 / g0))
+}
+
 /// Codebook usage of a set of token indices: `(number of distinct codes used, perplexity)`,
 /// where perplexity is `exp(-Σ p log p)` of the code frequencies (1 when one code is used,
 /// `n_codes` when all are used equally). Indices outside `0..n_codes` are an error.
@@ -324,6 +376,27 @@ mod tests {
                 "{name}: psnr {got_psnr} vs skimage {want_psnr}"
             );
         }
+    }
+
+    #[test]
+    fn sharpness_is_the_ratio_of_mean_luma_gradients() {
+        // A horizontal ramp of slope 0.1 per pixel: every interior central difference is 0.1.
+        let (h, w) = (4, 5);
+        let ramp: Vec<f32> = (0..h * w).map(|i| (i % w) as f32 * 0.1).collect();
+        let g = mean_gradient(&ramp, (1, h, w)).unwrap();
+        assert!((g - 0.1).abs() < 1e-7, "{g}");
+        // Luma weights: the same ramp in green only has 0.587 of it.
+        let mut rgb = vec![0.0f32; 3 * h * w];
+        rgb[h * w..2 * h * w].copy_from_slice(&ramp);
+        let gg = mean_gradient(&rgb, (3, h, w)).unwrap();
+        assert!((gg - 0.0587).abs() < 1e-7, "{gg}");
+        // Half the contrast: sharpness 0.5; itself: 1; a flat original: None.
+        let half: Vec<f32> = ramp.iter().map(|v| v * 0.5).collect();
+        let s = sharpness(&ramp, &half, (1, h, w)).unwrap().unwrap();
+        assert!((s - 0.5).abs() < 1e-6, "{s}");
+        assert_eq!(sharpness(&ramp, &ramp, (1, h, w)).unwrap(), Some(1.0));
+        assert_eq!(sharpness(&[0.3; 20], &ramp, (1, h, w)).unwrap(), None);
+        assert!(mean_gradient(&ramp, (2, 2, 5)).is_err());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! How lossy the tokenizer is: the one scoring (PSNR and SSIM on the 8-bit pictures scaled to
-//! [0, 1], codebook usage) used by `vq eval`, `vq roundtrip` and the training reports.
+//! How lossy the tokenizer is: the one scoring (PSNR, SSIM and sharpness on the 8-bit
+//! pictures scaled to [0, 1], codebook usage) used by `vq eval`, `vq roundtrip` and the training reports.
 
 use crate::inference::encode_decode;
 use crate::model::VqModel;
@@ -18,6 +18,9 @@ pub struct EvalReport {
     /// Mean PSNR (dB) and SSIM over the images, on the 8-bit pictures scaled to [0, 1].
     pub psnr: f64,
     pub ssim: f64,
+    /// Mean sharpness ([`metrics::sharpness`]: the rebuilt picture's mean luma gradient over
+    /// the original's) over the images that are not flat.
+    pub sharpness: f64,
     /// Distinct codes used across the whole set, of `n_embed`, and their perplexity.
     pub codes_used: usize,
     pub n_embed: usize,
@@ -33,6 +36,42 @@ pub struct ImageScore {
     pub path: PathBuf,
     pub psnr: f64,
     pub ssim: f64,
+    /// `None` for a flat original.
+    pub sharpness: Option<f64>,
+}
+
+impl ImageScore {
+    /// Scores `recon` against `original` ([`score`], [`sharpness`]).
+    pub fn new(path: &std::path::Path, original: &RgbImage, recon: &RgbImage) -> Result<Self> {
+        let (psnr, ssim) = score(original, recon)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            psnr,
+            ssim,
+            sharpness: sharpness(original, recon)?,
+        })
+    }
+}
+
+/// Means of PSNR (each capped at 100 dB: identical images give an infinite one), SSIM and
+/// sharpness (over the images that have one; NaN when none has).
+fn means(per_image: &[ImageScore]) -> (f64, f64, f64) {
+    let n = per_image.len() as f64;
+    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
+    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    let sharp: Vec<f64> = per_image.iter().filter_map(|s| s.sharpness).collect();
+    let sharpness = sharp.iter().sum::<f64>() / sharp.len() as f64;
+    (psnr, ssim, sharpness)
+}
+
+/// [`metrics::sharpness`] of `recon` against `original` on the 8-bit pictures scaled to
+/// [0, 1]; `None` for a flat original.
+pub fn sharpness(original: &RgbImage, recon: &RgbImage) -> Result<Option<f64>> {
+    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
+    let (a, b) = (unit(original)?, unit(recon)?);
+    let (c, h, w) = a.dims3()?;
+    let flat = |t: candle_core::Tensor| t.flatten_all()?.to_vec1::<f32>();
+    metrics::sharpness(&flat(a)?, &flat(b)?, (c, h, w))
 }
 
 /// (PSNR dB, SSIM) of `recon` against `original`, on the 8-bit pictures (what is saved)
@@ -80,27 +119,20 @@ pub fn evaluate(
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
         for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
-            let (psnr, ssim) = score(img, r)?;
-            per_image.push(ImageScore {
-                path: p.clone(),
-                psnr,
-                ssim,
-            });
+            per_image.push(ImageScore::new(p, img, r)?);
         }
         pb.inc(chunk.len() as u64);
     }
     pb.finish_and_clear();
     let n_embed = model.config().n_embed;
     let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
-    let n = per_image.len() as f64;
-    // Identical images give an infinite PSNR; cap it at 100 dB so the mean stays finite.
-    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
-    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    let (psnr, ssim, sharpness) = means(&per_image);
     Ok(EvalReport {
         images: per_image.len(),
         size,
         psnr,
         ssim,
+        sharpness,
         codes_used: used,
         n_embed,
         usage_percent: 100.0 * used as f64 / n_embed as f64,
@@ -153,12 +185,7 @@ pub fn evaluate_pictures(
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
         for ((p, img), r) in chunk_names.iter().zip(&chunk).zip(&recons) {
-            let (psnr, ssim) = score(img, r)?;
-            per_image.push(ImageScore {
-                path: p.clone(),
-                psnr,
-                ssim,
-            });
+            per_image.push(ImageScore::new(p, img, r)?);
         }
         all_recons.extend(recons);
         pb.inc(chunk.len() as u64);
@@ -166,14 +193,13 @@ pub fn evaluate_pictures(
     pb.finish_and_clear();
     let n_embed = cfg.n_embed;
     let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
-    let n = per_image.len() as f64;
-    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
-    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    let (psnr, ssim, sharpness) = means(&per_image);
     let report = EvalReport {
         images: per_image.len(),
         size: w,
         psnr,
         ssim,
+        sharpness,
         codes_used: used,
         n_embed,
         usage_percent: 100.0 * used as f64 / n_embed as f64,

@@ -72,8 +72,9 @@ pub enum VqCmd {
         output: PathBuf,
     },
     /// Train a VQGAN on an image folder (random crops): L1 + L2 + image-gradient L1 +
-    /// codebook/commitment loss (β = 0.25), k-means codebook init, dead-code restarts; no
-    /// perceptual or adversarial loss. Checkpoints (model.safetensors, config.json,
+    /// codebook/commitment loss (β = 0.25), k-means codebook init, dead-code restarts;
+    /// optionally taming's PatchGAN loss (--disc-weight) and LPIPS (--lpips-vgg/--lpips-heads,
+    /// from your files). Checkpoints (model.safetensors, config.json,
     /// training.json, optimizer.safetensors, state.json) go to --out; --resume continues.
     Train(Box<crate::vq_train_cmd::TrainArgs>),
     /// Whole datasets → WebDataset token shards (resumable; job arrays with --num-shards/

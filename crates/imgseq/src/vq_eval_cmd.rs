@@ -112,8 +112,9 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     // Thousands of IDX images: the per-image lines only for small sets.
     if r.per_image.len() <= 100 {
         for i in &r.per_image {
+            let sharp = i.sharpness.map_or("-".into(), |s| format!("{s:.3}"));
             println!(
-                "  {}: PSNR {:.2} dB, SSIM {:.4}",
+                "  {}: PSNR {:.2} dB, SSIM {:.4}, sharpness {sharp}",
                 i.path.display(),
                 i.psnr,
                 i.ssim
@@ -123,6 +124,10 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     println!("images: {} at {}x{}", r.images, r.size, r.size);
     println!("PSNR: {:.2} dB (mean)", r.psnr);
     println!("SSIM: {:.4} (mean)", r.ssim);
+    println!(
+        "sharpness: {:.3} (mean; rebuilt/original mean luma gradient, 1.0 = as sharp)",
+        r.sharpness
+    );
     println!(
         "codebook usage: {} of {} codes ({:.1}%), perplexity {:.1}, {} tokens per image",
         r.codes_used, r.n_embed, r.usage_percent, r.perplexity, r.tokens_per_image

@@ -74,6 +74,41 @@ pub struct TrainArgs {
     /// Weight of the image-gradient L1 (sharpening) loss.
     #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.sharp)]
     sharp: f64,
+    /// Weight of the LPIPS perceptual term; used when --lpips-vgg and --lpips-heads name its
+    /// weights (docs/training.md), else the run says so and trains without it.
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.perceptual)]
+    perceptual: f64,
+    /// VGG16 weights for LPIPS (torchvision's vgg16-397923af.pth or a .safetensors).
+    #[arg(long)]
+    lpips_vgg: Option<PathBuf>,
+    /// LPIPS linear heads (the lpips package's weights/v0.1/vgg.pth or a .safetensors).
+    #[arg(long)]
+    lpips_heads: Option<PathBuf>,
+    /// Adversarial loss: taming's disc_weight, scaling the adaptive weight (0: no
+    /// discriminator; taming's configs use 0.8 or 0.75).
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.gan.disc_weight)]
+    disc_weight: f64,
+    /// First step (0-based) of the adversarial loss and discriminator training.
+    #[arg(long, default_value_t = RECIPE.gan.disc_start)]
+    disc_start: usize,
+    /// taming's disc_factor (multiplies the g- and d-loss once started).
+    #[arg(long, allow_negative_numbers = true, default_value_t = RECIPE.gan.disc_factor)]
+    disc_factor: f64,
+    /// Discriminator loss: hinge or vanilla.
+    #[arg(long, default_value = "hinge")]
+    disc_loss: String,
+    /// PatchGAN layers (taming's disc_num_layers).
+    #[arg(long, default_value_t = RECIPE.gan.disc_layers)]
+    disc_layers: usize,
+    /// PatchGAN width of the first layer (taming's disc_ndf).
+    #[arg(long, default_value_t = RECIPE.gan.disc_ndf)]
+    disc_ndf: usize,
+    /// Discriminator norm: batch (BatchNorm2d) or act (taming's ActNorm).
+    #[arg(long, default_value = "batch")]
+    disc_norm: String,
+    /// Start the discriminator from a taming checkpoint's loss.discriminator.* (or main.*).
+    #[arg(long)]
+    disc_init: Option<PathBuf>,
     /// No random horizontal flips.
     #[arg(long)]
     no_flip: bool,
@@ -149,6 +184,7 @@ impl TrainArgs {
         if let Some(d) = &self.data {
             tc.data = d.clone();
         }
+        self.apply_gan(&given, tc)?;
         if given("lr") {
             tc.lr = self.lr;
             tc.min_lr = self.lr / 10.0;
@@ -171,6 +207,55 @@ impl TrainArgs {
                     ),
                 })
                 .collect::<Result<_>>()?;
+        }
+        Ok(())
+    }
+}
+
+impl TrainArgs {
+    /// The perceptual and adversarial options given on the command line.
+    fn apply_gan(&self, given: &dyn Fn(&str) -> bool, tc: &mut TrainConfig) -> Result<()> {
+        use imgseq_vqgan::disc::DiscNorm;
+        use imgseq_vqgan::train::gan::DiscLoss;
+        let g = &mut tc.gan;
+        macro_rules! take_gan {
+            ($($field:ident),*) => {$(
+                if given(stringify!($field)) {
+                    g.$field = self.$field;
+                }
+            )*};
+        }
+        take_gan!(disc_weight, disc_start, disc_factor, disc_layers, disc_ndf);
+        if given("disc_loss") {
+            g.disc_loss = match self.disc_loss.as_str() {
+                "hinge" => DiscLoss::Hinge,
+                "vanilla" => DiscLoss::Vanilla,
+                o => bail!("--disc-loss {o:?}: expected hinge or vanilla"),
+            };
+        }
+        if given("disc_norm") {
+            g.disc_norm = match self.disc_norm.as_str() {
+                "batch" => DiscNorm::Batch,
+                "act" => DiscNorm::Act,
+                o => bail!("--disc-norm {o:?}: expected batch or act"),
+            };
+        }
+        if let Some(p) = &self.disc_init {
+            g.disc_init = Some(p.clone());
+        }
+        if given("perceptual") {
+            tc.perceptual = self.perceptual;
+        }
+        for (flag, v, dst) in [
+            ("--lpips-vgg", &self.lpips_vgg, &mut tc.lpips_vgg),
+            ("--lpips-heads", &self.lpips_heads, &mut tc.lpips_heads),
+        ] {
+            if let Some(p) = v {
+                if !p.is_file() {
+                    bail!("{flag} {}: no such file", p.display());
+                }
+                *dst = Some(p.clone());
+            }
         }
         Ok(())
     }

@@ -8,7 +8,9 @@
 
 use super::config::TrainConfig;
 use super::ema::Ema;
+use super::gan::Gan;
 use crate::config::VqConfig;
+use crate::loss::LossTerms;
 use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use imgseq_core::fsutil::write_bytes_atomic;
@@ -42,6 +44,10 @@ pub struct LogPoint {
     /// by versions before 2026-11-29, whose time axis `scripts/vq_curve.py` rebuilds from `img_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+    /// Every loss term's mean since the previous point (absent in runs logged before
+    /// 2026-12-03).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terms: Option<LossTerms>,
 }
 
 /// Progress of a run (saved as `state.json` at every checkpoint).
@@ -88,7 +94,8 @@ pub fn snapshot(out: &Path, step: usize) -> Result<()> {
 
 /// Writes the run folder's five files, `state.json` last (creating the folder at the first
 /// checkpoint). With an `ema`, the model file holds the average and the optimizer file the
-/// raw weights too.
+/// raw weights too; with a `gan`, the optimizer file holds its state as well.
+#[allow(clippy::too_many_arguments)]
 pub fn save(
     out: &Path,
     cfg: &VqConfig,
@@ -96,6 +103,7 @@ pub fn save(
     vars: &VarMap,
     opt: &AdamW,
     ema: Option<&Ema>,
+    gan: Option<&Gan>,
     state: &TrainState,
 ) -> Result<()> {
     let run = RunDir::new(out);
@@ -119,6 +127,9 @@ pub fn save(
                 .map(|(k, v)| (format!("{RAW_PREFIX}{k}"), v)),
         );
     }
+    if let Some(g) = gan {
+        st.extend(g.state()?);
+    }
     run.write_optimizer(st.iter().map(|(k, v)| (k, v)))?;
     run.write_state(state)
 }
@@ -129,13 +140,15 @@ pub fn save(
 /// `state.json`. The variables get the raw weights: from the optimizer file when the run had
 /// an average (`raw.<name>`), else from the model file — and an average asked for by a run
 /// that had none starts at those weights now (`ema_since`); one given up on continues from
-/// the raw weights.
+/// the raw weights. A `gan` is restored from the optimizer file when it holds one; one added
+/// on resume keeps its fresh weights (and the run says so).
 pub fn restore(
     out: &Path,
     n_embed: usize,
     named: &[(String, Var)],
     opt: &mut AdamW,
     ema_decay: f64,
+    gan: Option<&mut Gan>,
 ) -> Result<(TrainState, Option<Ema>)> {
     let run = RunDir::new(out);
     let mut state: TrainState = run.read_state()?;
@@ -151,6 +164,16 @@ pub fn restore(
     }
     run.read_weights(named.iter().map(|(n, v)| (n.as_str(), v)))?;
     let st = run.read_optimizer(opt, state.step)?;
+    if let Some(g) = gan {
+        if Gan::in_file(&st) {
+            g.restore(&run.file(OPTIM_FILE), &st)?;
+        } else {
+            eprintln!(
+                "the run had no discriminator: it starts now, at step {}",
+                state.step
+            );
+        }
+    }
     let had_ema = st.keys().any(|k| k.starts_with(RAW_PREFIX));
     let ema = match (had_ema, ema_decay > 0.0) {
         (true, want) => {

@@ -1,5 +1,6 @@
 //! `training.json`: everything that defines a training run, and the recipe of the shipped model.
 
+use super::gan::GanConfig;
 use crate::config::VqConfig;
 use crate::loss::LossWeights;
 use imgseq_core::fsutil::{read_json, write_json};
@@ -56,6 +57,21 @@ pub struct TrainConfig {
     pub sharp: f64,
     /// Weight of taming's codebook + commitment loss.
     pub codebook: f64,
+    /// Weight of the LPIPS perceptual term (taming: 1.0); it is used only when `lpips_vgg`
+    /// and `lpips_heads` name its weights ([`crate::lpips`]), else the run says so and goes
+    /// on without it.
+    #[serde(default)]
+    pub perceptual: f64,
+    /// VGG16 weights (torchvision's `features.N.*`) and LPIPS heads (`linK.model.1.weight`)
+    /// for the perceptual term: `.pth` or `.safetensors`, may be the same file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lpips_vgg: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lpips_heads: Option<PathBuf>,
+    /// The adversarial loss (taming's PatchGAN, [`super::gan`]); off while
+    /// `gan.disc_weight` is 0.
+    #[serde(default)]
+    pub gan: GanConfig,
     /// Random horizontal flips.
     pub hflip: bool,
     /// Random order of the colour channels per crop (6 colourings of each crop; with 16
@@ -124,6 +140,10 @@ impl TrainConfig {
             l2: 1.0,
             sharp: 1.0,
             codebook: 1.0,
+            perceptual: 1.0,
+            lpips_vgg: None,
+            lpips_heads: None,
+            gan: GanConfig::default(),
             hflip: true,
             shuffle_channels: true,
             extra_scales: vec![512, 640],
@@ -164,6 +184,10 @@ impl TrainConfig {
             l2: 1.0,
             sharp: 1.0,
             codebook: 1.0,
+            perceptual: 0.0,
+            lpips_vgg: None,
+            lpips_heads: None,
+            gan: GanConfig::default(),
             hflip: true,
             shuffle_channels: false,
             extra_scales: vec![],
@@ -255,12 +279,20 @@ impl TrainConfig {
             ("l2", self.l2),
             ("sharp", self.sharp),
             ("codebook", self.codebook),
+            ("perceptual", self.perceptual),
         ] {
             if !(w >= 0.0 && w.is_finite()) {
                 return Err(Error::setting(n, w, "must be ≥ 0"));
             }
         }
-        Ok(())
+        if self.lpips_vgg.is_some() != self.lpips_heads.is_some() {
+            return Err(Error::setting(
+                "lpips_heads",
+                format!("{:?}", self.lpips_heads),
+                "the perceptual term needs both lpips_vgg and lpips_heads",
+            ));
+        }
+        self.gan.validate()
     }
 
     /// Refuses crops and batches whose training steps would need more memory than
@@ -300,6 +332,7 @@ impl TrainConfig {
             l2: self.l2,
             sharp: self.sharp,
             codebook: self.codebook,
+            perceptual: self.perceptual,
         }
     }
 }

@@ -5,12 +5,16 @@
 //! steps each code unused for `dead_after` steps is re-seeded from a random encoder output of
 //! the current batch and its AdamW moments are reset), and a run folder ([`checkpoint`])
 //! written every `checkpoint_every` steps, optionally with a moving average of the weights
-//! as the run's model ([`ema`]). Every step draws its crops from a generator seeded
-//! by (seed, step), so a resumed run continues exactly.
+//! as the run's model ([`ema`]). Optionally taming's adversarial loss ([`gan`]: a PatchGAN
+//! discriminator trained beside the model from `disc_start`, the adaptive weight λ) and
+//! its perceptual term (LPIPS, [`crate::lpips`], from weights the user gives). Every step
+//! draws its crops from a generator seeded by (seed, step), so a resumed run continues
+//! exactly.
 
 pub mod checkpoint;
 pub mod config;
 pub mod ema;
+pub mod gan;
 mod init;
 mod report;
 
@@ -24,9 +28,11 @@ use crate::codebook;
 use crate::config::VqConfig;
 use crate::data::{data_paths, load_idx_training_images, load_training_images, random_crops};
 use crate::loss::{loss, psnr_of_mse, Loss};
+use crate::lpips::Lpips;
 use crate::model::{Bottleneck, Forward, VqModel};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use gan::Gan;
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::data::idx::is_idx_images_name;
@@ -64,7 +70,9 @@ pub fn train(
     };
     let mut t = Trainer::new(cfg, tc)?;
     if resume {
-        (t.state, t.ema) = checkpoint::restore(out, cfg.n_embed, &t.named, &mut t.opt, tc.ema)?;
+        let gan = t.gan.as_mut();
+        (t.state, t.ema) =
+            checkpoint::restore(out, cfg.n_embed, &t.named, &mut t.opt, tc.ema, gan)?;
     } else {
         t.init()?;
     }
@@ -83,20 +91,21 @@ pub fn train(
         if tc.ae_warmup > 0 && step == tc.ae_warmup {
             t.end_warmup(&images)?;
         }
-        let (l, f) = t.step(&x)?;
+        let (l, f, total) = t.step(&x)?;
         let indices = t.record_codes(f.quantized.as_ref())?;
         let restarted = t.restart_dead_codes(&f)?;
         if let Some(e) = t.ema.as_mut() {
             e.update(&t.named)?;
         }
-        let total = l.total.to_scalar::<f32>()? as f64;
         win.add(batch, total, psnr_of_mse(l.mse), &indices, restarted);
+        win.add_terms(&l.terms);
         win.report(&mut t.state, t.opt.lr);
         let s = t.state.step;
         let snap = tc.snapshot_every > 0 && s.is_multiple_of(tc.snapshot_every);
         if snap || checkpoint_due(s, tc.checkpoint_every.max(1), tc.steps) {
             t.state.seconds = win.run_seconds();
-            checkpoint::save(out, cfg, tc, &t.vars, &t.opt, t.ema.as_ref(), &t.state)?;
+            let (ema, gan) = (t.ema.as_ref(), t.gan.as_ref());
+            checkpoint::save(out, cfg, tc, &t.vars, &t.opt, ema, gan, &t.state)?;
             if snap {
                 checkpoint::snapshot(out, s)?;
             }
@@ -117,6 +126,43 @@ struct Trainer<'a> {
     opt: AdamW,
     ema: Option<ema::Ema>,
     state: TrainState,
+    /// The discriminator (when `tc.gan` has one) and the decoder's last layer weight, where
+    /// the adaptive weight is measured.
+    gan: Option<Gan>,
+    last_layer: Var,
+    /// The perceptual network (when its weights were given).
+    lpips: Option<Lpips>,
+}
+
+/// The decoder's last layer, whose gradients set the adaptive weight (taming's
+/// `get_last_layer`).
+const LAST_LAYER: &str = "decoder.conv_out.weight";
+
+/// The perceptual network when the recipe weighs it and names its files; says once when it
+/// weighs it without files.
+fn perceptual_net(tc: &TrainConfig) -> Result<Option<Lpips>> {
+    if tc.perceptual <= 0.0 {
+        return Ok(None);
+    }
+    match (&tc.lpips_vgg, &tc.lpips_heads) {
+        (Some(vgg), Some(heads)) => {
+            let net = Lpips::load(vgg, heads)?;
+            eprintln!(
+                "perceptual term: LPIPS (weight {}) from {} and {}",
+                tc.perceptual,
+                vgg.display(),
+                heads.display()
+            );
+            Ok(Some(net))
+        }
+        _ => {
+            eprintln!(
+                "no perceptual (LPIPS) term: no weights given (--lpips-vgg, --lpips-heads; \
+                 docs/training.md says where they come from)"
+            );
+            Ok(None)
+        }
+    }
 }
 
 impl<'a> Trainer<'a> {
@@ -137,7 +183,20 @@ impl<'a> Trainer<'a> {
             .map(|(n, v)| (n.clone(), v.clone(), decays(n, v)));
         let mut opt = AdamW::new(opt_vars.collect(), tc.lr, tc.weight_decay)?;
         (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
+        let last_layer = named
+            .iter()
+            .find(|(n, _)| n == LAST_LAYER)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| Error::invalid(format!("the model has no `{LAST_LAYER}`")))?;
+        let gan = tc
+            .gan
+            .enabled()
+            .then(|| Gan::new(&tc.gan, cfg.ddconfig.in_channels, tc.seed))
+            .transpose()?;
         Ok(Self {
+            gan,
+            last_layer,
+            lpips: perceptual_net(tc)?,
             cfg,
             tc,
             vars,
@@ -153,6 +212,10 @@ impl<'a> Trainer<'a> {
     /// A fresh run: seeded weights, the average (if any) starting at them.
     fn init(&mut self) -> Result<()> {
         init::init_weights(&self.vars, self.tc.seed)?;
+        if let (Some(g), Some(path)) = (&self.gan, &self.tc.gan.disc_init) {
+            g.load_file(path)?;
+            eprintln!("discriminator: weights from {}", path.display());
+        }
         self.ema = (self.tc.ema > 0.0)
             .then(|| ema::Ema::start(self.tc.ema, &self.named))
             .transpose()?;
@@ -202,8 +265,10 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
-    /// One optimisation step on the batch `x`: the loss and the forward pass it came from.
-    fn step(&mut self, x: &Tensor) -> Result<(Loss, Forward)> {
+    /// One optimisation step on the batch `x` (and, once the adversarial loss has started,
+    /// one discriminator step): the loss with every term, the forward pass it came from and
+    /// the total loss optimised.
+    fn step(&mut self, x: &Tensor) -> Result<(Loss, Forward, f64)> {
         let step = self.state.step;
         let bottleneck = if step >= self.tc.ae_warmup {
             Bottleneck::Quantize
@@ -212,24 +277,50 @@ impl<'a> Trainer<'a> {
         };
         let f = self.model.forward(x, bottleneck)?; // latents (b, d, s/f, s/f), recon (b, 3, s, s)
         let q = f.quantized.as_ref();
-        let l = loss(
+        let w = self.tc.loss_weights();
+        let mut l = loss(
             x,
             &f.reconstruction,
             q.map(|q| &q.loss),
-            self.tc.loss_weights(),
+            w,
+            self.lpips.as_ref(),
         )?;
-        let total = l.total.to_scalar::<f32>()? as f64;
+        let mut total = l.total.to_scalar::<f32>()? as f64;
         if !total.is_finite() {
             let msg = format!("training diverged: loss is {total} at step {}", step + 1);
             return Err(Error::invalid(msg));
         }
-        let grads = l.total.backward()?;
         let tc = self.tc;
-        self.opt.lr = warmup_cosine(step, tc.warmup, tc.steps, tc.lr, tc.min_lr);
+        let lr = warmup_cosine(step, tc.warmup, tc.steps, tc.lr, tc.min_lr);
+        let factor = tc.gan.factor_at(step);
+        let grads = match &self.gan {
+            Some(g) if factor > 0.0 => {
+                let (g_loss, _) = g.g_loss(&f.reconstruction)?;
+                let (grads, lambda) = gan::generator_grads(
+                    &l.total,
+                    &g_loss,
+                    &self.last_layer,
+                    &self.named,
+                    tc.gan.disc_weight,
+                    factor,
+                )?;
+                l.terms.g = g_loss.to_scalar::<f32>()? as f64;
+                l.terms.lambda = lambda;
+                total += lambda * factor * l.terms.g;
+                grads
+            }
+            _ => l.total.backward()?,
+        };
+        self.opt.lr = lr;
         self.opt.step(&grads)?;
         drop(grads);
+        if let (Some(g), true) = (self.gan.as_mut(), factor > 0.0) {
+            let d = g.d_step(x, &f.reconstruction, factor, lr)?;
+            l.terms.d = d.d_loss;
+            (l.terms.logits_real, l.terms.logits_fake) = (d.logits_real, d.logits_fake);
+        }
         self.state.step += 1;
-        Ok((l, f))
+        Ok((l, f, total))
     }
 
     /// Marks the codes the step used (at the new step) and returns them.

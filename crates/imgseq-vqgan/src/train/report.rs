@@ -3,6 +3,7 @@
 
 use super::checkpoint::{LogPoint, TrainState};
 use super::config::TrainConfig;
+use crate::loss::LossTerms;
 use imgseq_core::codes::usage_from_counts;
 use indicatif::ProgressBar;
 use std::time::Instant;
@@ -29,6 +30,10 @@ pub(super) struct Window {
     restarted: usize,
     imgs_win: usize,
     t_win: Instant,
+    /// Sum of every loss term since the previous point.
+    terms: LossTerms,
+    /// The run has a discriminator: its terms are printed.
+    gan: bool,
 }
 
 impl Window {
@@ -61,7 +66,26 @@ impl Window {
             restarted: 0,
             imgs_win: 0,
             t_win: Instant::now(),
+            terms: LossTerms::default(),
+            gan: tc.gan.enabled(),
         }
+    }
+
+    /// One step's loss terms (after [`Window::add`]).
+    pub fn add_terms(&mut self, t: &LossTerms) {
+        self.terms.add_scaled(t, 1.0);
+    }
+
+    /// The terms of a history point, as one line.
+    fn terms_line(&self, t: &LossTerms) -> String {
+        let mut s = format!("rec {:.4} p {:.4} codebook {:.4}", t.rec, t.p, t.codebook);
+        if self.gan {
+            s += &format!(
+                " | g {:.4} d {:.4} λ {:.3} logits real {:.3} fake {:.3}",
+                t.g, t.d, t.lambda, t.logits_real, t.logits_fake
+            );
+        }
+        s
     }
 
     /// One step's figures: its batch size, loss, batch PSNR, codes used, codes restarted.
@@ -113,6 +137,11 @@ impl Window {
             img_per_s: self.imgs_win as f64 / self.t_win.elapsed().as_secs_f64().max(1e-9),
             lr,
             seconds: Some(self.run_seconds()),
+            terms: Some({
+                let mut t = LossTerms::default();
+                t.add_scaled(&self.terms, 1.0 / n);
+                t
+            }),
         };
         if self.pb.is_hidden() && (tenth_done || self.log_lines) {
             let steps_per_s = (state.step - self.start_step) as f64 / self.seconds().max(1e-9);
@@ -122,11 +151,15 @@ impl Window {
                 p.step, self.steps, p.loss, p.psnr, p.codes_used, self.n_embed, p.perplexity,
                 state.restarts_total, ips, left / 60.0
             );
+            if let Some(t) = &p.terms {
+                eprintln!("  {}", self.terms_line(t));
+            }
         }
         state.history.push(p);
         self.counts.fill(0);
         (self.loss_sum, self.psnr_sum, self.n_acc) = (0.0, 0.0, 0);
         (self.restarted, self.imgs_win) = (0, 0);
+        self.terms = LossTerms::default();
         self.t_win = Instant::now();
     }
 

@@ -247,6 +247,70 @@ fn resume_continues_exactly() {
     assert!((again.seconds - sb.seconds).abs() < 1e-9);
 }
 
+/// The adversarial recipe on the tiny model: a 2-layer PatchGAN (ndf 4) from step 2.
+fn gan_tc(data: &Path, steps: usize) -> TrainConfig {
+    let mut tc = tiny_tc(data, steps);
+    tc.gan.disc_weight = 0.8;
+    tc.gan.disc_start = 2;
+    tc.gan.disc_layers = 2;
+    tc.gan.disc_ndf = 4;
+    tc
+}
+
+#[test]
+fn resume_with_the_discriminator_continues_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    let sa = train::train(&cfg, &gan_tc(&imgs, 6), &a, false, false).unwrap();
+    train::train(&cfg, &gan_tc(&imgs, 4), &b, false, false).unwrap();
+    let sb = train::train(&cfg, &gan_tc(&imgs, 6), &b, true, false).unwrap();
+    assert_eq!(sb.step, 6);
+    // Every loss term is in the history: no adversarial figures before disc_start, all of
+    // them after.
+    let terms: Vec<_> = sa.history.iter().map(|p| p.terms.unwrap()).collect();
+    assert!(terms[..2]
+        .iter()
+        .all(|t| t.g == 0.0 && t.d == 0.0 && t.lambda == 0.0));
+    assert!(terms[2..]
+        .iter()
+        .all(|t| t.d > 0.0 && t.lambda > 0.0 && t.rec > 0.0));
+    for (pa, pb) in sa.history.iter().zip(&sb.history) {
+        let (ta, tb) = (pa.terms.unwrap(), pb.terms.unwrap());
+        assert!(
+            (ta.d - tb.d).abs() < 1e-4 && (ta.lambda - tb.lambda).abs() < 1e-3 * ta.lambda.max(1.0)
+        );
+    }
+    assert_close(
+        &tensors(&a.join("model.safetensors")),
+        &tensors(&b.join("model.safetensors")),
+        "weights",
+    );
+    // The optimizer file holds the discriminator (taming names), its BatchNorm statistics and
+    // its Adam, all as the uninterrupted run's.
+    let (oa, ob) = (
+        tensors(&a.join("optimizer.safetensors")),
+        tensors(&b.join("optimizer.safetensors")),
+    );
+    for k in [
+        "loss.discriminator.main.0.weight",
+        "loss.discriminator.main.3.running_var",
+        "loss.discriminator.main.3.num_batches_tracked",
+        "disc_optim.main.0.weight.exp_avg",
+        "disc_optim.step",
+    ] {
+        assert!(oa.contains_key(k), "{k} missing");
+    }
+    // 4 discriminator steps (2..6), each with 3 training-mode calls.
+    assert_eq!(
+        ob["loss.discriminator.main.3.num_batches_tracked"],
+        vec![12.0]
+    );
+    assert_eq!(ob["disc_optim.step"], vec![4.0]);
+    assert_close(&oa, &ob, "optimizer");
+}
+
 #[test]
 fn snapshots_copy_the_checkpoint_of_their_step_and_survive_a_resume() {
     let d = tempfile::tempdir().unwrap();
