@@ -12,7 +12,7 @@ use std::path::Path;
 /// The manifest of a finished folder (after a job array, once merged).
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let p = dir.join(MANIFEST);
-    if !p.is_file() {
+    if std::fs::symlink_metadata(&p).is_err() {
         return Err(Error::format(
             dir,
             format!(
