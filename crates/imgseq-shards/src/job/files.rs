@@ -32,7 +32,8 @@ pub fn finished_record(
         let len = std::fs::metadata(&path)
             .map_err(|e| Error::io(&path, e))?
             .len();
-        if r.index == s && r.first == range.start && r.end == range.end && r.bytes == len {
+        let same = r.index == s && r.name == format.shard_name(s);
+        if same && r.first == range.start && r.end == range.end && r.bytes == len {
             return Ok(Some(r));
         }
     }
