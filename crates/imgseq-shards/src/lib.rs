@@ -16,6 +16,8 @@
 //!
 //! Nothing here knows a model: `imgseq_vqgan::tokenize` drives a tokenizer over these.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod job;
 pub mod manifest;
 pub mod parquet_in;

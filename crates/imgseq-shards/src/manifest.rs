@@ -111,8 +111,7 @@ impl ShardRecord {
             return Err(Error::format(
                 &p,
                 format!(
-                    "{len} bytes, the manifest says {} (the shard changed since it was written; \
-                     --no-verify reads it anyway)",
+                    "{len} bytes, the manifest says {} (the shard changed since it was written)",
                     self.bytes
                 ),
             ));
@@ -122,7 +121,7 @@ impl ShardRecord {
             return Err(Error::format(
                 &p,
                 "its SHA-256 differs from the manifest's (the shard changed since it was \
-                 written; --no-verify reads it anyway)",
+                 written)",
             ));
         }
         Ok(())
