@@ -128,14 +128,10 @@ pub fn check_grid(
     let w = label.saturating_add((cols as u64).saturating_mul(u64::from(pw) * s + gap));
     let h = gap.saturating_add((rows as u64).saturating_mul(u64::from(ph) * s + gap));
     if w > 65_535 || h > 65_535 {
-        return Err(Error::setting(
-            "scale",
-            scale,
-            format!(
-                "with {rows} row(s) of {cols} picture(s) of {pw}x{ph} the grid would be {w}x{h} \
-                 pixels, more than 65535 a side"
-            ),
-        ));
+        return Err(Error::invalid(format!(
+            "a grid of {rows} row(s) of {cols} picture(s) of {pw}x{ph} at scale {scale} would be \
+             {w}x{h} pixels, more than 65535 a side"
+        )));
     }
     imgseq_core::budget::check_memory(u128::from(w * h) * 3)
         .map_err(|e| Error::resource_limit(format!("a {w}x{h} grid {e}")))

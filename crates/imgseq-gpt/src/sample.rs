@@ -143,7 +143,7 @@ pub struct Request {
 /// Refuses generating (or scoring) `images` sequences `batch` at a time with the model of
 /// `cfg` when the memory it needs — a batch's key/value cache, attention scores and logits
 /// (doubled for guidance), every sequence's tokens and its decoded picture of `picture_bytes`
-/// — would not fit the budget; the error names `-n` or `--batch`, whichever is the cause.
+/// — would not fit the budget; the error names `batch` when a batch alone is too much.
 pub fn check_memory(
     cfg: &GptConfig,
     images: usize,
@@ -163,7 +163,7 @@ pub fn check_memory(
         if imgseq_core::budget::check_memory(per_batch).is_err() {
             Error::setting("batch", batch, e)
         } else {
-            Error::setting("n", images, format!("(images in all) {e}"))
+            Error::resource_limit(format!("{images} images, {batch} at a time, {e}"))
         }
     })
 }
