@@ -214,16 +214,6 @@ pub fn merge(dir: &Path) -> Result<Manifest> {
         ));
     };
     let count = first.job.map_or(1, |j| j.count);
-    if count > parts.len() {
-        return Err(Error::format(
-            dir,
-            format!(
-                "{} of the {count} job manifests present (the others still running or not \
-                 started)",
-                parts.len()
-            ),
-        ));
-    }
     let mut seen_jobs = vec![false; count];
     let mut out = first.clone();
     out.job = None;
