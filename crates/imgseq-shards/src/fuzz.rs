@@ -1,13 +1,17 @@
 //! Bodies of the fuzz targets of the dataset readers (`fuzz/fuzz_targets/`), shared with the
 //! corpus replay tests. The readers take paths, so each input goes through one temporary file
-//! per process (removed after each input).
+//! per input (removed after it).
 
 use crate::source::index;
 use std::path::PathBuf;
 
-/// A temporary file named `fuzz-<pid>.<ext>` holding `data`.
+/// A temporary file named `imgseq-fuzz-<pid>-<n>.<ext>` holding `data` (`n` counts the files
+/// made by this process, so that threads replaying corpora side by side never share one).
 fn temp(data: &[u8], ext: &str) -> Option<PathBuf> {
-    let p = std::env::temp_dir().join(format!("imgseq-fuzz-{}.{ext}", std::process::id()));
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("imgseq-fuzz-{}-{n}.{ext}", std::process::id());
+    let p = std::env::temp_dir().join(name);
     std::fs::write(&p, data).ok().map(|_| p)
 }
 

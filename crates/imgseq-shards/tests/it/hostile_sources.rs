@@ -111,8 +111,20 @@ fn parquet_file(path: &Path, pages: &[Vec<u8>], dict: bool, rows: i64, codec: Co
     std::fs::write(path, bytes).unwrap();
 }
 
+/// With `IMGSEQ_FUZZ_SEEDS=DIR` set, copies the hostile file `p` to `DIR/<its name>` (how
+/// the fuzz corpora of `fuzz/corpus/{parquet_source,tar_source}` got these seeds).
+fn seed(p: &Path) {
+    if let Some(dir) = std::env::var_os("IMGSEQ_FUZZ_SEEDS") {
+        let ext = p.extension().unwrap().to_string_lossy().into_owned();
+        let target = Path::new(&dir).join(if ext == "tar" { "tar_source" } else { "parquet_source" });
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::copy(p, target.join(p.file_name().unwrap())).unwrap();
+    }
+}
+
 /// The error loading the first sample of `src` gives.
 fn first_sample_error(src: &Path) -> String {
+    seed(src);
     let idx = index(&[src.to_path_buf()]).unwrap();
     idx[0].load().unwrap_err().to_string()
 }
@@ -173,6 +185,7 @@ fn parquet_row_group_declaring_2_40_rows_is_refused_when_listed() {
     let p = tmp(&d, "rows.parquet");
     let pages = [page(0, 4, None, 1, &[2, 0, 0, 0])];
     parquet_file(&p, &pages, false, 1 << 40, Compression::UNCOMPRESSED);
+    seed(&p);
     let e = index(&[p.clone()]).unwrap_err().to_string();
     assert!(e.contains("rows.parquet") && e.contains("1099511627776 rows"), "{e}");
 }
@@ -202,6 +215,8 @@ fn raw_tar(path: &Path, names: &[&str]) {
         b.append(&h, &b"abc"[..]).unwrap();
     }
     b.finish().unwrap();
+    drop(b);
+    seed(path);
 }
 
 #[test]
