@@ -293,7 +293,10 @@ impl GptConfig {
                 )));
             }
         }
-        if let Some(n) = self.imgseq_n_codes.filter(|&n| n == 0 || n >= self.vocab_size) {
+        if let Some(n) = self
+            .imgseq_n_codes
+            .filter(|&n| n == 0 || n >= self.vocab_size)
+        {
             return Err(Error::invalid(format!(
                 "imgseq_n_codes {n} is not between 1 and vocab_size {}",
                 self.vocab_size

@@ -147,7 +147,11 @@ pub fn labelled_grid(rows: &[(String, Vec<RgbImage>)], scale: u32) -> Result<Rgb
         .flat_map(|(_, p)| p.iter())
         .map(|p| (p.width(), p.height()))
         .fold((0, 0), |(a, b), (w, h)| (a.max(w), b.max(h)));
-    let chars = rows.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0);
+    let chars = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0);
     check_grid(rows.len(), cols, side, chars, scale)?;
     let gap = 2 * scale;
     let (cw, ch) = (side.0 * scale, side.1 * scale);

@@ -156,7 +156,9 @@ pub fn check_memory(
         cfg.n_embd as u128,
         cfg.n_layer as u128,
     );
-    let per_batch = rows * 4 * (2 * l * t * e + cfg.n_head as u128 * t * t + t * cfg.vocab_size as u128 + 8 * t * e);
+    let per_batch = rows
+        * 4
+        * (2 * l * t * e + cfg.n_head as u128 * t * t + t * cfg.vocab_size as u128 + 8 * t * e);
     let per_image = t * 8 + picture_bytes + 128;
     let total = per_batch + images as u128 * per_image;
     imgseq_core::budget::check_memory(total).map_err(|e| {

@@ -95,10 +95,7 @@ pub const MAX_CODES: usize = 1 << 31;
 /// Whether `name` is a plain file name in the folder (no folder part, not `.` or `..`): names
 /// read from a manifest or a shard record never point outside the folder.
 pub fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', '\\', '\0'])
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
 }
 
 impl ShardRecord {
@@ -147,7 +144,11 @@ impl Manifest {
             ));
         }
         let [h, w] = t.grid;
-        if h == 0 || w == 0 || h.checked_mul(w).is_none_or(|n| n > crate::shard::MAX_GRID_TOKENS) {
+        if h == 0
+            || w == 0
+            || h.checked_mul(w)
+                .is_none_or(|n| n > crate::shard::MAX_GRID_TOKENS)
+        {
             return Err(Error::format(
                 path,
                 format!(
@@ -159,13 +160,23 @@ impl Manifest {
         if let Some(s) = m.shards.iter().find(|s| !is_plain_name(&s.name)) {
             return Err(Error::format(
                 path,
-                format!("shard {} is named {:?}, not a file of the folder", s.index, s.name),
+                format!(
+                    "shard {} is named {:?}, not a file of the folder",
+                    s.index, s.name
+                ),
             ));
         }
-        if let Some(j) = m.job.filter(|j| j.count == 0 || j.count > crate::plan::MAX_JOBS) {
+        if let Some(j) = m
+            .job
+            .filter(|j| j.count == 0 || j.count > crate::plan::MAX_JOBS)
+        {
             return Err(Error::format(
                 path,
-                format!("a job array of {} jobs (1 to {})", j.count, crate::plan::MAX_JOBS),
+                format!(
+                    "a job array of {} jobs (1 to {})",
+                    j.count,
+                    crate::plan::MAX_JOBS
+                ),
             ));
         }
         Ok(m)

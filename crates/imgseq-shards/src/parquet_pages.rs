@@ -11,9 +11,9 @@ use parquet::file::metadata::ColumnChunkMetaData;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-/// Largest uncompressed page read: one image of [`crate::sample::MAX_IMAGE_BYTES`] and
+/// Largest uncompressed page read: one image of the largest size a sample may have (256 MiB) and
 /// some room.
-pub const MAX_PAGE_BYTES: i64 = (crate::sample::MAX_IMAGE_BYTES + (16 << 20)) as i64;
+pub const MAX_PAGE_BYTES: i64 = (256 + 16) << 20;
 /// Largest page header read (statistics included).
 const MAX_HEADER_BYTES: u64 = 16 << 20;
 
@@ -129,7 +129,10 @@ impl Compact<'_> {
 
     /// Reads a struct's fields up to its end, handing each (id, type) to `f`, which must
     /// consume the value.
-    fn fields(&mut self, f: &mut dyn FnMut(&mut Self, i16, u8) -> Result<(), Bad>) -> Result<(), Bad> {
+    fn fields(
+        &mut self,
+        f: &mut dyn FnMut(&mut Self, i16, u8) -> Result<(), Bad>,
+    ) -> Result<(), Bad> {
         let mut last = 0i16;
         loop {
             let h = self.byte()?;

@@ -29,8 +29,12 @@ pub fn key_problem(key: &str) -> Option<String> {
     let path_like = key.is_empty()
         || key.contains('\\')
         || key.contains('\0')
-        || key.split('/').any(|p| p.is_empty() || p == "." || p == "..");
-    path_like.then(|| format!("the key {key:?} is not a relative name (absolute, or with an empty, . or .. part)"))
+        || key
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..");
+    path_like.then(|| {
+        format!("the key {key:?} is not a relative name (absolute, or with an empty, . or .. part)")
+    })
 }
 
 /// Where a file's bytes are.

@@ -120,7 +120,9 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
         ShardFormat::Wds => wds::read_tar(path)?,
     };
     for s in &samples {
-        let n = s.h.checked_mul(s.w).filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
+        let n =
+            s.h.checked_mul(s.w)
+                .filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
         if n != Some(s.tokens.len()) {
             return Err(Error::format(
                 path,

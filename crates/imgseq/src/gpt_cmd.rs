@@ -317,7 +317,10 @@ fn sample(a: SampleArgs) -> Result<()> {
     // The grid and the memory of every image, checked before sampling.
     let f = vq.config().downsample_factor();
     let side = ((layout.h * f) as u32, (layout.w * f) as u32);
-    let label = classes.iter().map(|&c| layout.class_names[c].chars().count()).max();
+    let label = classes
+        .iter()
+        .map(|&c| layout.class_names[c].chars().count())
+        .max();
     imgseq_gpt::grid::check_grid(classes.len(), a.n, side, label.unwrap_or(0), a.scale)?;
     let images = classes.len().saturating_mul(a.n);
     let picture = u128::from(side.0) * u128::from(side.1) * 3;

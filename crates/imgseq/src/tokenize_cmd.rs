@@ -178,8 +178,13 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
     // The manifest's grid decoded a batch at a time, estimated before anything is read.
     let f = cfg.downsample_factor();
     let [gh, gw] = m.tokenizer.grid;
-    cfg.check_memory(a.batch_size, gh.saturating_mul(f), gw.saturating_mul(f), None)
-        .with_context(|| format!("{}: a {gh}x{gw} token grid", a.dir.display()))?;
+    cfg.check_memory(
+        a.batch_size,
+        gh.saturating_mul(f),
+        gw.saturating_mul(f),
+        None,
+    )
+    .with_context(|| format!("{}: a {gh}x{gw} token grid", a.dir.display()))?;
     let tok = VqTokenizer { model, size };
     let limit = a.limit.unwrap_or(usize::MAX);
     let mut inputs: Vec<PathBuf> = vec![a.dir.join(MANIFEST)];
@@ -187,10 +192,17 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
     let mut outs = Outputs::new(inputs);
     outs.create_dir_all(&a.output)?;
     let mut taken = std::collections::HashSet::new();
-    let decoded = job::detokenize(&tok, &a.dir, limit, a.batch_size, !a.no_verify, |key, img| {
-        let out = a.output.join(png_name(key, &mut taken));
-        outs.write(&out, |p| save_picture(p, img, gray))
-    })?;
+    let decoded = job::detokenize(
+        &tok,
+        &a.dir,
+        limit,
+        a.batch_size,
+        !a.no_verify,
+        |key, img| {
+            let out = a.output.join(png_name(key, &mut taken));
+            outs.write(&out, |p| save_picture(p, img, gray))
+        },
+    )?;
     let wrote = outs.written().len();
     outs.finish();
     println!(

@@ -18,10 +18,17 @@ fn gpt_config_corpus_replays_without_panic() {
 #[test]
 fn gpt_configs_with_absurd_widths_or_grids_are_refused() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/gpt_config");
-    let load = |name: &str| GptConfig::load(dir.join(name)).map(|_| ()).map_err(|e| e.to_string());
+    let load = |name: &str| {
+        GptConfig::load(dir.join(name))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
     load("fashion.json").unwrap();
     let e = load("wide.json").unwrap_err();
-    assert!(e.contains("parameters") && e.contains("IMGSEQ_MAX_MEMORY_GB"), "{e}");
+    assert!(
+        e.contains("parameters") && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+        "{e}"
+    );
     let e = load("grid-wraps.json").unwrap_err();
     assert!(e.contains("imgseq_grid 4294967296x4294967296"), "{e}");
     let e = load("codes-max.json").unwrap_err();

@@ -40,7 +40,11 @@ pub fn finished_record(
     let samples = crate::shard::read_shard(&path)?.len();
     let errors_path = out.join(errors_name(s));
     let errors = read_regular_file(&errors_path, MAX_JSON_BYTES, "an errors list")
-        .map(|t| t.split(|&b| b == b'\n').filter(|l| !l.trim_ascii().is_empty()).count())
+        .map(|t| {
+            t.split(|&b| b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .count()
+        })
         .unwrap_or(0);
     let rec = ShardRecord {
         index: s,

@@ -105,7 +105,10 @@ fn a_folder_without_run_json_is_not_resumed() {
     tokenize(&src, &out).unwrap();
     std::fs::remove_file(out.join("run.json")).unwrap();
     let e = tokenize(&src, &out).unwrap_err().to_string();
-    assert!(e.contains("no run.json") && e.contains("new or empty folder"), "{e}");
+    assert!(
+        e.contains("no run.json") && e.contains("new or empty folder"),
+        "{e}"
+    );
     // A folder of something else, too; an empty one is fine.
     let other = d.path().join("other");
     std::fs::create_dir(&other).unwrap();
@@ -137,12 +140,12 @@ fn a_failed_run_that_started_the_folder_leaves_nothing() {
             Err(imgseq_core::Error::invalid("the model failed"))
         }
     }
-    let e = job::tokenize(&NoCodes, &info(), &[src.clone()], &out, &o)
+    let e = job::tokenize(&NoCodes, &info(), std::slice::from_ref(&src), &out, &o)
         .unwrap_err()
         .to_string();
     assert!(e.contains("the model failed"), "{e}");
     assert!(!out.exists(), "the failed run left {out:?}");
-    job::tokenize(&Fake, &info(), &[src.clone()], &out, &o).unwrap();
+    job::tokenize(&Fake, &info(), std::slice::from_ref(&src), &out, &o).unwrap();
 }
 
 #[test]
@@ -180,7 +183,10 @@ fn readers_with_a_manifest_refuse_a_shard_whose_sha256_differs() {
     b[at] ^= 1;
     std::fs::write(&p, &b).unwrap();
     let e = job::stats(&out, true).unwrap_err().to_string();
-    assert!(e.contains("shard-000000.tar") && e.contains("SHA-256 differs"), "{e}");
+    assert!(
+        e.contains("shard-000000.tar") && e.contains("SHA-256 differs"),
+        "{e}"
+    );
     let e = job::detokenize(&Fake, &out, 10, 2, true, |_, _| Ok(()))
         .unwrap_err()
         .to_string();
@@ -204,7 +210,10 @@ fn manifests_with_absurd_codebooks_grids_or_job_counts_are_refused_before_alloca
     };
     let e = edit("\"n_codes\": 256", "\"n_codes\": 1000000000000");
     assert!(e.contains("n_codes 1000000000000"), "{e}");
-    let e = edit("\"grid\": [\n      2,\n      2\n    ]", "\"grid\": [4096, 4096]");
+    let e = edit(
+        "\"grid\": [\n      2,\n      2\n    ]",
+        "\"grid\": [4096, 4096]",
+    );
     assert!(e.contains("4096x4096 token grid"), "{e}");
     let e = edit("\"grid\": [\n      2,\n      2\n    ]", "\"grid\": [0, 0]");
     assert!(e.contains("0x0 token grid"), "{e}");
@@ -216,7 +225,9 @@ fn manifests_with_absurd_codebooks_grids_or_job_counts_are_refused_before_alloca
         1,
     );
     std::fs::write(out.join("manifest-0000-of-0002.json"), part).unwrap();
-    let e = imgseq_shards::manifest::merge(&out).unwrap_err().to_string();
+    let e = imgseq_shards::manifest::merge(&out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("1000000000000000000 jobs"), "{e}");
 }
 
@@ -224,14 +235,19 @@ fn manifests_with_absurd_codebooks_grids_or_job_counts_are_refused_before_alloca
 fn a_token_shard_whose_grid_wraps_or_is_empty_is_refused() {
     use imgseq_shards::wds::ShardWriter;
     let d = tempfile::tempdir().unwrap();
-    for (h, w, what) in [(0usize, 5usize, "0x5"), (1 << 32, 1 << 32, "4294967296x4294967296")] {
+    for (h, w, what) in [
+        (0usize, 5usize, "0x5"),
+        (1 << 32, 1 << 32, "4294967296x4294967296"),
+    ] {
         let p = d.path().join(format!("s{h}.tar"));
         let mut sw = ShardWriter::create(&p).unwrap();
         // An npy header claiming the shape, no data: h·w wraps to 0 in 64 bits.
         let npy = imgseq_core::npy::npy_header("<u2", &[h, w]);
         sw.append("a", &npy, &serde_json::Value::Null).unwrap();
         sw.finish().unwrap();
-        let e = imgseq_shards::shard::read_shard(&p).unwrap_err().to_string();
+        let e = imgseq_shards::shard::read_shard(&p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&format!("s{h}.tar")), "{e}");
         assert!(e.contains(what) || e.contains("too large"), "{e}");
     }
@@ -260,7 +276,10 @@ fn tokenize_lists_tar_members_with_path_like_keys_in_errors_jsonl_and_goes_on() 
     let r = tokenize(&tar, &out).unwrap();
     assert_eq!((r.samples, r.errors), (2, 2));
     let errors = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
-    assert!(errors.contains("../../x") && errors.contains("/abs"), "{errors}");
+    assert!(
+        errors.contains("../../x") && errors.contains("/abs"),
+        "{errors}"
+    );
     let keys: Vec<String> = (0..2)
         .flat_map(|s| {
             imgseq_shards::shard::read_shard(&out.join(format!("shard-{s:06}.tar"))).unwrap()

@@ -86,7 +86,11 @@ fn parquet_file(path: &Path, pages: &[Vec<u8>], dict: bool, rows: i64, codec: Co
         bytes.extend_from_slice(p);
     }
     let len = bytes.len() as i64 - start;
-    let first_data = if dict { start + pages[0].len() as i64 } else { start };
+    let first_data = if dict {
+        start + pages[0].len() as i64
+    } else {
+        start
+    };
     let col = ColumnChunkMetaData::builder(schema.column(0))
         .set_encodings(vec![Encoding::PLAIN, Encoding::RLE])
         .set_compression(codec)
@@ -116,7 +120,11 @@ fn parquet_file(path: &Path, pages: &[Vec<u8>], dict: bool, rows: i64, codec: Co
 fn seed(p: &Path) {
     if let Some(dir) = std::env::var_os("IMGSEQ_FUZZ_SEEDS") {
         let ext = p.extension().unwrap().to_string_lossy().into_owned();
-        let target = Path::new(&dir).join(if ext == "tar" { "tar_source" } else { "parquet_source" });
+        let target = Path::new(&dir).join(if ext == "tar" {
+            "tar_source"
+        } else {
+            "parquet_source"
+        });
         std::fs::create_dir_all(&target).unwrap();
         std::fs::copy(p, target.join(p.file_name().unwrap())).unwrap();
     }
@@ -143,7 +151,10 @@ fn parquet_dictionary_page_declaring_2_31_values_fails_its_rows_without_allocati
     ];
     parquet_file(&p, &pages, true, 2, Compression::UNCOMPRESSED);
     let e = first_sample_error(&p);
-    assert!(e.contains("dict.parquet") && e.contains("dictionary of 2147483647 values"), "{e}");
+    assert!(
+        e.contains("dict.parquet") && e.contains("dictionary of 2147483647 values"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
@@ -154,7 +165,10 @@ fn parquet_page_declaring_2_gib_after_snappy_is_refused_before_reading_it() {
     let pages = [page(0, (1 << 31) - 1, None, 1, &[0u8; 16])];
     parquet_file(&p, &pages, false, 1, Compression::SNAPPY);
     let e = first_sample_error(&p);
-    assert!(e.contains("big.parquet") && e.contains("2147483647 bytes uncompressed"), "{e}");
+    assert!(
+        e.contains("big.parquet") && e.contains("2147483647 bytes uncompressed"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -186,8 +200,17 @@ fn parquet_row_group_declaring_2_40_rows_is_refused_when_listed() {
     let pages = [page(0, 4, None, 1, &[2, 0, 0, 0])];
     parquet_file(&p, &pages, false, 1 << 40, Compression::UNCOMPRESSED);
     seed(&p);
-    let e = index(&[p.clone()]).unwrap_err().to_string();
-    assert!(e.contains("rows.parquet") && e.contains("1099511627776 rows"), "{e}");
+    let e = index(std::slice::from_ref(&p)).unwrap_err().to_string();
+    assert!(
+        e.contains("rows.parquet") && e.contains("1099511627776 rows"),
+        "{e}"
+    );
+}
+
+#[test]
+fn parquet_pages_may_hold_the_largest_image_a_sample_may_have() {
+    let page = imgseq_shards::parquet_pages::MAX_PAGE_BYTES as u64;
+    assert!(page > imgseq_shards::source::MAX_IMAGE_BYTES);
 }
 
 #[test]
@@ -272,7 +295,10 @@ fn fifos_named_by_lists_tars_and_manifests_are_refused_without_hanging() {
     std::fs::write(&list, "pipe.png\n").unwrap();
     let idx = index(std::slice::from_ref(&list)).unwrap();
     let e = idx[0].load().unwrap_err().to_string();
-    assert!(e.contains("pipe.png") && e.contains("not a regular file"), "{e}");
+    assert!(
+        e.contains("pipe.png") && e.contains("not a regular file"),
+        "{e}"
+    );
     // A list, tar or Parquet source that is a FIFO.
     for name in ["l.txt", "t.tar", "p.parquet"] {
         let p = tmp(&d, name);
@@ -284,7 +310,9 @@ fn fifos_named_by_lists_tars_and_manifests_are_refused_without_hanging() {
     let out = tmp(&d, "out");
     std::fs::create_dir(&out).unwrap();
     fifo(&out.join("manifest-0000-of-0001.json"));
-    let e = imgseq_shards::manifest::merge(&out).unwrap_err().to_string();
+    let e = imgseq_shards::manifest::merge(&out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not a regular file"), "{e}");
     fifo(&out.join("manifest.json"));
     let e = imgseq_shards::job::read::read_manifest(&out)

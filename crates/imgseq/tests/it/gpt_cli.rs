@@ -340,8 +340,14 @@ fn gpt_absurd_scales_counts_widths_and_outputs_over_inputs_are_refused() {
     };
     for (extra, want) in [
         (vec!["--scale", "0"], "--scale 0 must be between 1 and 64"),
-        (vec!["--scale", "4294967295"], "--scale 4294967295 must be between 1 and 64"),
-        (vec!["--scale", "64", "-n", "1000"], "more than 65535 a side"),
+        (
+            vec!["--scale", "4294967295"],
+            "--scale 4294967295 must be between 1 and 64",
+        ),
+        (
+            vec!["--scale", "64", "-n", "1000"],
+            "more than 65535 a side",
+        ),
         (vec!["-n", "100000000"], "3 row(s) of 100000000 picture(s)"),
     ] {
         let a = sample(&extra);
@@ -351,16 +357,36 @@ fn gpt_absurd_scales_counts_widths_and_outputs_over_inputs_are_refused() {
         assert!(!Path::new(&g).exists());
     }
     let e = fails(&[
-        "gpt", "eval", "--weights", &sr, "--tokens", &ts, "--batch", "100000000",
+        "gpt",
+        "eval",
+        "--weights",
+        &sr,
+        "--tokens",
+        &ts,
+        "--batch",
+        "100000000",
     ]);
-    assert!(e.contains("--batch 100000000") && e.contains("memory"), "{e}");
+    assert!(
+        e.contains("--batch 100000000") && e.contains("memory"),
+        "{e}"
+    );
     // `gpt eval --json` never replaces a token input (here: the shard it reads).
     let shard = tokens.join(shard_name(0));
     let before = std::fs::read(&shard).unwrap();
     let e = fails(&[
-        "gpt", "eval", "--weights", &sr, "--tokens", &ts, "--json", &s(&shard),
+        "gpt",
+        "eval",
+        "--weights",
+        &sr,
+        "--tokens",
+        &ts,
+        "--json",
+        &s(&shard),
     ]);
-    assert!(e.contains("is also an input") || e.contains("same file as the input"), "{e}");
+    assert!(
+        e.contains("is also an input") || e.contains("same file as the input"),
+        "{e}"
+    );
     assert_eq!(std::fs::read(&shard).unwrap(), before);
     // A model too wide for memory is refused before anything is allocated.
     let wide = s(&d.path().join("wide"));
@@ -368,6 +394,9 @@ fn gpt_absurd_scales_counts_widths_and_outputs_over_inputs_are_refused() {
     let at = a.iter().position(|&x| x == "16").unwrap();
     a[at] = "65536";
     let e = fails(&a);
-    assert!(e.contains("parameters") && e.contains("IMGSEQ_MAX_MEMORY_GB"), "{e}");
+    assert!(
+        e.contains("parameters") && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+        "{e}"
+    );
     assert!(!Path::new(&wide).exists());
 }

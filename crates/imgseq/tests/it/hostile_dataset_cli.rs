@@ -85,7 +85,10 @@ fn tokenize_refuses_batch_and_job_counts_too_big_before_reading_anything() {
         &m,
         &["-o", &out, "--num-shards", "1000000000000000000"],
     ));
-    assert!(e.contains("--num-shards 1000000000000000000 must be between 1 and"), "{e}");
+    assert!(
+        e.contains("--num-shards 1000000000000000000 must be between 1 and"),
+        "{e}"
+    );
     assert!(!Path::new(&out).exists());
 }
 
@@ -120,7 +123,11 @@ fn detokenize_failure_leaves_no_output_folder() {
         &["-o", &s(&out), "--batch-size", "1"],
     ));
     assert!(e.contains("outside the codebook"), "{e}");
-    assert!(!out.exists(), "left {:?}", std::fs::read_dir(&out).map(|r| r.count()));
+    assert!(
+        !out.exists(),
+        "left {:?}",
+        std::fs::read_dir(&out).map(|r| r.count())
+    );
 }
 
 #[test]
@@ -131,7 +138,11 @@ fn detokenize_reports_exactly_what_it_wrote() {
     shard_folder(&dir, &[(&["a", "a", "x/y", "x__y"], 3)]);
     let out = d.path().join("pngs");
     let v = vq_only();
-    let stdout = ok(&args(&["vq", "detokenize", &s(&dir)], &v, &["-o", &s(&out)]));
+    let stdout = ok(&args(
+        &["vq", "detokenize", &s(&dir)],
+        &v,
+        &["-o", &s(&out)],
+    ));
     assert!(stdout.contains("wrote 4 images"), "{stdout}");
     let mut names: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
