@@ -251,6 +251,25 @@ fn check_gzip(f: &mut File, pos: u64, len: u64, declared: i64) -> Result<(), Str
     Ok(())
 }
 
+/// Checks that the snappy stream at `pos` says it inflates to exactly `declared` bytes (the
+/// reader allocates what the page header declares, whatever the stream holds).
+fn check_snappy(f: &mut File, pos: u64, len: u64, declared: i64) -> Result<(), String> {
+    f.seek(SeekFrom::Start(pos)).map_err(|e| e.to_string())?;
+    let mut head = Vec::new();
+    f.by_ref()
+        .take(len.min(10))
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    let mut c = Compact { b: &head, pos: 0 };
+    match c.varint() {
+        Ok(n) if n == declared as u64 => Ok(()),
+        Ok(n) => Err(format!(
+            "the snappy page at byte {pos} holds {n} bytes but declares {declared}"
+        )),
+        Err(_) => Err(format!("the snappy page at byte {pos} has no valid length")),
+    }
+}
+
 /// Checks every page header of a column chunk of a file of `file_len` bytes (see the module
 /// documentation); the reason when one is refused.
 pub(crate) fn check_chunk(
@@ -268,6 +287,7 @@ pub(crate) fn check_chunk(
             format!("the column chunk (bytes {start}+{len}) ends past the file's {file_len} bytes")
         })?;
     let gzip = matches!(chunk.compression(), Compression::GZIP(_));
+    let snappy = chunk.compression() == Compression::SNAPPY;
     let compressed_codec = chunk.compression() != Compression::UNCOMPRESSED;
     let mut pos = start;
     while pos < end {
@@ -314,6 +334,15 @@ pub(crate) fn check_chunk(
         };
         if gzip && compressed_codec && values_compressed && h.uncompressed > levels {
             check_gzip(
+                f,
+                body + levels as u64,
+                (h.compressed - levels) as u64,
+                h.uncompressed - levels,
+            )
+            .map_err(at)?;
+        }
+        if snappy && values_compressed && h.uncompressed > levels {
+            check_snappy(
                 f,
                 body + levels as u64,
                 (h.compressed - levels) as u64,

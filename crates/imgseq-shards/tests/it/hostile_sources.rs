@@ -172,6 +172,23 @@ fn parquet_page_declaring_2_gib_after_snappy_is_refused_before_reading_it() {
 }
 
 #[test]
+fn parquet_snappy_page_declaring_more_than_its_stream_holds_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = tmp(&d, "snappy.parquet");
+    // A 4-byte snappy stream (length 4, one literal) in a page declaring 100 MB.
+    let pages = [page(
+        0,
+        100_000_000,
+        None,
+        1,
+        &[4, 0x0c, b'a', b'b', b'c', b'd'],
+    )];
+    parquet_file(&p, &pages, false, 1, Compression::SNAPPY);
+    let e = first_sample_error(&p);
+    assert!(e.contains("holds 4 bytes but declares 100000000"), "{e}");
+}
+
+#[test]
 fn parquet_gzip_page_inflating_past_its_declared_size_is_refused() {
     use std::io::Write;
     let d = tempfile::tempdir().unwrap();
