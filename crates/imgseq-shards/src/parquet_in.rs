@@ -44,6 +44,15 @@ impl std::fmt::Debug for ParquetFile {
     }
 }
 
+impl Drop for ParquetFile {
+    /// The pooled cursors of a file no sample refers to any more go with it (with the pages
+    /// they hold).
+    fn drop(&mut self) {
+        let mut pool = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
+        pool.retain(|c| c.file_id != self.id);
+    }
+}
+
 impl PartialEq for ParquetFile {
     fn eq(&self, other: &Self) -> bool {
         self.id == other.id
