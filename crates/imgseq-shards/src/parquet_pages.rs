@@ -313,6 +313,13 @@ pub(crate) fn check_chunk(
                 h.uncompressed
             )));
         }
+        // No codec imgseq reads inflates more than ~1,032:1 (gzip's limit).
+        if h.uncompressed > h.compressed.saturating_mul(1100).saturating_add(1 << 16) {
+            return Err(at(format!(
+                "{} bytes uncompressed from {} compressed, more than any codec inflates",
+                h.uncompressed, h.compressed
+            )));
+        }
         imgseq_core::budget::check_memory(h.uncompressed as u128).map_err(at)?;
         if let Some(n) = h.dict_values.filter(|_| h.kind == DICTIONARY_PAGE) {
             let min = min_value_bytes(ptype, type_len);
