@@ -272,6 +272,40 @@ class ViT:
 
 _TOKENS = ".tokens.npy"
 _JSON = ".json"
+#: Largest shard member read (as the Rust reader).
+_MAX_MEMBER_BYTES = 64 << 20
+
+
+def _tokens_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
+    """The (h, w) integer token grid of a ``.tokens.npy`` member, its header checked against its
+    bytes before anything is allocated; ``ValueError`` otherwise."""
+    f = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    except (ValueError, EOFError, SyntaxError) as e:
+        raise ValueError(f"{shard}: {name} is not a .npy array ({e})") from None
+    if dtype.kind not in "iu" or dtype.hasobject:
+        raise ValueError(f"{shard}: {name} holds {dtype} values, not integer tokens")
+    if len(shape) != 2:
+        raise ValueError(f"{shard}: {name} has shape {shape}, expected (h, w)")
+    count = 1
+    for d in shape:
+        count *= int(d)
+    if count * dtype.itemsize != len(raw) - f.tell():
+        raise ValueError(
+            f"{shard}: {name} declares shape {shape} of {dtype} but holds "
+            f"{len(raw) - f.tell()} bytes of data"
+        )
+    if count == 0:
+        raise ValueError(f"{shard}: {name} is an empty {shape} grid")
+    tokens = np.frombuffer(raw, dtype=dtype, offset=f.tell()).reshape(
+        shape, order="F" if fortran else "C"
+    )
+    return np.ascontiguousarray(tokens)
 
 
 def _shard_files(source: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
@@ -309,12 +343,25 @@ def read_token_shards(
         ValueError: a shard member is not what the format says.
     """
     for shard in _shard_files(source):
-        with tarfile.open(shard, "r:") as tar:
+        # A FIFO or device would block or never end: regular files only.
+        if not shard.is_file():
+            if not shard.exists():
+                raise FileNotFoundError(f"{shard}: no such file")
+            raise OSError(f"{shard}: not a regular file")
+        try:
+            tar = tarfile.open(shard, "r:")
+        except tarfile.TarError as e:
+            raise ValueError(f"{shard}: not a readable tar ({e})") from None
+        with tar:
             sample: Optional[Dict[str, Any]] = None
             for member in tar:
                 if not member.isfile():
                     continue
                 name = member.name
+                if member.size > _MAX_MEMBER_BYTES:
+                    raise ValueError(
+                        f"{shard}: {name} has {member.size} bytes, more than {_MAX_MEMBER_BYTES}"
+                    )
                 data = tar.extractfile(member)
                 assert data is not None
                 raw = data.read()
@@ -322,11 +369,7 @@ def read_token_shards(
                     if sample is not None:
                         yield sample
                     key = name[: -len(_TOKENS)]
-                    tokens = np.load(io.BytesIO(raw), allow_pickle=False)
-                    if tokens.ndim != 2:
-                        raise ValueError(
-                            f"{shard}: {name} has shape {tokens.shape}, expected (h, w)"
-                        )
+                    tokens = _tokens_npy(shard, name, raw)
                     sample = {"key": key, "tokens": tokens, "json": {}, "shard": str(shard)}
                 elif name.endswith(_JSON):
                     key = name[: -len(_JSON)]

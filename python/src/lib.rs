@@ -59,6 +59,21 @@ fn dtype_name(a: &Bound<'_, PyUntypedArray>) -> String {
     a.dtype().to_string()
 }
 
+/// Refuses an array whose logical size — elements by shape, whatever its strides: a
+/// broadcast (zero-stride) view of one pixel can stand for 10¹⁰ of them — times `per_item`
+/// bytes (the copies made of it) does not fit the memory budget; before anything is copied.
+fn check_logical_size(shape: &[usize], per_item: u128, what: &str) -> PyResult<()> {
+    let count = shape
+        .iter()
+        .try_fold(1u128, |a, &d| a.checked_mul(d as u128))
+        .unwrap_or(u128::MAX);
+    imgseq_core::budget::check_memory(count.saturating_mul(per_item)).map_err(|e| {
+        PyValueError::new_err(format!(
+            "{what}: an array of shape {shape:?} ({count} elements) {e}"
+        ))
+    })
+}
+
 /// The bytes of a uint8 array (C order) and its shape.
 fn u8_array(x: &Bound<'_, PyAny>, what: &str, expected: &str) -> PyResult<(Vec<u8>, Vec<usize>)> {
     let a = as_array(x, what)?;
@@ -68,6 +83,8 @@ fn u8_array(x: &Bound<'_, PyAny>, what: &str, expected: &str) -> PyResult<(Vec<u
             dtype_name(&a)
         )));
     };
+    // The bytes, their pictures and the model input made of them (f32).
+    check_logical_size(a.shape(), 8, what)?;
     let ro = a.readonly();
     let view = ro.as_array();
     let shape = view.shape().to_vec();
@@ -87,6 +104,8 @@ fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>, Vec<usize>
             dtype_name(&a)
         )));
     }
+    // The values as i64, and the tokens made of them.
+    check_logical_size(a.shape(), 16, what)?;
     macro_rules! take {
         ($($t:ty),*) => {$(
             if let Ok(arr) = a.cast::<PyArrayDyn<$t>>() {

@@ -168,52 +168,7 @@ pub fn parse_safetensors(
         .map_err(|e| Error::format(path, format!("not a valid safetensors file ({e})")))
 }
 
-/// Opens `path` for reading if it is a regular file; returns the file and its length.
-///
-/// Every reader of a file named by the user goes through this (or [`read_regular_file`]):
-/// a device (`/dev/zero`), a FIFO or a directory is refused with "not a regular file"
-/// before it is opened (opening a FIFO blocks; reading `/dev/zero` never ends).
-pub fn open_regular_file(path: &Path) -> Result<(std::fs::File, u64)> {
-    let not_regular = |m: &std::fs::Metadata| {
-        let what = if m.is_dir() {
-            "a directory, not a regular file"
-        } else {
-            "not a regular file"
-        };
-        Error::format(path, what)
-    };
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(not_regular(&meta));
-    }
-    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let meta = f.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(not_regular(&meta));
-    }
-    Ok((f, meta.len()))
-}
-
-/// Reads a regular file of at most `max` bytes (`what`, e.g. "a .npy file", names it in
-/// the error). Reads no more than the length the file had when opened, so a file that
-/// grows while being read cannot make this allocate without bound.
-pub fn read_regular_file(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let (f, len) = open_regular_file(path)?;
-    if len > max {
-        return Err(Error::format(
-            path,
-            format!("{len} bytes is more than imgseq reads as {what} ({max} bytes)"),
-        ));
-    }
-    let mut buf = Vec::new();
-    buf.try_reserve_exact(len as usize)
-        .map_err(|_| Error::format(path, format!("cannot allocate {len} bytes to read it")))?;
-    f.take(len)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::io(path, e))?;
-    Ok(buf)
-}
+pub use crate::fsutil::{open_regular_file, read_regular_file};
 
 /// Restores training variables from a checkpoint: sets each of `vars` to the tensor of its
 /// name in `saved` (read from `path`, which the messages name), converted to the variable's

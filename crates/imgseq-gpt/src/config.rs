@@ -195,7 +195,34 @@ impl GptConfig {
     }
 
     pub fn n_inner(&self) -> usize {
-        self.n_inner.unwrap_or(4 * self.n_embd)
+        self.n_inner.unwrap_or(self.n_embd.saturating_mul(4))
+    }
+
+    /// Parameters of the model: token and position embeddings, the blocks, the final norm
+    /// (the head shares the token embedding).
+    pub fn param_count(&self) -> u128 {
+        let (e, i) = (self.n_embd as u128, self.n_inner() as u128);
+        let (v, p, l) = (
+            self.vocab_size as u128,
+            self.n_positions as u128,
+            self.n_layer as u128,
+        );
+        let block = 4 * e * e + 4 * e + 2 * e * i + i + e + 4 * e;
+        v * e + p * e + l * block + 2 * e
+    }
+
+    /// Refuses a model whose `copies` f32 copies of the weights (1 to sample, 4 to train:
+    /// weights, gradients, two moments) would not fit the memory budget.
+    pub fn check_memory(&self, copies: u128) -> Result<()> {
+        imgseq_core::budget::check_memory(self.param_count() * 4 * copies).map_err(|e| {
+            Error::resource_limit(format!(
+                "a GPT of {} parameters (n_embd {}, n_layer {}, n_inner {}) {e}",
+                self.param_count(),
+                self.n_embd,
+                self.n_layer,
+                self.n_inner()
+            ))
+        })
     }
 
     /// Reads and validates a `config.json`; a bad value is an error naming the file.
@@ -228,6 +255,7 @@ impl GptConfig {
                 return Err(Error::setting(name, v, "is implausibly large"));
             }
         }
+        self.check_memory(1)?;
         if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(Error::setting(
                 "n_head",
@@ -257,6 +285,23 @@ impl GptConfig {
                 "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported",
             ));
         }
+        if let Some([h, w]) = self.imgseq_grid {
+            if h == 0 || w == 0 || h.checked_mul(w).is_none_or(|n| n >= self.n_positions) {
+                return Err(Error::invalid(format!(
+                    "imgseq_grid {h}x{w} is empty or does not fit n_positions {}",
+                    self.n_positions
+                )));
+            }
+        }
+        if let Some(n) = self
+            .imgseq_n_codes
+            .filter(|&n| n == 0 || n >= self.vocab_size)
+        {
+            return Err(Error::invalid(format!(
+                "imgseq_n_codes {n} is not between 1 and vocab_size {}",
+                self.vocab_size
+            )));
+        }
         if let Some(l) = self.layout_opt() {
             if l.vocab_size() != self.vocab_size {
                 return Err(Error::invalid(format!(
@@ -274,6 +319,21 @@ impl GptConfig {
             }
         }
         Ok(())
+    }
+
+    /// Bytes as a `config.json`: parsed, validated, its layout built and measured (the fuzz
+    /// target `gpt_config`'s body, shared with the corpus replay test).
+    #[doc(hidden)]
+    pub fn fuzz_bytes(data: &[u8]) {
+        let Ok(cfg) = serde_json::from_slice::<GptConfig>(data) else {
+            return;
+        };
+        if cfg.validate().is_ok() {
+            let _ = cfg.check_memory(4);
+            if let Ok(l) = cfg.layout() {
+                let _ = (l.n_tokens(), l.vocab_size(), l.class_index("0"));
+            }
+        }
     }
 
     fn layout_opt(&self) -> Option<SeqLayout> {

@@ -190,7 +190,7 @@ pub fn load(inputs: &[PathBuf]) -> Result<TokenSet> {
     for input in inputs {
         if input.is_dir() {
             let mpath = input.join(MANIFEST);
-            if !mpath.is_file() {
+            if std::fs::symlink_metadata(&mpath).is_err() {
                 return Err(Error::format(
                     input,
                     "a folder without manifest.json (not a token shard set; run `imgseq vq tokenize`, or merge its job manifests)",
@@ -198,7 +198,10 @@ pub fn load(inputs: &[PathBuf]) -> Result<TokenSet> {
             }
             let m = Manifest::read(&mpath)?;
             set.note_manifest(&mpath, &m)?;
-            for shard in m.shard_paths(input) {
+            for rec in &m.shards {
+                // Each shard as the manifest recorded it (size and SHA-256).
+                rec.verify(input)?;
+                let shard = input.join(&rec.name);
                 for s in read_shard(&shard)? {
                     set.add_sample(&shard, &s)?;
                 }

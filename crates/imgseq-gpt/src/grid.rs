@@ -2,6 +2,7 @@
 //! bitmap font (upper case, digits, a little punctuation; other characters draw as `?`).
 
 use image::{Rgb, RgbImage};
+use imgseq_core::{Error, Result};
 
 /// Glyph rows (5 bits each, most significant bit at the left) of a 5×7 font.
 fn glyph(c: char) -> [u8; 7] {
@@ -95,17 +96,65 @@ pub fn upscale(img: &RgbImage, k: u32) -> RgbImage {
     })
 }
 
+/// Largest enlargement of a grid's pictures.
+pub const MAX_SCALE: u32 = 64;
+
+/// Refuses a `scale` outside 1..=[`MAX_SCALE`].
+pub fn check_scale(scale: u32) -> Result<()> {
+    if scale == 0 || scale > MAX_SCALE {
+        return Err(Error::setting(
+            "scale",
+            scale,
+            format!("must be between 1 and {MAX_SCALE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The (width, height) of a grid of `rows` rows of at most `cols` pictures of `pw`×`ph`
+/// pixels at `scale`, with labels up to `label_chars` characters; refused (before anything is
+/// drawn) when a side passes 65,535 pixels or the picture does not fit the memory budget.
+pub fn check_grid(
+    rows: usize,
+    cols: usize,
+    (pw, ph): (u32, u32),
+    label_chars: usize,
+    scale: u32,
+) -> Result<()> {
+    check_scale(scale)?;
+    let s = u64::from(scale);
+    let gap = 2 * s;
+    let label = (label_chars as u64).saturating_mul(6 * s) + 2 * gap;
+    let w = label.saturating_add((cols as u64).saturating_mul(u64::from(pw) * s + gap));
+    let h = gap.saturating_add((rows as u64).saturating_mul(u64::from(ph) * s + gap));
+    if w > 65_535 || h > 65_535 {
+        return Err(Error::invalid(format!(
+            "a grid of {rows} row(s) of {cols} picture(s) of {pw}x{ph} at scale {scale} would be \
+             {w}x{h} pixels, more than 65535 a side"
+        )));
+    }
+    imgseq_core::budget::check_memory(u128::from(w * h) * 3)
+        .map_err(|e| Error::resource_limit(format!("a {w}x{h} grid {e}")))
+}
+
 /// Rows of pictures, each row labelled at its left: `rows[i] = (label, pictures)`. Pictures
 /// are enlarged `scale`× (labels drawn at `scale` too), with a 2·scale pixel gap; the
-/// background is white, labels black.
-pub fn labelled_grid(rows: &[(String, Vec<RgbImage>)], scale: u32) -> RgbImage {
-    let scale = scale.max(1);
-    let gap = 2 * scale;
-    let (cw, ch) = rows
+/// background is white, labels black. The size is checked first ([`check_grid`]).
+pub fn labelled_grid(rows: &[(String, Vec<RgbImage>)], scale: u32) -> Result<RgbImage> {
+    let cols = rows.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
+    let side = rows
         .iter()
         .flat_map(|(_, p)| p.iter())
-        .map(|p| (p.width() * scale, p.height() * scale))
+        .map(|p| (p.width(), p.height()))
         .fold((0, 0), |(a, b), (w, h)| (a.max(w), b.max(h)));
+    let chars = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    check_grid(rows.len(), cols, side, chars, scale)?;
+    let gap = 2 * scale;
+    let (cw, ch) = (side.0 * scale, side.1 * scale);
     let label_w = rows
         .iter()
         .map(|(l, _)| text_width(l, scale))
@@ -130,7 +179,7 @@ pub fn labelled_grid(rows: &[(String, Vec<RgbImage>)], scale: u32) -> RgbImage {
             image::imageops::replace(&mut img, &big, x as i64, y as i64);
         }
     }
-    img
+    Ok(img)
 }
 
 #[cfg(test)]
@@ -157,7 +206,7 @@ mod tests {
             ("A".to_string(), vec![p.clone(), p.clone()]),
             ("BAG".to_string(), vec![p.clone()]),
         ];
-        let g = labelled_grid(&rows, 2);
+        let g = labelled_grid(&rows, 2).unwrap();
         // label column: 3 chars × 12 px + 2 gaps of 4; 2 columns of (8 + 4).
         assert_eq!(g.width(), 36 + 8 + 2 * 12);
         assert_eq!(g.height(), 4 + 2 * 12);

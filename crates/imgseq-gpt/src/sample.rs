@@ -13,7 +13,7 @@ use imgseq_core::progress::bar;
 use imgseq_core::{Error, Result};
 use rand::{Rng, SeedableRng};
 
-use crate::config::SeqLayout;
+use crate::config::{GptConfig, SeqLayout};
 use crate::model::{Gpt2LMHeadModel, KvCache};
 
 /// How to draw tokens.
@@ -138,6 +138,36 @@ pub fn draw(logits: &[f32], o: &SampleOptions, rng: &mut impl Rng) -> u32 {
 pub struct Request {
     pub class: Option<usize>,
     pub prefix: Vec<u32>,
+}
+
+/// Refuses generating (or scoring) `images` sequences `batch` at a time with the model of
+/// `cfg` when the memory it needs — a batch's key/value cache, attention scores and logits
+/// (doubled for guidance), every sequence's tokens and its decoded picture of `picture_bytes`
+/// — would not fit the budget; the error names `batch` when a batch alone is too much.
+pub fn check_memory(
+    cfg: &GptConfig,
+    images: usize,
+    batch: usize,
+    picture_bytes: u128,
+) -> Result<()> {
+    let rows = 2 * batch.min(images.max(1)) as u128;
+    let (t, e, l) = (
+        cfg.n_positions as u128,
+        cfg.n_embd as u128,
+        cfg.n_layer as u128,
+    );
+    let per_batch = rows
+        * 4
+        * (2 * l * t * e + cfg.n_head as u128 * t * t + t * cfg.vocab_size as u128 + 8 * t * e);
+    let per_image = t * 8 + picture_bytes + 128;
+    let total = per_batch + images as u128 * per_image;
+    imgseq_core::budget::check_memory(total).map_err(|e| {
+        if imgseq_core::budget::check_memory(per_batch).is_err() {
+            Error::setting("batch", batch, e)
+        } else {
+            Error::resource_limit(format!("{images} images, {batch} at a time, {e}"))
+        }
+    })
 }
 
 /// Generates the h·w tokens of every request (its prefix kept as given). Requests are

@@ -370,6 +370,18 @@ fn check_inputs(
 ) -> Result<SeqLayout> {
     cfg.validate()?;
     tc.validate()?;
+    // Weights, gradients and two moments, and a batch's activations kept for the backward.
+    cfg.check_memory(4)?;
+    let (t, e, i) = (
+        cfg.n_positions as u128,
+        cfg.n_embd as u128,
+        cfg.n_inner() as u128,
+    );
+    let per_row = t
+        * (cfg.n_layer as u128 * (16 * e + 4 * i + cfg.n_head as u128 * t)
+            + cfg.vocab_size as u128);
+    imgseq_core::budget::check_memory(tc.batch_size as u128 * per_row * 8)
+        .map_err(|m| Error::setting("batch_size", tc.batch_size, m))?;
     if cfg.resid_pdrop > 0.0 || cfg.embd_pdrop > 0.0 || cfg.attn_pdrop > 0.0 {
         return Err(Error::invalid(
             "dropout (resid/embd/attn_pdrop > 0) is not implemented in training; set them to 0",

@@ -3,7 +3,7 @@
 //! * [`source`]: what to tokenize — image folders (recursive), `.txt` lists of paths,
 //!   WebDataset `.tar` shards (`KEY.jpg|png|webp` + optional `KEY.json|txt|cls`) and Parquet
 //!   files of images ([`parquet_source`]: img2dataset's and Hugging Face `datasets`' layouts,
-//!   read through [`parquet_in`]), listed once into an ordered index of samples ([`sample`])
+//!   read through [`parquet_in`], every page header checked first by [`parquet_pages`]), listed once into an ordered index of samples ([`sample`])
 //!   whose keys trace back to the source.
 //! * [`plan`]: the deterministic split of that index into output shards of `shard_size`
 //!   samples, and of the shards among the `N` jobs of a job array.
@@ -16,10 +16,13 @@
 //!
 //! Nothing here knows a model: `imgseq_vqgan::tokenize` drives a tokenizer over these.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod job;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;
+pub mod parquet_pages;
 pub mod parquet_source;
 pub mod plan;
 pub mod sample;

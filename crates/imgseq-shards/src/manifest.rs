@@ -89,13 +89,94 @@ pub struct Manifest {
     pub errors: usize,
 }
 
+/// Largest codebook a manifest may name: tokens are stored as 32-bit integers.
+pub const MAX_CODES: usize = 1 << 31;
+
+/// Whether `name` is a plain file name in the folder (no folder part, not `.` or `..`): names
+/// read from a manifest or a shard record never point outside the folder.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+impl ShardRecord {
+    /// Checks the shard file in `dir` against this record: its size and SHA-256 (a shard
+    /// edited, truncated or swapped since it was written is refused).
+    pub fn verify(&self, dir: &Path) -> Result<()> {
+        let p = dir.join(&self.name);
+        let (_, len) = imgseq_core::fsutil::open_regular_file(&p)?;
+        if len != self.bytes {
+            return Err(Error::format(
+                &p,
+                format!(
+                    "{len} bytes, the manifest says {} (the shard changed since it was written)",
+                    self.bytes
+                ),
+            ));
+        }
+        let sha = crate::wds::sha256_file(&p)?;
+        if sha != self.sha256 {
+            return Err(Error::format(
+                &p,
+                "its SHA-256 differs from the manifest's (the shard changed since it was \
+                 written)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Manifest {
+    /// Reads and checks a manifest: its format, a codebook of at most [`MAX_CODES`] entries,
+    /// a positive grid whose tokens fit memory, and plain shard names.
     pub fn read(path: &Path) -> Result<Self> {
         let m: Manifest = read_json(path, "manifest")?;
         if m.format != FORMAT {
             return Err(Error::format(
                 path,
                 format!("format {:?}, expected {FORMAT:?}", m.format),
+            ));
+        }
+        let t = &m.tokenizer;
+        if t.n_codes == 0 || t.n_codes > MAX_CODES {
+            return Err(Error::format(
+                path,
+                format!("n_codes {} is not between 1 and {MAX_CODES}", t.n_codes),
+            ));
+        }
+        let [h, w] = t.grid;
+        if h == 0
+            || w == 0
+            || h.checked_mul(w)
+                .is_none_or(|n| n > crate::shard::MAX_GRID_TOKENS)
+        {
+            return Err(Error::format(
+                path,
+                format!(
+                    "a {h}x{w} token grid (at most {} tokens, none empty)",
+                    crate::shard::MAX_GRID_TOKENS
+                ),
+            ));
+        }
+        if let Some(s) = m.shards.iter().find(|s| !is_plain_name(&s.name)) {
+            return Err(Error::format(
+                path,
+                format!(
+                    "shard {} is named {:?}, not a file of the folder",
+                    s.index, s.name
+                ),
+            ));
+        }
+        if let Some(j) = m
+            .job
+            .filter(|j| j.count == 0 || j.count > crate::plan::MAX_JOBS)
+        {
+            return Err(Error::format(
+                path,
+                format!(
+                    "a job array of {} jobs (1 to {})",
+                    j.count,
+                    crate::plan::MAX_JOBS
+                ),
             ));
         }
         Ok(m)

@@ -19,7 +19,6 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::{ColumnDescPtr, ColumnDescriptor};
 use serde_json::{Map, Value};
-use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,11 +32,24 @@ pub struct ParquetFile {
     pub(crate) meta: ParquetMetaData,
     /// First row (in the file) of every row group.
     pub(crate) group_start: Vec<usize>,
+    /// The file's length when listed, and the (row group, leaf) chunks whose page headers
+    /// passed [`crate::parquet_pages::check_chunk`].
+    len: u64,
+    checked: Mutex<Vec<(usize, usize)>>,
 }
 
 impl std::fmt::Debug for ParquetFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ParquetFile({})", self.path.display())
+    }
+}
+
+impl Drop for ParquetFile {
+    /// The pooled cursors of a file no sample refers to any more go with it (with the pages
+    /// they hold).
+    fn drop(&mut self) {
+        let mut pool = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
+        pool.retain(|c| c.file_id != self.id);
     }
 }
 
@@ -111,10 +123,15 @@ fn pq_msg(e: &ParquetError) -> String {
 
 /// Runs `f`, turning a panic inside the Parquet reader (hostile bytes it did not expect) into
 /// an error like any other.
-fn guarded<T>(
+/// The panic's text and backtrace note are not printed (the error says what failed, once).
+pub(crate) fn guarded<T>(
     f: impl FnOnce() -> std::result::Result<T, String>,
 ) -> std::result::Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+    quiet_panics();
+    QUIET.with(|q| q.set(q.get() + 1));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(q.get() - 1));
+    r.unwrap_or_else(|p| {
         let what = p
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -127,10 +144,29 @@ fn guarded<T>(
     })
 }
 
+thread_local! {
+    /// Depth of [`guarded`] calls on this thread: a panic inside one is not printed.
+    static QUIET: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Installs, once, a panic hook that stays silent inside [`guarded`] and prints as before
+/// everywhere else.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(|q| q.get()) == 0 {
+                previous(info);
+            }
+        }));
+    });
+}
+
 impl ParquetFile {
     /// Reads the footer; the error names the file.
     pub fn open(path: &Path) -> Result<Self> {
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let (f, len) = imgseq_core::fsutil::open_regular_file(path)?;
         let meta = guarded(|| {
             ParquetMetaDataReader::new()
                 .parse_and_finish(&f)
@@ -146,7 +182,16 @@ impl ParquetFile {
             group_start.push(rows);
             rows = rows
                 .checked_add(n)
-                .ok_or_else(|| Error::format(path, "more rows than fit in memory"))?;
+                .filter(|&r| r as u64 <= len)
+                .ok_or_else(|| {
+                    Error::format(
+                        path,
+                        format!(
+                            "row group {g} declares {n} rows: more rows than the file has bytes \
+                             ({len})"
+                        ),
+                    )
+                })?;
             if rg.num_columns() != meta.file_metadata().schema_descr().num_columns() {
                 return Err(Error::format(
                     path,
@@ -164,6 +209,8 @@ impl ParquetFile {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             meta,
             group_start,
+            len,
+            checked: Mutex::new(Vec::new()),
         })
     }
 
@@ -303,11 +350,26 @@ impl ParquetFile {
     /// A cursor at the start of leaf `leaf` of row group `group`.
     fn cursor(&self, group: usize, leaf: usize) -> std::result::Result<Cursor, String> {
         let rg = self.meta.row_group(group);
-        let f = File::open(&self.path).map_err(|e| e.to_string())?;
+        let (mut f, _) =
+            imgseq_core::fsutil::open_regular_file(&self.path).map_err(|e| e.to_string())?;
+        let descr = self.meta.file_metadata().schema_descr().column(leaf);
+        let done = |c: &Vec<(usize, usize)>| c.contains(&(group, leaf));
+        if !done(&self.checked.lock().unwrap_or_else(|e| e.into_inner())) {
+            crate::parquet_pages::check_chunk(
+                &mut f,
+                self.len,
+                rg.column(leaf),
+                descr.physical_type(),
+                descr.type_length(),
+            )?;
+            let mut c = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+            if !done(&c) {
+                c.push((group, leaf));
+            }
+        }
         let pages =
             SerializedPageReader::new(Arc::new(f), rg.column(leaf), rg.num_rows() as usize, None)
                 .map_err(|e| pq_msg(&e))?;
-        let descr = self.meta.file_metadata().schema_descr().column(leaf);
         let unsigned = matches!(
             descr.logical_type_ref(),
             Some(LogicalType::Integer(t)) if !t.is_signed
@@ -562,7 +624,7 @@ mod tests {
             .set_data_page_row_count_limit(2)
             .set_write_batch_size(1)
             .build();
-        let f = File::create(path).unwrap();
+        let f = std::fs::File::create(path).unwrap();
         let mut w = SerializedFileWriter::new(f, schema, Arc::new(props)).unwrap();
         let defs: Vec<i16> = w
             .schema_descr()

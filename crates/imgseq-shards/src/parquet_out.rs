@@ -269,7 +269,7 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
         };
         let (h, w) = (dim(h)?, dim(w)?);
         let tokens = list.unwrap_or_default();
-        if tokens.len() != h * w {
+        if h.checked_mul(w) != Some(tokens.len()) {
             return Err(bad(format!(
                 "{key}: {} tokens for a {h}x{w} grid",
                 tokens.len()

@@ -8,6 +8,9 @@
 use imgseq_core::{Error, Result};
 use std::ops::Range;
 
+/// Most jobs of a job array.
+pub const MAX_JOBS: usize = 100_000;
+
 /// The split of `n_samples` into shards for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
@@ -27,8 +30,12 @@ impl Plan {
         if shard_size == 0 {
             return Err(Error::setting("shard_size", shard_size, "must be positive"));
         }
-        if num_jobs == 0 {
-            return Err(Error::setting("num_shards", num_jobs, "must be positive"));
+        if num_jobs == 0 || num_jobs > MAX_JOBS {
+            return Err(Error::setting(
+                "num_shards",
+                num_jobs,
+                format!("must be between 1 and {MAX_JOBS}"),
+            ));
         }
         if job_index >= num_jobs {
             return Err(Error::setting(

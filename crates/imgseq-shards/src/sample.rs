@@ -3,9 +3,9 @@
 //! Parquet file), read when the sample is processed ([`SampleRef::load`]).
 
 use crate::parquet_in::{ParquetCell, ParquetRow};
+use imgseq_core::fsutil::open_regular_file;
 use imgseq_core::{Error, Result};
 use serde_json::{Map, Value};
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +14,28 @@ use std::sync::Arc;
 pub const MAX_IMAGE_BYTES: u64 = 256 << 20;
 /// Largest metadata member read.
 pub const MAX_META_BYTES: u64 = 4 << 20;
+/// Longest key (bytes): output member and file names are made of it.
+pub const MAX_KEY_BYTES: usize = 200;
+
+/// Why `key` cannot name a sample's outputs, if it cannot: longer than [`MAX_KEY_BYTES`],
+/// absolute, or with an empty, `.` or `..` part (a tar member named `../../x.png`).
+pub fn key_problem(key: &str) -> Option<String> {
+    if key.len() > MAX_KEY_BYTES {
+        return Some(format!(
+            "the key is {} bytes long, more than {MAX_KEY_BYTES}",
+            key.len()
+        ));
+    }
+    let path_like = key.is_empty()
+        || key.contains('\\')
+        || key.contains('\0')
+        || key
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..");
+    path_like.then(|| {
+        format!("the key {key:?} is not a relative name (absolute, or with an empty, . or .. part)")
+    })
+}
 
 /// Where a file's bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +53,9 @@ pub enum Location {
     ParquetCell(ParquetCell),
     /// The scalar columns of a Parquet row, read as a JSON object.
     ParquetRow(ParquetRow),
+    /// A sample the index refused (a key that cannot name an output); reading it fails with
+    /// the reason, so that it is skipped and listed like any unreadable sample.
+    Refused(String),
 }
 
 impl Location {
@@ -38,18 +63,14 @@ impl Location {
     pub fn read(&self, limit: u64) -> Result<Vec<u8>> {
         match self {
             Location::File(p) => {
-                let f = File::open(p).map_err(|e| Error::io(p, e))?;
-                let meta = f.metadata().map_err(|e| Error::io(p, e))?;
-                if !meta.is_file() {
-                    return Err(Error::format(p, "not a regular file"));
-                }
-                if meta.len() > limit {
+                let (f, len) = open_regular_file(p)?;
+                if len > limit {
                     return Err(Error::format(
                         p,
-                        format!("{} bytes, more than the {limit}-byte limit", meta.len()),
+                        format!("{len} bytes, more than the {limit}-byte limit"),
                     ));
                 }
-                let mut v = Vec::with_capacity(meta.len() as usize);
+                let mut v = Vec::with_capacity(len as usize);
                 f.take(limit + 1)
                     .read_to_end(&mut v)
                     .map_err(|e| Error::io(p, e))?;
@@ -63,7 +84,7 @@ impl Location {
                         format!("member at byte {offset} has {size} bytes, more than the {limit}-byte limit"),
                     ));
                 }
-                let mut f = File::open(tar).map_err(|e| Error::io(tar, e))?;
+                let (mut f, _) = open_regular_file(tar)?;
                 f.seek(SeekFrom::Start(*offset))
                     .map_err(|e| Error::io(tar, e))?;
                 let mut v = vec![0u8; *size as usize];
@@ -72,6 +93,7 @@ impl Location {
             }
             Location::ParquetCell(c) => c.read(limit),
             Location::ParquetRow(r) => r.read_json(),
+            Location::Refused(why) => Err(Error::invalid(why.clone())),
         }
     }
 }

@@ -109,10 +109,33 @@ impl TokenShardWriter {
     }
 }
 
-/// Every sample of a token shard of either format, in order.
+/// Most tokens of one sample's grid (a 2048×2048 grid).
+pub const MAX_GRID_TOKENS: usize = 1 << 22;
+
+/// Every sample of a token shard of either format, in order; each a non-empty grid of at most
+/// [`MAX_GRID_TOKENS`] tokens holding h·w of them.
 pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
-    match ShardFormat::of_path(path) {
-        ShardFormat::Parquet => parquet_out::read_shard(path),
-        ShardFormat::Wds => wds::read_tar(path),
+    let samples = match ShardFormat::of_path(path) {
+        ShardFormat::Parquet => parquet_out::read_shard(path)?,
+        ShardFormat::Wds => wds::read_tar(path)?,
+    };
+    for s in &samples {
+        let n =
+            s.h.checked_mul(s.w)
+                .filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
+        if n != Some(s.tokens.len()) {
+            return Err(Error::format(
+                path,
+                format!(
+                    "{} has a {}x{} token grid holding {} tokens (grids are non-empty, at most \
+                     {MAX_GRID_TOKENS} tokens)",
+                    s.key,
+                    s.h,
+                    s.w,
+                    s.tokens.len()
+                ),
+            ));
+        }
     }
+    Ok(samples)
 }

@@ -12,14 +12,15 @@
 //! every image held in memory as a small gray PNG, with its label from the label file beside it.
 
 use crate::parquet_source;
-pub use crate::sample::{Location, Sample, SampleRef, MAX_IMAGE_BYTES, MAX_META_BYTES};
+pub use crate::sample::{
+    key_problem, Location, Sample, SampleRef, MAX_IMAGE_BYTES, MAX_KEY_BYTES, MAX_META_BYTES,
+};
 use imgseq_core::data::folder::list_images;
 use imgseq_core::data::idx::{
     is_idx_images_name, read_idx_images, read_idx_labels, sibling_labels, FASHION_MNIST_CLASSES,
 };
 use imgseq_core::{Error, Result};
-use std::collections::HashMap;
-use std::fs::File;
+use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ pub struct SourceOptions {
 
 /// The index of all samples of `sources`, in order (sources in the order given; a folder
 /// sorted; a list in its order; a tar in member order; a Parquet file in row order). Keys are
-/// made unique by appending `_2`, `_3`, ... to repeats.
+/// made unique and checked by the key rule ([`unique_keys`]).
 pub fn index(sources: &[PathBuf]) -> Result<Vec<SampleRef>> {
     index_with(sources, &SourceOptions::default())
 }
@@ -78,15 +79,34 @@ pub fn index_with(sources: &[PathBuf], o: &SourceOptions) -> Result<Vec<SampleRe
             ));
         }
     }
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for s in &mut all {
-        let n = seen.entry(s.key.clone()).or_insert(0);
-        *n += 1;
-        if *n > 1 {
-            s.key = format!("{}_{n}", s.key);
-        }
-    }
+    imgseq_core::budget::check_memory(all.len() as u128 * 512)
+        .map_err(|e| Error::invalid(format!("an index of {} samples {e}", all.len())))?;
+    unique_keys(&mut all);
     Ok(all)
+}
+
+/// The key rule: a key that cannot name an output ([`key_problem`]) makes its sample a listed
+/// skip; a repeated key is renamed `KEY_2`, `KEY_3`, ..., the first number that no other key
+/// of the index has (so that `a, b, a, a_2` gives `a, b, a_3, a_2`): every key is unique.
+fn unique_keys(all: &mut [SampleRef]) {
+    let mut used: HashSet<String> = all.iter().map(|s| s.key.clone()).collect();
+    let mut first: HashSet<String> = HashSet::new();
+    for s in all.iter_mut() {
+        if let Some(why) = key_problem(&s.key) {
+            s.image = Location::Refused(why);
+            s.meta.clear();
+        }
+        if first.insert(s.key.clone()) {
+            continue;
+        }
+        let mut n = 2usize;
+        while used.contains(&format!("{}_{n}", s.key)) {
+            n += 1;
+        }
+        s.key = format!("{}_{n}", s.key);
+        used.insert(s.key.clone());
+        first.insert(s.key.clone());
+    }
 }
 
 fn has_ext(p: &Path, ext: &str) -> bool {
@@ -219,7 +239,7 @@ struct Group {
 }
 
 fn tar_samples(tar_path: &Path) -> Result<Vec<SampleRef>> {
-    let f = File::open(tar_path).map_err(|e| Error::io(tar_path, e))?;
+    let (f, _) = imgseq_core::fsutil::open_regular_file(tar_path)?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(tar_path, format!("not a readable tar: {e}"));
     let mut out: Vec<SampleRef> = Vec::new();

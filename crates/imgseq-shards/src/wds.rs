@@ -161,7 +161,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// SHA-256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let (mut f, _) = imgseq_core::fsutil::open_regular_file(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -177,7 +177,7 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Every sample of a WebDataset token shard, in order ([`crate::shard::read_shard`] reads
 /// either format).
 pub fn read_tar(path: &Path) -> Result<Vec<TokenSample>> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
     let mut out: Vec<TokenSample> = Vec::new();

@@ -296,6 +296,7 @@ fn sample(a: SampleArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n 0: nothing to sample");
     }
+    imgseq_gpt::grid::check_scale(a.scale)?;
     let o = a.draw.options();
     o.validate()?;
     let (cfg, layout, model) = a.m.load(&mut outs)?;
@@ -313,6 +314,17 @@ fn sample(a: SampleArgs) -> Result<()> {
         bail!("the model has no classes: nothing to condition on");
     }
     let vq = a.vq.load(&cfg, &layout, &mut outs)?;
+    // The grid and the memory of every image, checked before sampling.
+    let f = vq.config().downsample_factor();
+    let side = ((layout.h * f) as u32, (layout.w * f) as u32);
+    let label = classes
+        .iter()
+        .map(|&c| layout.class_names[c].chars().count())
+        .max();
+    imgseq_gpt::grid::check_grid(classes.len(), a.n, side, label.unwrap_or(0), a.scale)?;
+    let images = classes.len().saturating_mul(a.n);
+    let picture = u128::from(side.0) * u128::from(side.1) * 3;
+    imgseq_gpt::sample::check_memory(&cfg, images, o.batch, picture)?;
     let requests: Vec<Request> = classes
         .iter()
         .flat_map(|&c| {
@@ -338,7 +350,7 @@ fn sample(a: SampleArgs) -> Result<()> {
             )
         })
         .collect();
-    let grid = labelled_grid(&rows, a.scale);
+    let grid = labelled_grid(&rows, a.scale)?;
     outs.write(&a.out, |p| imgseq_core::image_io::save_image(p, &grid))?;
     let data: Vec<i64> = seqs.iter().flatten().map(|&t| t as i64).collect();
     outs.write(&tokens_out, |p| {
@@ -381,6 +393,7 @@ fn complete(a: CompleteArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n 0: nothing to complete");
     }
+    imgseq_gpt::grid::check_scale(a.scale)?;
     let o = a.draw.options();
     o.validate()?;
     let (cfg, layout, model) = a.m.load(&mut outs)?;
@@ -399,6 +412,11 @@ fn complete(a: CompleteArgs) -> Result<()> {
     let vq = a.vq.load(&cfg, &layout, &mut outs)?;
     let vcfg = vq.config();
     let size = (layout.h * vcfg.downsample_factor()) as u32;
+    let side = (size, (layout.w * vcfg.downsample_factor()) as u32);
+    let label = class.map_or(0, |c| layout.class_names[c].chars().count());
+    imgseq_gpt::grid::check_grid(1, a.n.saturating_add(2), side, label, a.scale)?;
+    let picture = u128::from(side.0) * u128::from(side.1) * 3;
+    imgseq_gpt::sample::check_memory(&cfg, a.n, o.batch, picture)?;
     let original = load_for_vq(&a.image, size, vcfg.ddconfig.in_channels)?;
     let (grid, recon) =
         imgseq_vqgan::inference::encode_decode(&vq, std::slice::from_ref(&original))?;
@@ -437,7 +455,7 @@ fn complete(a: CompleteArgs) -> Result<()> {
         Some(c) => layout.class_names[c].clone(),
         None => String::new(),
     };
-    let img = labelled_grid(&[(label, row)], a.scale);
+    let img = labelled_grid(&[(label, row)], a.scale)?;
     outs.write(&a.out, |p| imgseq_core::image_io::save_image(p, &img))?;
     outs.finish();
     eprintln!(
@@ -450,8 +468,21 @@ fn complete(a: CompleteArgs) -> Result<()> {
     Ok(())
 }
 
+/// The files of token inputs (a shard folder's own files included): what an output may never
+/// replace.
+fn token_input_files(tokens: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for t in tokens {
+        files.push(t.clone());
+        if let Ok(rd) = std::fs::read_dir(t) {
+            files.extend(rd.flatten().map(|e| e.path()));
+        }
+    }
+    files
+}
+
 fn eval(a: EvalArgs) -> Result<()> {
-    let mut outs = Outputs::default();
+    let mut outs = Outputs::new(token_input_files(&a.tokens));
     let (cfg, layout, model) = a.m.load(&mut outs)?;
     let o = a.draw.options();
     o.validate()?;
@@ -466,6 +497,7 @@ fn eval(a: EvalArgs) -> Result<()> {
     if a.draw.batch == 0 {
         bail!("--batch 0 must be positive");
     }
+    imgseq_gpt::sample::check_memory(&cfg, a.draw.batch, a.draw.batch, 0)?;
     let set = data::load(&a.tokens)?;
     let t0 = Instant::now();
     let bpt = gtrain::bits_per_token(&model, &layout, &set, a.draw.batch, true)?;
@@ -483,16 +515,16 @@ fn eval(a: EvalArgs) -> Result<()> {
         "labelled": labelled,
     });
     println!("{figures}");
-    match (&a.judge.judge, &vq) {
+    let figures = match (&a.judge.judge, &vq) {
         (Some(dir), Some(vq)) => {
-            crate::gpt_judge::judge(dir, &a.judge, &model, &layout, vq, &o, Some(bpt))?;
+            crate::gpt_judge::judge(dir, &a.judge, &model, &layout, vq, &o, Some(bpt))?
         }
-        _ => {
-            if let Some(p) = &a.judge.json {
-                imgseq_core::fsutil::write_json(p, &figures)?;
-            }
-        }
+        _ => figures,
+    };
+    if let Some(p) = &a.judge.json {
+        outs.write(p, |p| imgseq_core::fsutil::write_json(p, &figures))?;
     }
+    outs.finish();
     Ok(())
 }
 

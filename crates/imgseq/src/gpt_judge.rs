@@ -185,7 +185,7 @@ struct Figures {
 }
 
 /// Runs the whole measurement with the classifier `judge_dir` and prints a report; returns
-/// the figures as JSON.
+/// the figures as JSON (the caller writes `--json`, through its outputs).
 pub fn judge(
     judge_dir: &Path,
     args: &JudgeArgs,
@@ -258,9 +258,6 @@ pub fn judge(
             "seed": opts.seed,
         },
     });
-    if let Some(p) = &args.json {
-        imgseq_core::fsutil::write_json(p, &json)?;
-    }
     Ok(json)
 }
 

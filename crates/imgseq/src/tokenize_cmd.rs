@@ -4,6 +4,7 @@ use crate::vq_model_args::{load, save_picture, ModelArgs, Preprocess};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use image::{Rgb, RgbImage};
+use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_shards::job::{self, Options};
 use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
@@ -51,6 +52,12 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let cfg = model.config();
     let size = a.pre.size_for(cfg);
     cfg.check_input_size(size as usize)?;
+    if a.batch_size == 0 {
+        bail!("--batch-size 0 must be positive");
+    }
+    // The forward pass of a batch, estimated before any image is read.
+    let s = size as usize;
+    cfg.check_memory(a.batch_size, s, s, Some(s))?;
     let pad = a.pad
         || a.sources
             .iter()
@@ -136,25 +143,72 @@ pub struct DetokenizeArgs {
     /// Images per forward pass.
     #[arg(long, default_value_t = 4)]
     batch_size: usize,
+    /// Read shards whose size or SHA-256 differs from the manifest's.
+    #[arg(long)]
+    no_verify: bool,
     /// Output folder: KEY.png per sample.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
 }
 
+/// The PNG name of a sample's key (`a/b` → `a__b.png`), made unique among `taken` by `_2`,
+/// `_3`, ... (keys `a/b` and `a__b`, or a shard holding a key twice).
+fn png_name(key: &str, taken: &mut std::collections::HashSet<String>) -> String {
+    let base = key.replace('/', "__");
+    let mut name = format!("{base}.png");
+    let mut n = 2;
+    while !taken.insert(name.clone()) {
+        name = format!("{base}_{n}.png");
+        n += 1;
+    }
+    name
+}
+
+/// Decodes a shard folder into KEY.png files: every PNG through one [`Outputs`] (never over an
+/// input; all removed, with the folder if made, when the command fails), names unique.
 pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
-    job::read::read_manifest(&a.dir)?;
+    let m = job::read::read_manifest(&a.dir)?;
+    if a.batch_size == 0 {
+        bail!("--batch-size 0 must be positive");
+    }
     let (model, _) = load(&a.model)?;
-    let gray = model.config().ddconfig.out_ch == 1;
-    let size = model.config().ddconfig.resolution as u32;
+    let cfg = model.config();
+    let gray = cfg.ddconfig.out_ch == 1;
+    let size = cfg.ddconfig.resolution as u32;
+    // The manifest's grid decoded a batch at a time, estimated before anything is read.
+    let f = cfg.downsample_factor();
+    let [gh, gw] = m.tokenizer.grid;
+    cfg.check_memory(
+        a.batch_size,
+        gh.saturating_mul(f),
+        gw.saturating_mul(f),
+        None,
+    )
+    .with_context(|| format!("{}: a {gh}x{gw} token grid", a.dir.display()))?;
     let tok = VqTokenizer { model, size };
     let limit = a.limit.unwrap_or(usize::MAX);
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("{}: cannot create folder", a.output.display()))?;
-    let done = job::detokenize(&tok, &a.dir, limit, a.batch_size, |key, img| {
-        let out = a.output.join(format!("{}.png", key.replace('/', "__")));
-        save_picture(&out, img, gray)
-    })?;
-    println!("wrote {done} images to {}", a.output.display());
+    let mut inputs: Vec<PathBuf> = vec![a.dir.join(MANIFEST)];
+    inputs.extend(m.shard_paths(&a.dir));
+    let mut outs = Outputs::new(inputs);
+    outs.create_dir_all(&a.output)?;
+    let mut taken = std::collections::HashSet::new();
+    let decoded = job::detokenize(
+        &tok,
+        &a.dir,
+        limit,
+        a.batch_size,
+        !a.no_verify,
+        |key, img| {
+            let out = a.output.join(png_name(key, &mut taken));
+            outs.write(&out, |p| save_picture(p, img, gray))
+        },
+    )?;
+    let wrote = outs.written().len();
+    outs.finish();
+    println!(
+        "decoded {decoded} samples, wrote {wrote} images to {}",
+        a.output.display()
+    );
     Ok(())
 }
 
@@ -165,10 +219,28 @@ pub struct StatsArgs {
     /// Write the code-frequency plot (codes sorted by frequency, log scale) to this PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Read shards whose size or SHA-256 differs from the manifest's.
+    #[arg(long)]
+    no_verify: bool,
 }
 
 pub fn stats(a: &StatsArgs) -> Result<()> {
-    let (m, job::CodeStats { samples, counts }) = job::stats(&a.dir)?;
+    // The plot may not replace the folder's own files (checked before the minutes of reading).
+    let mut outs = Outputs::default();
+    if let Some(p) = &a.plot {
+        let m = job::read::read_manifest(&a.dir)?;
+        outs.add_input(a.dir.join(MANIFEST));
+        for s in m.shard_paths(&a.dir) {
+            outs.add_input(s);
+        }
+        if let Ok(rd) = std::fs::read_dir(&a.dir) {
+            for e in rd.flatten() {
+                outs.add_input(e.path());
+            }
+        }
+        outs.check(p)?;
+    }
+    let (m, job::CodeStats { samples, counts }) = job::stats(&a.dir, !a.no_verify)?;
     let n = counts.len();
     let (used, ppl) = imgseq_core::codes::usage_from_counts(&counts);
     let total: u64 = counts.iter().sum();
@@ -188,9 +260,10 @@ pub fn stats(a: &StatsArgs) -> Result<()> {
         100.0 * top as f64 / total.max(1) as f64
     );
     if let Some(p) = &a.plot {
-        image_io::save_png(p, &frequency_plot(&sorted))?;
+        outs.write(p, |p| image_io::save_png(p, &frequency_plot(&sorted)))?;
         println!("wrote {}", p.display());
     }
+    outs.finish();
     Ok(())
 }
 

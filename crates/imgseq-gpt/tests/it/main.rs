@@ -2,6 +2,7 @@
 //! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq-gpt --test it MODULE::`.
 
 mod common;
+mod fuzz_corpus_replay;
 mod generate;
 mod hf_parity;
 mod train;

@@ -7,7 +7,9 @@ use crate::manifest::{
     errors_name, job_manifest_name, record_name, Manifest, ShardRecord, MANIFEST,
 };
 use crate::{wds, Plan, ShardFormat};
-use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
+use imgseq_core::fsutil::{
+    read_json, read_regular_file, temp_target, write_bytes_atomic, write_json, MAX_JSON_BYTES,
+};
 use imgseq_core::{Error, Result};
 use std::path::Path;
 
@@ -30,14 +32,19 @@ pub fn finished_record(
         let len = std::fs::metadata(&path)
             .map_err(|e| Error::io(&path, e))?
             .len();
-        if r.index == s && r.first == range.start && r.end == range.end && r.bytes == len {
+        let same = r.index == s && r.name == format.shard_name(s);
+        if same && r.first == range.start && r.end == range.end && r.bytes == len {
             return Ok(Some(r));
         }
     }
     let samples = crate::shard::read_shard(&path)?.len();
     let errors_path = out.join(errors_name(s));
-    let errors = std::fs::read_to_string(&errors_path)
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+    let errors = read_regular_file(&errors_path, MAX_JSON_BYTES, "an errors list")
+        .map(|t| {
+            t.split(|&b| b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .count()
+        })
         .unwrap_or(0);
     let rec = ShardRecord {
         index: s,
@@ -103,7 +110,8 @@ pub fn write_errors_list(path: &Path, out: &Path, m: &Manifest) -> Result<()> {
     for s in &m.shards {
         if s.errors > 0 {
             let p = out.join(errors_name(s.index));
-            all.push_str(&std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?);
+            let text = read_regular_file(&p, MAX_JSON_BYTES, "an errors list")?;
+            all.push_str(&String::from_utf8_lossy(&text));
         }
     }
     write_bytes_atomic(path, all.as_bytes())

@@ -7,12 +7,12 @@ use imgseq_core::codes::first_out_of_range;
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{Error, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The manifest of a finished folder (after a job array, once merged).
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let p = dir.join(MANIFEST);
-    if !p.is_file() {
+    if std::fs::symlink_metadata(&p).is_err() {
         return Err(Error::format(
             dir,
             format!(
@@ -41,14 +41,37 @@ fn outside(shard: &Path, key: &str, v: i64, n: usize) -> Error {
     )
 }
 
+/// The shards of the manifest `m` of `dir`, in order, each checked against its record first
+/// when `verify` ([`crate::ShardRecord::verify`]).
+fn shards<'a>(
+    m: &'a Manifest,
+    dir: &'a Path,
+    verify: bool,
+) -> impl Iterator<Item = Result<PathBuf>> + 'a {
+    m.shards.iter().map(move |s| {
+        if verify {
+            s.verify(dir)?;
+        }
+        Ok(dir.join(&s.name))
+    })
+}
+
 /// The manifest of the folder `dir` and its code counts (every token must be in the
-/// tokenizer's codebook).
-pub fn stats(dir: &Path) -> Result<(Manifest, CodeStats)> {
+/// tokenizer's codebook); with `verify`, every shard's size and SHA-256 are checked against
+/// the manifest first.
+pub fn stats(dir: &Path, verify: bool) -> Result<(Manifest, CodeStats)> {
     let m = read_manifest(dir)?;
     let n = m.tokenizer.n_codes;
+    imgseq_core::budget::check_memory(n as u128 * 8).map_err(|e| {
+        Error::resource_limit(format!(
+            "{}: counting {n} codes {e}",
+            dir.join(MANIFEST).display()
+        ))
+    })?;
     let mut counts = vec![0u64; n];
     let mut samples = 0usize;
-    for p in m.shard_paths(dir) {
+    for p in shards(&m, dir, verify) {
+        let p = p?;
         for s in shard::read_shard(&p)? {
             samples += 1;
             if let Some((_, v)) = first_out_of_range(&s.tokens, n) {
@@ -63,15 +86,18 @@ pub fn stats(dir: &Path) -> Result<(Manifest, CodeStats)> {
 }
 
 /// Decodes at most `limit` samples of the folder `dir` with `tok`, `batch` at a time, handing
-/// each picture with its key to `sink`; the number decoded.
+/// each picture with its key to `sink`; the number decoded. Every sample must have the
+/// manifest's grid; with `verify`, every shard is checked against the manifest first.
 pub fn detokenize<T: Tokenizer>(
     tok: &T,
     dir: &Path,
     limit: usize,
     batch: usize,
+    verify: bool,
     mut sink: impl FnMut(&str, &RgbImage) -> Result<()>,
 ) -> Result<usize> {
     let m = read_manifest(dir)?;
+    let [gh, gw] = m.tokenizer.grid;
     let n_codes = tok.codebook_size().unwrap_or(0);
     if n_codes != m.tokenizer.n_codes {
         return Err(Error::format(
@@ -83,20 +109,24 @@ pub fn detokenize<T: Tokenizer>(
         ));
     }
     let mut done = 0usize;
-    for p in m.shard_paths(dir) {
+    for p in shards(&m, dir, verify) {
+        let p = p?;
         let samples = shard::read_shard(&p)?;
         for chunk in samples.chunks(batch.max(1)) {
             let chunk = &chunk[..chunk.len().min(limit - done)];
             if chunk.is_empty() {
                 return Ok(done);
             }
-            let (h, w) = (chunk[0].h, chunk[0].w);
+            let (h, w) = (gh, gw);
             let mut data = Vec::with_capacity(chunk.len() * h * w);
             for s in chunk {
                 if (s.h, s.w) != (h, w) {
                     return Err(Error::format(
                         &p,
-                        format!("{} has a {}x{} grid, expected {h}x{w}", s.key, s.h, s.w),
+                        format!(
+                            "{} has a {}x{} grid, the manifest's is {h}x{w}",
+                            s.key, s.h, s.w
+                        ),
                     ));
                 }
                 if let Some((_, v)) = first_out_of_range(&s.tokens, n_codes) {

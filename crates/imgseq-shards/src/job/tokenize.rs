@@ -15,7 +15,7 @@ use crate::manifest::{
 use crate::source::{self, SampleRef, SourceOptions};
 use crate::{Plan, ShardFormat, TokenShardWriter};
 use image::RgbImage;
-use imgseq_core::fsutil::{read_json, write_bytes_atomic, write_json};
+use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
 use imgseq_core::input::InputSpec;
 use imgseq_core::tokenizer::Tokenizer;
@@ -140,14 +140,38 @@ fn prepare(
     Ok((crop, Value::Object(rec)))
 }
 
+/// What [`start_run`] made: the index, its plan, the inputs as recorded, and whether this
+/// run started the folder (created it, wrote its `run.json`).
+struct Started {
+    index: Vec<SampleRef>,
+    plan: Plan,
+    inputs: Vec<String>,
+    created_dir: bool,
+    new_run: bool,
+}
+
+/// The first entry of `out` that is not a temporary ([`temp_target`]): a folder without
+/// `run.json` that holds one is not a tokenize run's.
+fn first_entry(out: &Path) -> Result<Option<String>> {
+    for e in std::fs::read_dir(out).map_err(|e| Error::io(out, e))? {
+        let name = e.map_err(|e| Error::io(out, e))?.file_name();
+        let name = name.to_string_lossy();
+        if temp_target(&name).is_none() {
+            return Ok(Some(name.into_owned()));
+        }
+    }
+    Ok(None)
+}
+
 /// The sample index of `sources` and its plan, with the folder's `run.json` written or
-/// checked against this run's settings.
+/// checked against this run's settings. A folder without `run.json` must be empty: shards of
+/// unknown settings are never reused.
 fn start_run(
     info: &TokenizerInfo,
     sources: &[PathBuf],
     out: &Path,
     o: &Options,
-) -> Result<(Vec<SampleRef>, Plan, Vec<String>)> {
+) -> Result<Started> {
     if o.batch == 0 {
         return Err(Error::setting("batch_size", 0, "must be positive"));
     }
@@ -157,10 +181,12 @@ fn start_run(
     }
     let plan = Plan::new(index.len(), o.shard_size, o.num_jobs, o.job_index)?;
     let inputs: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
+    let created_dir = std::fs::symlink_metadata(out).is_err();
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let settings = run_settings(info, &inputs, index.len(), o);
     let run_file = out.join("run.json");
-    if run_file.exists() {
+    let new_run = std::fs::symlink_metadata(&run_file).is_err();
+    if !new_run {
         let had: Value = read_json(&run_file, "run.json")?;
         if had != settings {
             return Err(Error::format(
@@ -170,9 +196,49 @@ fn start_run(
             ));
         }
     } else {
+        if let Some(name) = first_entry(out)? {
+            return Err(Error::format(
+                out,
+                format!(
+                    "holds {name} but no run.json: not the folder of a tokenize run; tokenize \
+                     into a new or empty folder"
+                ),
+            ));
+        }
         write_json(&run_file, &settings)?;
     }
-    Ok((index, plan, inputs))
+    Ok(Started {
+        index,
+        plan,
+        inputs,
+        created_dir,
+        new_run,
+    })
+}
+
+/// A run that started the folder failed before finishing a shard: what it wrote goes
+/// (`run.json`, errors lists, the folder if it made it), so that nothing is left behind.
+fn undo_start(out: &Path, created_dir: bool) {
+    let Ok(rd) = std::fs::read_dir(out) else {
+        return;
+    };
+    let names: Vec<String> = rd
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    let finished = names
+        .iter()
+        .any(|n| n.starts_with("shard-") && (n.ends_with(".tar") || n.ends_with(".parquet")));
+    if finished {
+        return;
+    }
+    for n in &names {
+        if n == "run.json" || (n.starts_with("shard-") && n.ends_with(".errors.jsonl")) {
+            let _ = std::fs::remove_file(out.join(n));
+        }
+    }
+    if created_dir {
+        let _ = std::fs::remove_dir(out);
+    }
 }
 
 /// Tokenizes `sources` into `out` with `tok` (described by `info`).
@@ -189,7 +255,30 @@ pub fn tokenize<T: Tokenizer>(
             tok.label()
         )));
     };
-    let (index, plan, inputs) = start_run(info, sources, out, o)?;
+    let started = start_run(info, sources, out, o)?;
+    let (fresh, created_dir) = (started.new_run, started.created_dir);
+    let r = run_job(tok, info, started, out, o, n_codes);
+    if r.is_err() && fresh {
+        undo_start(out, created_dir);
+    }
+    r
+}
+
+/// [`tokenize`] once the folder is started.
+fn run_job<T: Tokenizer>(
+    tok: &T,
+    info: &TokenizerInfo,
+    started: Started,
+    out: &Path,
+    o: &Options,
+    n_codes: usize,
+) -> Result<Report> {
+    let Started {
+        index,
+        plan,
+        inputs,
+        ..
+    } = started;
     remove_stale_temporaries(out, &plan, o.num_jobs, o.job_index)?;
     // Shards finished by an earlier run are kept as they are.
     let mut records: Vec<ShardRecord> = Vec::new();

@@ -322,3 +322,81 @@ fn gpt_bad_inputs_are_one_line_errors() {
     ]);
     assert!(e.contains("/nonexistent/tok"), "{e}");
 }
+
+#[test]
+fn gpt_absurd_scales_counts_widths_and_outputs_over_inputs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let tokens = d.path().join("tok");
+    write_shards(&tokens, 8, 32);
+    let run = d.path().join("run");
+    let (ts, sr) = (s(&tokens), s(&run));
+    ok(&train_args(&ts, &sr, "2", &[]));
+    let g = s(&d.path().join("g.png"));
+    let vq = vq();
+    let sample = |extra: &[&str]| {
+        let mut a = vec!["gpt", "sample", "--weights", &sr, "--vq", &vq, "-o", &g];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    for (extra, want) in [
+        (vec!["--scale", "0"], "--scale 0 must be between 1 and 64"),
+        (
+            vec!["--scale", "4294967295"],
+            "--scale 4294967295 must be between 1 and 64",
+        ),
+        (
+            vec!["--scale", "64", "-n", "1000"],
+            "more than 65535 a side",
+        ),
+        (vec!["-n", "100000000"], "3 row(s) of 100000000 picture(s)"),
+    ] {
+        let a = sample(&extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let e = fails(&a);
+        assert!(e.contains(want), "{extra:?}: {e}");
+        assert!(!Path::new(&g).exists());
+    }
+    let e = fails(&[
+        "gpt",
+        "eval",
+        "--weights",
+        &sr,
+        "--tokens",
+        &ts,
+        "--batch",
+        "100000000",
+    ]);
+    assert!(
+        e.contains("--batch 100000000") && e.contains("memory"),
+        "{e}"
+    );
+    // `gpt eval --json` never replaces a token input (here: the shard it reads).
+    let shard = tokens.join(shard_name(0));
+    let before = std::fs::read(&shard).unwrap();
+    let e = fails(&[
+        "gpt",
+        "eval",
+        "--weights",
+        &sr,
+        "--tokens",
+        &ts,
+        "--json",
+        &s(&shard),
+    ]);
+    assert!(
+        e.contains("is also an input") || e.contains("same file as the input"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&shard).unwrap(), before);
+    // A model too wide for memory is refused before anything is allocated.
+    let wide = s(&d.path().join("wide"));
+    let mut a = train_args(&ts, &wide, "2", &[]);
+    let at = a.iter().position(|&x| x == "16").unwrap();
+    a[at] = "65536";
+    let e = fails(&a);
+    assert!(
+        e.contains("parameters") && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+        "{e}"
+    );
+    assert!(!Path::new(&wide).exists());
+}

@@ -4,6 +4,7 @@
 mod common;
 mod gpt_cli;
 mod hardening_cli;
+mod hostile_dataset_cli;
 mod hostile_parsers;
 mod tokenize;
 mod tokenize_parquet;
