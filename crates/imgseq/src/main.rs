@@ -4,11 +4,13 @@
 //! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
 //! `imgseq weights ...` inspect and convert weight files
 //! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
+//! `imgseq serve`       the models over HTTP, with a web viewer
 
 mod gpt_cmd;
 mod gpt_judge;
 mod paths;
 mod precision_arg;
+mod serve_cmd;
 mod tokenize_cmd;
 mod vit_cmd;
 mod vit_data_arg;
@@ -50,6 +52,8 @@ enum Cmd {
     /// A GPT over VQ token sequences (class token first): train, sample, complete, eval.
     #[command(subcommand)]
     Gpt(gpt_cmd::GptCmd),
+    /// Serve the models over HTTP (JSON API under /v1/, web viewer at /).
+    Serve(Box<serve_cmd::ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
         Cmd::Weights(c) => weights_cmd::run(c),
         Cmd::Gpt(c) => gpt_cmd::run(c),
+        Cmd::Serve(a) => serve_cmd::run(*a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
