@@ -67,9 +67,13 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Most images one GPT sample request asks for.
     pub max_samples: usize,
-    /// Adds `POST /v1/_panic` (a request whose work panics): for tests of panic isolation.
+    /// Input side of VQ models (default: 384 for colour models, the training resolution for
+    /// gray ones, as `imgseq vq encode`).
+    pub vq_size: Option<u32>,
+    /// Adds `POST /v1/_test?action=panic|sleep&ms=N` (work that panics or holds the worker):
+    /// for tests of panic isolation, full queues and deadlines.
     #[doc(hidden)]
-    pub panic_route: bool,
+    pub test_routes: bool,
 }
 
 impl Default for ServeConfig {
@@ -88,7 +92,8 @@ impl Default for ServeConfig {
             max_pixels: 40_000_000,
             max_connections: 64,
             max_samples: 16,
-            panic_route: false,
+            vq_size: None,
+            test_routes: false,
         }
     }
 }

@@ -2,13 +2,13 @@
 //! JSON, PNG or `.npy`.
 
 use crate::http::{
-    f32_le, i64_le, npy_response, png_base64, png_bytes, read_body, wants_npy, ApiError, NPY,
+    f32_le, i64_le, npy_response, png_base64, png_bytes, read_body, wants_npy, ApiError, NPY, Q,
 };
 use crate::models::Kind;
 use crate::server::{AppState, Served};
 use crate::work::{Output, Task};
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -137,7 +137,7 @@ fn rows(g: &TokenGrid) -> Vec<&[i64]> {
 /// `POST /v1/tokenize`: image → tokens.
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ImageQuery>,
+    Q(q): Q<ImageQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -161,7 +161,7 @@ pub async fn tokenize(
 /// `POST /v1/roundtrip`: image → tokens → image, with PSNR and SSIM.
 pub async fn roundtrip(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ImageQuery>,
+    Q(q): Q<ImageQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -251,7 +251,7 @@ fn token_grid(headers: &HeaderMap, bytes: &[u8], n_codes: usize) -> Result<Token
 /// `POST /v1/detokenize`: tokens → PNG.
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ModelQuery>,
+    Q(q): Q<ModelQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -283,7 +283,7 @@ pub async fn detokenize(
 /// `POST /v1/embed`: image → the ViT's CLS + patch tokens.
 pub async fn embed(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ImageQuery>,
+    Q(q): Q<ImageQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -308,7 +308,7 @@ pub async fn embed(
 /// `POST /v1/classify`: image → the k most probable classes.
 pub async fn classify(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<ImageQuery>,
+    Q(q): Q<ImageQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -432,9 +432,29 @@ pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     .into_response())
 }
 
-/// `POST /v1/_panic` (tests only): a request whose work panics in the worker.
-pub async fn panic_task(State(state): State<Arc<AppState>>, Query(q): Query<ModelQuery>) -> Answer {
+/// Query of the test route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestQuery {
+    pub model: Option<String>,
+    pub action: String,
+    #[serde(default)]
+    pub ms: u64,
+}
+
+/// `POST /v1/_test?action=panic|sleep&ms=N` (tests only): work that panics in the worker or
+/// holds it for `ms` (at most 10 s).
+pub async fn test_task(State(state): State<Arc<AppState>>, Q(q): Q<TestQuery>) -> Answer {
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
-    run(&state, &served, Task::Panic).await?;
-    Err(unexpected())
+    let task = match q.action.as_str() {
+        "panic" => Task::Panic,
+        "sleep" => Task::Hold(std::time::Duration::from_millis(q.ms.min(10_000))),
+        a => {
+            return Err(ApiError::bad(format!(
+                "action {a:?}: expected panic or sleep"
+            )))
+        }
+    };
+    run(&state, &served, task).await?;
+    Ok(Json(json!({"done": q.action})).into_response())
 }

@@ -17,6 +17,22 @@ use std::time::Duration;
 /// The `.npy` media type (`Accept` for `.npy` answers, `Content-Type` for `.npy` tokens).
 pub const NPY: &str = "application/x-npy";
 
+/// Query parameters as `T` (unknown or malformed ones: a 400 JSON error).
+pub struct Q<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|axum::extract::Query(t)| Q(t))
+            .map_err(|e| ApiError::bad(format!("query: {}", e.body_text())))
+    }
+}
+
 /// An answer other than success: a status and a one-line message, sent as
 /// `{"error": "..."}` (plus `Retry-After` where trying again later helps).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -146,8 +146,8 @@ pub fn load_vq(path: &Path) -> Result<VqModel> {
     Ok(model)
 }
 
-/// Loads the model of `spec`.
-pub fn load(spec: &ModelSpec) -> Result<(Engine, ModelInfo)> {
+/// Loads the model of `spec` (a VQ at input side `vq_size`, default [`vq_size`]).
+pub fn load(spec: &ModelSpec, vq_side: Option<u32>) -> Result<(Engine, ModelInfo)> {
     let kind = kind_of(&spec.path)?;
     let mut info = ModelInfo {
         name: spec.name.clone(),
@@ -163,7 +163,7 @@ pub fn load(spec: &ModelSpec) -> Result<(Engine, ModelInfo)> {
     let engine = match kind {
         Kind::Vq => {
             let model = load_vq(&spec.path)?;
-            let size = vq_size(model.config());
+            let size = vq_side.unwrap_or_else(|| vq_size(model.config()));
             let f = model.config().downsample_factor();
             let tok = VqTokenizer::new(model, size)?;
             describe_input(&mut info, &tok.input(), tok.label());

@@ -56,7 +56,7 @@ impl AppState {
         let mut served = Vec::new();
         let mut handles = Vec::new();
         for spec in models::resolve_specs(&cfg.models)? {
-            let (engine, info) = models::load(&spec).map_err(|e| {
+            let (engine, info) = models::load(&spec, cfg.vq_size).map_err(|e| {
                 Error::invalid(format!(
                     "model {} ({}): {e}",
                     spec.name,
@@ -140,7 +140,7 @@ pub const ROUTES: [&str; 14] = [
     "/v1/embed",
     "/v1/classify",
     "/v1/sample",
-    "/v1/_panic",
+    "/v1/_test",
 ];
 
 /// The router of a loaded state.
@@ -155,8 +155,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/classify", post(handlers::classify))
         .route("/v1/sample", post(handlers::sample))
         .route("/metrics", get(metrics));
-    if state.cfg.panic_route {
-        v1 = v1.route("/v1/_panic", post(handlers::panic_task));
+    if state.cfg.test_routes {
+        v1 = v1.route("/v1/_test", post(handlers::test_task));
     }
     let v1 = v1.layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
@@ -164,6 +164,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(crate::viewer::routes())
         .merge(v1)
         .fallback(not_found)
+        .method_not_allowed_fallback(not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
@@ -172,6 +173,13 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "no such endpoint (see /v1/openapi.json)",
+    )
+}
+
+async fn not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed here (see /v1/openapi.json)",
     )
 }
 

@@ -32,6 +32,8 @@ pub enum Task {
     },
     /// Panics inside the worker (tests of panic isolation only).
     Panic,
+    /// Holds the worker this long (tests of full queues and deadlines only).
+    Hold(std::time::Duration),
 }
 
 impl Task {
@@ -43,7 +45,7 @@ impl Task {
             Task::Decode(g) => Some((2, g.h, g.w)),
             Task::Embed(_) => Some((3, 0, 0)),
             Task::Classify(..) => Some((4, 0, 0)),
-            Task::Sample { .. } | Task::Panic => None,
+            Task::Sample { .. } | Task::Panic | Task::Hold(_) => None,
         }
     }
 }
@@ -111,6 +113,16 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
             Ok(vec![Output::Samples { tokens, images }])
         }
         (_, Task::Panic) => panic!("a request asked the worker to panic"),
+        (_, Task::Hold(d)) => {
+            std::thread::sleep(*d);
+            Ok(vec![Output::Tokens(TokenGrid {
+                n: 1,
+                h: 0,
+                w: 0,
+                batched: false,
+                data: vec![],
+            })])
+        }
         _ => Err(Error::invalid("this model does not do that")),
     }
 }

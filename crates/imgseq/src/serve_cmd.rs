@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Open connections (one more is answered 429).
     #[arg(long, default_value_t = 64)]
     max_connections: usize,
+    /// Input side of VQ models in pixels (default: 384 for colour models, the training
+    /// resolution for gray ones, as `imgseq vq encode`).
+    #[arg(long)]
+    vq_size: Option<u32>,
 }
 
 fn seconds(flag: &str, s: f64) -> Result<Duration> {
@@ -82,6 +86,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_body_bytes: a.max_body_mib << 20,
         max_pixels: (a.max_megapixels * 1e6) as u64,
         max_connections: a.max_connections,
+        vq_size: a.vq_size,
         ..ServeConfig::default()
     };
     let auth = if cfg.token.is_some() {
