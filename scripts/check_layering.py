@@ -38,7 +38,8 @@ LAYERS = {
     "imgseq-vit": 2,
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
-    "imgseq": 3,
+    "imgseq-serve": 3,
+    "imgseq": 4,
     "imgseq-py": 3,
 }
 MAX_FILE_LINES = 700

@@ -5,7 +5,7 @@ use crate::http::{
     f32_le, i64_le, npy_response, png_base64, png_bytes, read_body, wants_npy, ApiError, NPY, Q,
 };
 use crate::models::Kind;
-use crate::server::{AppState, Served};
+use crate::state::{AppState, Served};
 use crate::work::{Output, Task};
 use axum::body::{Body, Bytes};
 use axum::extract::State;

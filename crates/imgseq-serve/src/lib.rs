@@ -5,6 +5,7 @@
 //! * [`queue`]: the bounded queue per model and its batching worker thread;
 //!   [`work`]: the model work of each request kind, batched.
 //! * [`handlers`]: the `/v1/` endpoints; [`http`]: errors, body limits, `.npy`/PNG bodies.
+//! * [`state`]: the served models and settings every handler sees.
 //! * [`server`]: router, auth, metrics layer, accept loop (connection limit, drain);
 //!   [`metrics`]: the Prometheus text; [`openapi`]: the API description; [`viewer`]: the
 //!   embedded web viewer.
@@ -17,6 +18,7 @@ pub mod models;
 pub mod openapi;
 pub mod queue;
 pub mod server;
+pub mod state;
 pub mod viewer;
 pub mod work;
 
@@ -29,7 +31,7 @@ use std::sync::Arc;
 /// answers the requests in flight and returns. `ready` is called with the bound address
 /// (a port of 0 picks a free one).
 pub fn run(cfg: ServeConfig, ready: impl FnOnce(std::net::SocketAddr)) -> Result<()> {
-    let (state, workers) = server::AppState::load(cfg)?;
+    let (state, workers) = state::AppState::load(cfg)?;
     let state = Arc::new(state);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

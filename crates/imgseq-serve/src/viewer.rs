@@ -1,7 +1,7 @@
 //! The web viewer at `/`: static HTML, JS and CSS compiled into the binary (no CDN, works
 //! offline), talking to the `/v1/` API.
 
-use crate::server::AppState;
+use crate::state::AppState;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
