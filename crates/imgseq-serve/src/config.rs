@@ -169,17 +169,23 @@ mod tests {
     #[test]
     fn zero_bounds_and_duplicate_names_are_refused() {
         assert!(ServeConfig::default().validate().is_ok());
-        let mut c = ServeConfig::default();
-        c.queue_capacity = 0;
+        let c = ServeConfig {
+            queue_capacity: 0,
+            ..ServeConfig::default()
+        };
         assert!(c.validate().is_err());
-        let mut c = ServeConfig::default();
-        c.deadline = Duration::ZERO;
+        let c = ServeConfig {
+            deadline: Duration::ZERO,
+            ..ServeConfig::default()
+        };
         assert!(c.validate().is_err());
-        let mut c = ServeConfig::default();
-        c.models = vec![
-            ModelSpec::parse("a=x").unwrap(),
-            ModelSpec::parse("a=y").unwrap(),
-        ];
+        let c = ServeConfig {
+            models: vec![
+                ModelSpec::parse("a=x").unwrap(),
+                ModelSpec::parse("a=y").unwrap(),
+            ],
+            ..ServeConfig::default()
+        };
         assert!(c.validate().is_err());
     }
 }

@@ -20,8 +20,15 @@ fn tokenize_equals_the_cli_encode_path_in_json_and_npy() {
     let img = dir.path().join("a.png");
     std::fs::write(&img, png(50, 40)).unwrap();
     let model = imgseq_serve::models::load_vq(&tiny_vq()).unwrap();
-    let want =
-        imgseq_vqgan::inference::encode_files(&model, &[img.clone()], 32, false, 1, false).unwrap();
+    let want = imgseq_vqgan::inference::encode_files(
+        &model,
+        std::slice::from_ref(&img),
+        32,
+        false,
+        1,
+        false,
+    )
+    .unwrap();
     let s = Server::start(config());
     let r = s.post("/v1/tokenize?model=vq", &[], &png(50, 40));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -125,7 +132,7 @@ fn vit_embed_and_classify_equal_the_cli_paths() {
     std::fs::write(&img, png(30, 20)).unwrap();
     let m = imgseq_vit::inference::Classifier::load(&tiny_vit()).unwrap();
     let x = m
-        .load_images(&[img.clone()], m.cfg.image_size, false)
+        .load_images(std::slice::from_ref(&img), m.cfg.image_size, false)
         .unwrap();
     let top = m.top_k(&x, 3).unwrap().remove(0);
     let emb = m
