@@ -51,7 +51,7 @@ pub struct ServeArgs {
 
 fn seconds(flag: &str, s: f64) -> Result<Duration> {
     if !(s > 0.0 && s <= 86_400.0) {
-        bail!("--{flag} {s} must be between 0 and 86400 seconds");
+        bail!("--{flag} {s} must be more than 0 and at most 86400 seconds");
     }
     Ok(Duration::from_secs_f64(s))
 }
