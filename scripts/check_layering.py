@@ -39,7 +39,8 @@ LAYERS = {
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
     "imgseq-lfq": 2,
-    "imgseq": 3,
+    "imgseq-serve": 3,
+    "imgseq": 4,
     "imgseq-py": 3,
 }
 MAX_FILE_LINES = 700

@@ -140,16 +140,7 @@ pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
 /// checks as a file: format from the content, size and allocation limits, truncated JPEG
 /// refused. `name` is what messages call it.
 pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
-    let r = ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| Error::io(name, e))?;
-    let Some(format) = r.format() else {
-        return Err(Error::format(
-            name,
-            "not an image (expected png, jpeg, webp or bmp)",
-        ));
-    };
-    let (w, h) = r.into_dimensions().map_err(|e| decode_error(name, e))?;
+    let (format, (w, h)) = header_of_bytes(name, bytes)?;
     if w > MAX_SIDE || h > MAX_SIDE {
         return Err(Error::format(
             name,
@@ -175,6 +166,22 @@ pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
         DynamicImage::ImageRgb8(i) => i,
         other => other.to_rgb8(),
     })
+}
+
+/// The format and `(width, height)` of an image held in memory, from its header alone (no
+/// pixel is decoded): what a service checks against its pixel limit before decoding.
+pub fn header_of_bytes(name: &Path, bytes: &[u8]) -> Result<(image::ImageFormat, (u32, u32))> {
+    let r = ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| Error::io(name, e))?;
+    let Some(format) = r.format() else {
+        return Err(Error::format(
+            name,
+            "not an image (expected png, jpeg, webp or bmp)",
+        ));
+    };
+    let dims = r.into_dimensions().map_err(|e| decode_error(name, e))?;
+    Ok((format, dims))
 }
 
 /// The bytes of an image file of at most [`MAX_ALLOC`] bytes.

@@ -15,6 +15,7 @@ pub mod optim;
 pub mod progress;
 pub mod resample;
 pub mod run;
+pub mod shipped;
 pub mod tokenizer;
 pub mod tokens;
 pub mod weights;

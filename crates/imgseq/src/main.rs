@@ -5,12 +5,14 @@
 //! `imgseq vae ...`     continuous latents (AutoencoderKL): encode, decode, roundtrip
 //! `imgseq weights ...` inspect and convert weight files
 //! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
+//! `imgseq serve`       the models over HTTP, with a web viewer
 
 mod gpt_cmd;
 mod gpt_judge;
 mod lfq_cmd;
 mod paths;
 mod precision_arg;
+mod serve_cmd;
 mod tokenize_cmd;
 mod vae_cmd;
 mod vit_cmd;
@@ -56,6 +58,8 @@ enum Cmd {
     /// A GPT over VQ token sequences (class token first): train, sample, complete, eval.
     #[command(subcommand)]
     Gpt(gpt_cmd::GptCmd),
+    /// Serve the models over HTTP (JSON API under /v1/, web viewer at /).
+    Serve(Box<serve_cmd::ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Vae(c) => vae_cmd::run(c),
         Cmd::Weights(c) => weights_cmd::run(c),
         Cmd::Gpt(c) => gpt_cmd::run(c),
+        Cmd::Serve(a) => serve_cmd::run(*a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,217 @@
+//! Loading the served models: `NAME=PATH` → a VQ tokenizer, a ViT or a token GPT (with the VQ
+//! that decodes its tokens), told apart by the `config.json` beside the weights; the shipped
+//! defaults; what a client may know of each ([`ModelInfo`]).
+
+use crate::config::ModelSpec;
+use candle_core::Device;
+use imgseq_core::input::InputSpec;
+use imgseq_core::shipped::default_model;
+use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::{Error, Result};
+use imgseq_gpt::config::SeqLayout;
+use imgseq_gpt::model::Gpt2LMHeadModel;
+use imgseq_kernels::PrecisionRequest;
+use imgseq_vit::inference::Classifier;
+use imgseq_vqgan::{VqConfig, VqModel, VqTokenizer};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The shipped models served when no `--model` is given: (name, folder under `weights/`).
+pub const DEFAULT_MODELS: [(&str, &str); 3] = [
+    ("vqgan", "vqgan"),
+    ("vit", "vit-fashion-mnist"),
+    ("gpt", "gpt-fashion-mnist"),
+];
+/// The VQ the shipped GPT's tokens come from, when its config names none that exists.
+pub const DEFAULT_GPT_VQ: &str = "vq-fashion-mnist";
+/// Side of a colour VQ model's input (a gray one reads its training resolution): the rule of
+/// `imgseq vq encode`'s `--size` default, so that the service's tokens equal the CLI's.
+pub const VQ_DEFAULT_SIZE: u32 = 384;
+
+/// What kind of model a folder holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Vq,
+    Vit,
+    Gpt,
+}
+
+/// A loaded model, owned by its batching worker.
+pub enum Engine {
+    Vq(VqTokenizer),
+    Vit(Classifier),
+    Gpt {
+        model: Gpt2LMHeadModel,
+        layout: SeqLayout,
+        vq: VqModel,
+    },
+}
+
+/// What clients may know of a model (`GET /v1/models`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub kind: Kind,
+    pub path: String,
+    /// The family (`taming VQGAN`, `ViT`, `GPT`).
+    pub label: String,
+    /// Input side in pixels (VQ, ViT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_size: Option<u32>,
+    /// Codebook entries (VQ, GPT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codebook_size: Option<usize>,
+    /// Token grid (rows, columns) of one image (VQ, GPT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<[usize; 2]>,
+    /// Class names (ViT labels, GPT classes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+    /// Input channels (1: gray, 3: RGB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channels: Option<usize>,
+}
+
+/// The specs to load: `given`, or the shipped defaults that exist when none is given (an error
+/// when none does).
+pub fn resolve_specs(given: &[ModelSpec]) -> Result<Vec<ModelSpec>> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let found: Vec<ModelSpec> = DEFAULT_MODELS
+        .iter()
+        .filter_map(|&(name, dir)| {
+            default_model(dir).ok().map(|path| ModelSpec {
+                name: name.into(),
+                path,
+            })
+        })
+        .collect();
+    if found.is_empty() {
+        return Err(Error::invalid(
+            "no --model given and no shipped model was found (set IMGSEQ_WEIGHTS_DIR to the \
+             folder holding vqgan/, vit-fashion-mnist/ and gpt-fashion-mnist/)",
+        ));
+    }
+    Ok(found)
+}
+
+/// The kind of model at `path` from its `config.json` (in the folder, or beside the file):
+/// `model_type` `vit` or `gpt2`; anything else is a VQ (whose loader checks it).
+pub fn kind_of(path: &Path) -> Result<Kind> {
+    let cfg = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.with_file_name("config.json")
+    };
+    if !path.exists() {
+        return Err(Error::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+        ));
+    }
+    let Ok(meta) = std::fs::metadata(&cfg) else {
+        return Ok(Kind::Vq);
+    };
+    if meta.len() > 1 << 20 {
+        return Err(Error::format(&cfg, "a config.json over 1 MiB"));
+    }
+    let text = std::fs::read_to_string(&cfg).map_err(|e| Error::io(&cfg, e))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::format(&cfg, e.to_string()))?;
+    Ok(match v.get("model_type").and_then(|t| t.as_str()) {
+        Some("vit") => Kind::Vit,
+        Some("gpt2") => Kind::Gpt,
+        _ => Kind::Vq,
+    })
+}
+
+/// The VQ input side for `cfg`: [`VQ_DEFAULT_SIZE`] for colour models, the training
+/// resolution for gray ones.
+pub fn vq_size(cfg: &VqConfig) -> u32 {
+    if cfg.ddconfig.in_channels == 1 {
+        cfg.ddconfig.resolution as u32
+    } else {
+        VQ_DEFAULT_SIZE
+    }
+}
+
+/// Loads a VQ model as `imgseq vq` does (config beside the weights, precision `auto`).
+pub fn load_vq(path: &Path) -> Result<VqModel> {
+    let file = imgseq_vqgan::load::resolve_weights(path)?;
+    let config = imgseq_vqgan::load::default_config_path(&file).ok();
+    let mut model = imgseq_vqgan::load_model(&file, config.as_deref(), &Device::Cpu)?;
+    model.choose_precision(PrecisionRequest::Auto)?;
+    Ok(model)
+}
+
+/// Loads the model of `spec` (a VQ at input side `vq_size`, default [`vq_size`]).
+pub fn load(spec: &ModelSpec, vq_side: Option<u32>) -> Result<(Engine, ModelInfo)> {
+    let kind = kind_of(&spec.path)?;
+    let mut info = ModelInfo {
+        name: spec.name.clone(),
+        kind,
+        path: spec.path.display().to_string(),
+        label: String::new(),
+        input_size: None,
+        codebook_size: None,
+        grid: None,
+        classes: Vec::new(),
+        channels: None,
+    };
+    let engine = match kind {
+        Kind::Vq => {
+            let model = load_vq(&spec.path)?;
+            let size = vq_side.unwrap_or_else(|| vq_size(model.config()));
+            let f = model.config().downsample_factor();
+            let tok = VqTokenizer::new(model, size)?;
+            describe_input(&mut info, &tok.input(), tok.label());
+            info.codebook_size = tok.codebook_size();
+            let g = size as usize / f;
+            info.grid = Some([g, g]);
+            Engine::Vq(tok)
+        }
+        Kind::Vit => {
+            let mut m = Classifier::load(&spec.path)?;
+            m.choose_precision(PrecisionRequest::Auto)?;
+            describe_input(&mut info, &m.input(), m.label());
+            info.classes = (0..m.cfg.num_labels()).map(|i| m.cfg.label(i)).collect();
+            Engine::Vit(m)
+        }
+        Kind::Gpt => {
+            let (cfg, model) = imgseq_gpt::checkpoint::load(&spec.path, &Device::Cpu)?;
+            let layout = cfg.layout()?;
+            let vq = load_vq(&gpt_vq_path(cfg.imgseq_vq.as_deref())?)?;
+            if vq.config().n_embed != layout.n_codes {
+                return Err(Error::invalid(format!(
+                    "{}: the GPT's VQ has {} codes but the GPT was trained on {}",
+                    spec.path.display(),
+                    vq.config().n_embed,
+                    layout.n_codes
+                )));
+            }
+            info.label = "GPT".into();
+            info.codebook_size = Some(layout.n_codes);
+            info.grid = Some([layout.h, layout.w]);
+            info.classes = layout.class_names.clone();
+            Engine::Gpt { model, layout, vq }
+        }
+    };
+    Ok((engine, info))
+}
+
+fn describe_input(info: &mut ModelInfo, spec: &InputSpec, label: String) {
+    info.label = label;
+    info.input_size = Some(spec.size);
+    info.channels = Some(spec.channels);
+}
+
+/// The VQ that decodes a GPT's tokens: the one its config records when that file exists,
+/// else the shipped `vq-fashion-mnist` (as `imgseq gpt sample` finds it).
+fn gpt_vq_path(recorded: Option<&str>) -> Result<PathBuf> {
+    match recorded {
+        Some(rec) if Path::new(rec).exists() => Ok(PathBuf::from(rec)),
+        _ => default_model(DEFAULT_GPT_VQ),
+    }
+}

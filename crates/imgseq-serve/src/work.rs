@@ -1,0 +1,263 @@
+//! The model work of each request kind, run by a model's batching worker: requests of one
+//! kind that arrive together are run as one batch (one forward pass), through the libraries'
+//! own paths (the [`Tokenizer`] trait, [`imgseq_vqgan::eval`]'s scoring, the ViT's top-k,
+//! the GPT's sampler).
+
+use crate::models::Engine;
+use image::RgbImage;
+use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
+use imgseq_core::tokens::TokenGrid;
+use imgseq_core::{Error, Result};
+use imgseq_gpt::sample::{generate, Request, SampleOptions};
+
+/// One request's work. Pictures are already brought to the model's input (decoded, checked,
+/// cropped) by the handler.
+#[derive(Debug, Clone)]
+pub enum Task {
+    /// VQ: picture → tokens.
+    Encode(RgbImage),
+    /// VQ: picture → tokens → picture, scored.
+    Roundtrip(RgbImage),
+    /// VQ: one image's (h, w) tokens → picture.
+    Decode(TokenGrid),
+    /// ViT: picture → CLS + patch embeddings.
+    Embed(RgbImage),
+    /// ViT: picture → the k most probable classes.
+    Classify(RgbImage, usize),
+    /// GPT: `n` images of `class`, decoded by the GPT's VQ.
+    Sample {
+        class: usize,
+        n: usize,
+        options: SampleOptions,
+    },
+    /// Panics inside the worker (tests of panic isolation only).
+    Panic,
+    /// Holds the worker this long (tests of full queues and deadlines only).
+    Hold(std::time::Duration),
+}
+
+impl Task {
+    /// Tasks run together in one forward pass when their keys are equal.
+    fn batch_key(&self) -> Option<(u8, usize, usize)> {
+        match self {
+            Task::Encode(_) => Some((0, 0, 0)),
+            Task::Roundtrip(_) => Some((1, 0, 0)),
+            Task::Decode(g) => Some((2, g.h, g.w)),
+            Task::Embed(_) => Some((3, 0, 0)),
+            Task::Classify(..) => Some((4, 0, 0)),
+            Task::Sample { .. } | Task::Panic | Task::Hold(_) => None,
+        }
+    }
+}
+
+/// What a task gives back.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Tokens(TokenGrid),
+    Roundtrip {
+        tokens: TokenGrid,
+        reconstruction: RgbImage,
+        psnr: f64,
+        ssim: f64,
+    },
+    Image(RgbImage),
+    Embedding(Embeddings),
+    TopK(Vec<(usize, f32)>),
+    Samples {
+        tokens: TokenGrid,
+        images: Vec<RgbImage>,
+    },
+}
+
+/// Splits `tasks` into runs of consecutive tasks that share a batch key (keyless tasks alone).
+pub fn groups(tasks: &[Task]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < tasks.len() {
+        let key = tasks[start].batch_key();
+        let mut end = start + 1;
+        while key.is_some() && end < tasks.len() && tasks[end].batch_key() == key {
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// Runs tasks that share a batch key (or one keyless task) as one batch: one result per task.
+pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
+    match (engine, &tasks[0]) {
+        (Engine::Vq(t), Task::Encode(_)) => encode(t, &pictures(tasks)),
+        (Engine::Vq(t), Task::Roundtrip(_)) => roundtrip(t, &pictures(tasks)),
+        (Engine::Vq(t), Task::Decode(_)) => decode(t, tasks),
+        (Engine::Vit(m), Task::Embed(_)) => embed(m, &pictures(tasks)),
+        (Engine::Vit(m), Task::Classify(..)) => classify(m, tasks),
+        (Engine::Gpt { model, layout, vq }, Task::Sample { class, n, options }) => {
+            let reqs = vec![
+                Request {
+                    class: Some(*class),
+                    prefix: vec![],
+                };
+                *n
+            ];
+            let seqs = generate(model, layout, &reqs, options, false)?;
+            let tokens = TokenGrid {
+                n: seqs.len(),
+                h: layout.h,
+                w: layout.w,
+                batched: true,
+                data: seqs.iter().flatten().map(|&t| t as i64).collect(),
+            };
+            let images = imgseq_vqgan::inference::decode_tokens(vq, &tokens, *n, false)?;
+            Ok(vec![Output::Samples { tokens, images }])
+        }
+        (_, Task::Panic) => panic!("a request asked the worker to panic"),
+        (_, Task::Hold(d)) => {
+            std::thread::sleep(*d);
+            Ok(vec![Output::Tokens(TokenGrid {
+                n: 1,
+                h: 0,
+                w: 0,
+                batched: false,
+                data: vec![],
+            })])
+        }
+        _ => Err(Error::invalid("this model does not do that")),
+    }
+}
+
+fn pictures(tasks: &[Task]) -> Vec<RgbImage> {
+    tasks
+        .iter()
+        .filter_map(|t| match t {
+            Task::Encode(p) | Task::Roundtrip(p) | Task::Embed(p) | Task::Classify(p, _) => {
+                Some(p.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One image's grid out of a batch's.
+fn nth_grid(g: &TokenGrid, i: usize) -> TokenGrid {
+    TokenGrid {
+        n: 1,
+        h: g.h,
+        w: g.w,
+        batched: false,
+        data: g.image(i).to_vec(),
+    }
+}
+
+fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
+    let g = t.encode_pictures(pics)?.into_tokens()?;
+    Ok((0..pics.len())
+        .map(|i| Output::Tokens(nth_grid(&g, i)))
+        .collect())
+}
+
+fn roundtrip(t: &imgseq_vqgan::VqTokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
+    let (g, recons) = imgseq_vqgan::inference::encode_decode(&t.model, pics)?;
+    pics.iter()
+        .zip(recons)
+        .enumerate()
+        .map(|(i, (pic, reconstruction))| {
+            let (psnr, ssim) = imgseq_vqgan::eval::score(pic, &reconstruction)?;
+            Ok(Output::Roundtrip {
+                tokens: nth_grid(&g, i),
+                reconstruction,
+                psnr,
+                ssim,
+            })
+        })
+        .collect()
+}
+
+fn decode(t: &impl Tokenizer, tasks: &[Task]) -> Result<Vec<Output>> {
+    let grids: Vec<&TokenGrid> = tasks
+        .iter()
+        .filter_map(|t| match t {
+            Task::Decode(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let all = TokenGrid {
+        n: grids.len(),
+        h: grids[0].h,
+        w: grids[0].w,
+        batched: true,
+        data: grids.iter().flat_map(|g| g.data.iter().copied()).collect(),
+    };
+    Ok(t.decode(&all)?.into_iter().map(Output::Image).collect())
+}
+
+fn embed(m: &imgseq_vit::inference::Classifier, pics: &[RgbImage]) -> Result<Vec<Output>> {
+    let Encoded::Embeddings(e) = m.encode_pictures(pics)? else {
+        return Err(Error::invalid("the ViT gave codebook tokens"));
+    };
+    let per = e.tokens * e.dim;
+    Ok((0..e.n)
+        .map(|i| {
+            Output::Embedding(Embeddings {
+                n: 1,
+                tokens: e.tokens,
+                dim: e.dim,
+                data: e.data[i * per..(i + 1) * per].to_vec(),
+            })
+        })
+        .collect())
+}
+
+fn classify(m: &imgseq_vit::inference::Classifier, tasks: &[Task]) -> Result<Vec<Output>> {
+    let ks: Vec<usize> = tasks
+        .iter()
+        .map(|t| match t {
+            Task::Classify(_, k) => *k,
+            _ => 1,
+        })
+        .collect();
+    let x = m.input_tensor(&pictures(tasks))?;
+    let k_max = ks.iter().copied().max().unwrap_or(1);
+    Ok(m.top_k(&x, k_max)?
+        .into_iter()
+        .zip(ks)
+        .map(|(mut top, k)| {
+            top.truncate(k);
+            Output::TopK(top)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pic() -> RgbImage {
+        RgbImage::new(2, 2)
+    }
+
+    #[test]
+    fn groups_join_neighbours_of_one_kind_and_shape_only() {
+        let g = |h| {
+            Task::Decode(TokenGrid {
+                n: 1,
+                h,
+                w: 2,
+                batched: false,
+                data: vec![0; 2 * h],
+            })
+        };
+        let tasks = vec![
+            Task::Encode(pic()),
+            Task::Encode(pic()),
+            Task::Roundtrip(pic()),
+            g(2),
+            g(2),
+            g(3),
+            Task::Panic,
+            Task::Panic,
+        ];
+        assert_eq!(groups(&tasks), vec![0..2, 2..3, 3..5, 5..6, 6..7, 7..8]);
+    }
+}

@@ -1,0 +1,102 @@
+//! `imgseq serve`: flags → [`imgseq_serve::ServeConfig`]; the server is `imgseq_serve`'s.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use imgseq_serve::{ModelSpec, ServeConfig};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A model to serve as NAME=PATH (a VQ, ViT or GPT folder or weights file); repeatable.
+    /// Default: the shipped VQGAN (vqgan), ViT (vit) and GPT (gpt).
+    #[arg(long = "model", value_name = "NAME=PATH")]
+    models: Vec<String>,
+    /// Address to listen on; another host than 127.0.0.1 must be asked for.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Require `Authorization: Bearer TOKEN` on /v1/ and /metrics (default: from
+    /// $IMGSEQ_SERVE_TOKEN when set, else no token).
+    #[arg(long)]
+    token: Option<String>,
+    /// Most images per batch.
+    #[arg(long, default_value_t = 8)]
+    max_batch: usize,
+    /// Milliseconds the first request of a batch waits for others.
+    #[arg(long, default_value_t = 5)]
+    batch_wait_ms: u64,
+    /// Requests waiting per model before answering 503.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Seconds within which a request is answered (else 504).
+    #[arg(long, default_value_t = 60.0)]
+    deadline: f64,
+    /// Seconds within which a request body must arrive (else 408).
+    #[arg(long, default_value_t = 10.0)]
+    body_timeout: f64,
+    /// Largest request body in MiB (else 413).
+    #[arg(long, default_value_t = 16)]
+    max_body_mib: usize,
+    /// Largest image in megapixels, read from its header before decoding (else 413).
+    #[arg(long, default_value_t = 40.0)]
+    max_megapixels: f64,
+    /// Open connections (one more is answered 429).
+    #[arg(long, default_value_t = 64)]
+    max_connections: usize,
+    /// Input side of VQ models in pixels (default: 384 for colour models, the training
+    /// resolution for gray ones, as `imgseq vq encode`).
+    #[arg(long)]
+    vq_size: Option<u32>,
+}
+
+fn seconds(flag: &str, s: f64) -> Result<Duration> {
+    if !(s > 0.0 && s <= 86_400.0) {
+        bail!("--{flag} {s} must be more than 0 and at most 86400 seconds");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    if !(a.max_megapixels > 0.0 && a.max_megapixels <= 1_000.0) {
+        bail!("--max-megapixels {} must be in (0, 1000]", a.max_megapixels);
+    }
+    if a.max_body_mib == 0 || a.max_body_mib > 1024 {
+        bail!(
+            "--max-body-mib {} must be between 1 and 1024",
+            a.max_body_mib
+        );
+    }
+    let token = a
+        .token
+        .or_else(|| std::env::var("IMGSEQ_SERVE_TOKEN").ok())
+        .filter(|t| !t.is_empty());
+    let cfg = ServeConfig {
+        addr: a.addr,
+        models: a
+            .models
+            .iter()
+            .map(|m| ModelSpec::parse(m))
+            .collect::<imgseq_core::Result<_>>()?,
+        token,
+        max_batch: a.max_batch,
+        batch_wait: Duration::from_millis(a.batch_wait_ms),
+        queue_capacity: a.queue,
+        deadline: seconds("deadline", a.deadline)?,
+        body_timeout: seconds("body-timeout", a.body_timeout)?,
+        max_body_bytes: a.max_body_mib << 20,
+        max_pixels: (a.max_megapixels * 1e6) as u64,
+        max_connections: a.max_connections,
+        vq_size: a.vq_size,
+        ..ServeConfig::default()
+    };
+    let auth = if cfg.token.is_some() {
+        " (bearer token required)"
+    } else {
+        ""
+    };
+    imgseq_serve::run(cfg, |addr| {
+        eprintln!("imgseq serve: listening on http://{addr}/{auth} (Ctrl-C or SIGTERM stops)");
+    })?;
+    eprintln!("imgseq serve: stopped");
+    Ok(())
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Load generator for `imgseq serve` (loopback only, bounded in clients and time; stdlib only).
+
+N clients post the same images to one endpoint for a fixed time; prints images/s, p50/p99
+latency, errors and the server's RSS. With --imgseq it starts the server itself (per
+--max-batch value, so batch 1 and batching are compared on the same images) and, with --cli,
+also times `imgseq vq encode` on as many images as the best server run answered.
+
+    python3 scripts/loadgen.py --imgseq target/release/imgseq --images assets/coffee.png \\
+        --clients 8 --seconds 20 --max-batch 1 8 --cli
+    python3 scripts/loadgen.py --url http://127.0.0.1:8080 --clients 4 --seconds 10   # a running server
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+REPO = Path(__file__).resolve().parent.parent
+MAX_CLIENTS = 256
+MAX_SECONDS = 600
+
+
+def client(host, port, path, bodies, until, out, lock):
+    lat, errors, i = [], {}, 0
+    while time.monotonic() < until:
+        body = bodies[i % len(bodies)]
+        i += 1
+        t0 = time.monotonic()
+        try:
+            c = http.client.HTTPConnection(host, port, timeout=120)
+            c.request("POST", path, body=body, headers={"Content-Type": "application/octet-stream"})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status == 200:
+                lat.append(time.monotonic() - t0)
+            else:
+                errors[r.status] = errors.get(r.status, 0) + 1
+        except OSError as e:
+            errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+    with lock:
+        out["lat"].extend(lat)
+        for k, v in errors.items():
+            out["errors"][str(k)] = out["errors"].get(str(k), 0) + v
+
+
+def rss_mib(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def pct(v, q):
+    if not v:
+        return float("nan")
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def run_load(url, endpoint, bodies, clients, seconds, pid=None):
+    u = urlparse(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        sys.exit("loadgen runs against loopback servers only")
+    out, lock = {"lat": [], "errors": {}}, threading.Lock()
+    t0 = time.monotonic()
+    until = t0 + seconds
+    ts = [threading.Thread(target=client, args=(u.hostname, u.port, endpoint, bodies, until, out, lock))
+          for _ in range(clients)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.monotonic() - t0
+    lat = out["lat"]
+    return {
+        "clients": clients, "seconds": round(wall, 1), "images": len(lat),
+        "images_per_s": round(len(lat) / wall, 2),
+        "p50_ms": round(1000 * pct(lat, 0.50), 1), "p99_ms": round(1000 * pct(lat, 0.99), 1),
+        "errors": out["errors"], "server_peak_rss_mib": rss_mib(pid) if pid else None,
+    }
+
+
+def start_server(imgseq, max_batch, wait_ms, extra):
+    cmd = [imgseq, "serve", "--addr", "127.0.0.1:0", "--max-batch", str(max_batch),
+           "--batch-wait-ms", str(wait_ms), "--queue", "256", *extra]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        line = p.stderr.readline()
+        m = re.search(r"listening on (http://\S+)/", line)
+        if m:
+            return p, m.group(1)
+        if not line and p.poll() is not None:
+            break
+    p.kill()
+    sys.exit(f"{' '.join(cmd)} did not start")
+
+
+def metric(url, name):
+    u = urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    return [l for l in text.splitlines() if l.startswith(name)]
+
+
+def cli_rate(imgseq, images, n, batch):
+    paths = [str(images[i % len(images)]) for i in range(n)]
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.monotonic()
+        subprocess.run([imgseq, "vq", "encode", *paths, "--batch-size", str(batch), "-o", f"{d}/t.npy"],
+                       check=True, capture_output=True)
+        wall = time.monotonic() - t0
+    return {"cli_images": n, "cli_batch_size": batch, "cli_seconds": round(wall, 1),
+            "cli_images_per_s": round(n / wall, 2)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", help="a running server (loopback)")
+    ap.add_argument("--imgseq", help="start this imgseq binary's server (once per --max-batch)")
+    ap.add_argument("--max-batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--batch-wait-ms", type=int, default=10)
+    ap.add_argument("--server-arg", action="append", default=[], help="more `imgseq serve` flags")
+    ap.add_argument("--endpoint", default="/v1/tokenize")
+    ap.add_argument("--images", nargs="+", default=[str(REPO / "assets" / "coffee.png")])
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--cli", action="store_true", help="also time `imgseq vq encode` on the same images")
+    a = ap.parse_args()
+    if not 1 <= a.clients <= MAX_CLIENTS or not 0 < a.seconds <= MAX_SECONDS:
+        sys.exit(f"--clients 1..{MAX_CLIENTS}, --seconds up to {MAX_SECONDS}")
+    bodies = [Path(p).read_bytes() for p in a.images]
+    rows = []
+    if a.url:
+        rows.append(run_load(a.url, a.endpoint, bodies, a.clients, a.seconds))
+    elif a.imgseq:
+        for b in a.max_batch:
+            p, url = start_server(a.imgseq, b, a.batch_wait_ms, a.server_arg)
+            try:
+                run_load(url, a.endpoint, bodies, 1, min(3, a.seconds))  # warm-up
+                r = run_load(url, a.endpoint, bodies, a.clients, a.seconds, p.pid)
+                r["max_batch"] = b
+                counts = metric(url, "imgseq_batch_size_sum") + metric(url, "imgseq_batch_size_count")
+                r["batch_size_metrics"] = counts
+                rows.append(r)
+            finally:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=60)
+    else:
+        sys.exit("give --url or --imgseq")
+    for r in rows:
+        print(json.dumps(r))
+    if a.cli and a.imgseq:
+        n = max(8, max(r["images"] for r in rows))
+        for b in a.max_batch:
+            print(json.dumps(cli_rate(a.imgseq, [Path(p) for p in a.images], min(n, 200), b)))
+
+
+if __name__ == "__main__":
+    main()
