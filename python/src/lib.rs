@@ -25,8 +25,8 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
-mod tokenizer;
 mod lfq;
+mod tokenizer;
 
 /// A library error as the Python exception of its kind, with the library's message.
 fn to_py(e: Error) -> PyErr {
