@@ -264,6 +264,21 @@ impl Outputs {
         Ok(())
     }
 
+    /// Checks an output folder before any work: absent, or a folder whose `files` (the ones
+    /// `command` writes into it) may each be replaced ([`check`](Self::check)).
+    pub fn check_folder(&self, dir: &Path, files: &[&str], command: &str) -> Result<()> {
+        if std::fs::symlink_metadata(dir).is_err() {
+            return Ok(());
+        }
+        if !dir.is_dir() {
+            return Err(Error::format(
+                dir,
+                format!("not a folder (the output of {command} is a folder)"),
+            ));
+        }
+        files.iter().try_for_each(|f| self.check(dir.join(f)))
+    }
+
     /// Writes `path` with `write` (any writer that goes through [`write_atomic`]) after
     /// [`check`](Self::check)ing it, and records it for removal should the command fail.
     pub fn write<T>(

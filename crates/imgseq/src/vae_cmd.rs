@@ -325,17 +325,8 @@ const ROUNDTRIP_FILES: [&str; 3] = ["latents.npy", "recon.png", "side_by_side.pn
 
 fn roundtrip(image: &Path, m: &VaeModelArgs, o: &LatentOpts, out: &Path) -> Result<()> {
     let mut outs = Outputs::new(std::iter::once(image.to_path_buf()).chain(m.given()));
-    if std::fs::symlink_metadata(out).is_ok() {
-        if !out.is_dir() {
-            bail!(
-                "{}: not a folder (the output of vae roundtrip is a folder)",
-                out.display()
-            );
-        }
-        for f in ROUNDTRIP_FILES {
-            outs.check(out.join(f))?;
-        }
-    }
+    // Fail fast: the folder must be a folder (or absent), its files replaceable.
+    outs.check_folder(out, &ROUNDTRIP_FILES, "vae roundtrip")?;
     let t = tokenizer(m.load(&mut outs)?, o)?;
     let img = t.input().load(image, o.upscale)?;
     let z = encode_pictures(&t, std::slice::from_ref(&img), 1)?;

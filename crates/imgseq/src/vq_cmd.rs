@@ -221,17 +221,7 @@ const ROUNDTRIP_FILES: [&str; 3] = ["tokens.npy", "recon.png", "side_by_side.png
 fn roundtrip(image: &Path, m: &ModelArgs, pre: &Preprocess, out: &Path) -> Result<()> {
     let mut outs = Outputs::new(std::iter::once(image.to_path_buf()).chain(m.given()));
     // Fail fast: the folder must be a folder (or absent), its files replaceable.
-    if std::fs::symlink_metadata(out).is_ok() {
-        if !out.is_dir() {
-            bail!(
-                "{}: not a folder (the output of vq roundtrip is a folder)",
-                out.display()
-            );
-        }
-        for f in ROUNDTRIP_FILES {
-            outs.check(out.join(f))?;
-        }
-    }
+    outs.check_folder(out, &ROUNDTRIP_FILES, "vq roundtrip")?;
     if crate::lfq_cmd::is_lfq(m) {
         let files = ROUNDTRIP_FILES.map(|f| out.join(f));
         return crate::lfq_cmd::roundtrip(image, m, pre, out, files, outs);
