@@ -2,7 +2,7 @@
 //! same tokens as `imgseq vq encode --weights X.ckpt` (the one image → input rule, the same
 //! library calls).
 
-use super::{int_array, to_py, u8_array};
+use super::{int_array, to_py};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
 use imgseq_lfq::{load_model, LfqTokenizer, WeightSet};
@@ -87,16 +87,7 @@ impl LFQTokenizer {
         batch_size: usize,
         upscale: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (data, shape) = u8_array(images, "images", "(n, h, w, 3)")?;
-        let (n, h, w) = match shape[..] {
-            [n, h, w, 3] => (n, h, w),
-            [h, w, 3] => (1, h, w),
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "images must have shape (n, h, w, 3), got {shape:?}"
-                )))
-            }
-        };
+        let (data, n, h, w) = crate::rgb_batch(images)?;
         let spec = self.tok.input();
         let g = spec.size as usize / self.tok.model.config().downsample_factor();
         let grid = py

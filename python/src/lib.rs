@@ -74,6 +74,22 @@ fn check_logical_size(shape: &[usize], per_item: u128, what: &str) -> PyResult<(
     })
 }
 
+/// A batch of RGB pictures: uint8 (n, h, w, 3), or one (h, w, 3) picture as a batch of one;
+/// its bytes and (n, h, w).
+pub(crate) fn rgb_batch(images: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, usize, usize, usize)> {
+    let (data, shape) = u8_array(images, "images", "(n, h, w, 3)")?;
+    let (n, h, w) = match shape[..] {
+        [n, h, w, 3] => (n, h, w),
+        [h, w, 3] => (1, h, w),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "images must have shape (n, h, w, 3) or (h, w, 3), got {shape:?}"
+            )))
+        }
+    };
+    Ok((data, n, h, w))
+}
+
 /// The bytes of a uint8 array (C order) and its shape.
 fn u8_array(x: &Bound<'_, PyAny>, what: &str, expected: &str) -> PyResult<(Vec<u8>, Vec<usize>)> {
     let a = as_array(x, what)?;

@@ -3,7 +3,7 @@
 //! `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs: float32 latents or patch sequences). NumPy in
 //! and out, equal to `imgseq vq encode` / `imgseq vae encode` of the same pictures.
 
-use crate::{to_py, u8_array};
+use crate::to_py;
 use candle_core::{Device, Tensor};
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
@@ -122,16 +122,7 @@ impl Tokenizer {
         images: &Bound<'py, PyAny>,
         upscale: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (data, shape) = u8_array(images, "images", "(n, h, w, 3)")?;
-        let (n, h, w) = match shape[..] {
-            [n, h, w, 3] => (n, h, w),
-            [h, w, 3] => (1, h, w),
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "images must have shape (n, h, w, 3) or (h, w, 3), got {shape:?}"
-                )))
-            }
-        };
+        let (data, n, h, w) = crate::rgb_batch(images)?;
         if n == 0 {
             return Err(PyValueError::new_err("images: no image"));
         }
