@@ -139,6 +139,15 @@ pub struct TrainArgs {
     /// History point (and log line without a terminal) every this many steps (0: every 1%).
     #[arg(long, default_value_t = RECIPE.log_every)]
     log_every: usize,
+    /// Start a new run from a trained model's weights (its folder, e.g. weights/vqgan, or its
+    /// .safetensors) instead of random ones: no warm-up, no codebook init, a fresh optimizer.
+    /// Without --config the architecture is the folder's config.json.
+    #[arg(long, value_name = "MODEL", conflicts_with = "resume")]
+    init: Option<PathBuf>,
+    /// Train the decoder side only (post_quant_conv + decoder): the encoder and codebook stay,
+    /// so every image keeps exactly its tokens. For fine-tuning a trained model (--resume).
+    #[arg(long)]
+    freeze_encoder: bool,
     #[arg(long, default_value_t = RECIPE.seed)]
     seed: u64,
 }
@@ -191,6 +200,9 @@ impl TrainArgs {
         }
         if self.no_flip {
             tc.hflip = false;
+        }
+        if self.freeze_encoder {
+            tc.freeze_encoder = true;
         }
         if self.no_shuffle_channels {
             tc.shuffle_channels = false;
@@ -275,6 +287,11 @@ fn model_config(spec: &str) -> Result<VqConfig> {
     Ok(VqConfig::from_file(p)?)
 }
 
+/// Whether `--config` was given on the command line (else an `--init` folder's config is used).
+fn given_config(m: &ArgMatches) -> bool {
+    m.value_source("config") == Some(ValueSource::CommandLine)
+}
+
 /// [`train::checkpoint::check_start`] with the flags that settle it.
 fn check_start(out: &Path, resume: bool) -> Result<()> {
     train::checkpoint::check_start(out, resume).map_err(|e| {
@@ -311,7 +328,12 @@ pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
         let Some(data) = &a.data else {
             bail!("--data DIR is required (an image folder or a .txt list of images)");
         };
-        let cfg = model_config(&a.config)?;
+        let cfg = match &a.init {
+            Some(dir) if dir.is_dir() && !given_config(m) => {
+                VqConfig::from_json_file(dir.join(train::CONFIG_FILE))?
+            }
+            _ => model_config(&a.config)?,
+        };
         // IDX images (Fashion-MNIST) start from their own recipe; flags override it.
         let mut tc = if imgseq_core::data::idx::is_idx_images_name(data) {
             TrainConfig::fmnist_for(data)
@@ -319,6 +341,12 @@ pub fn train(a: &TrainArgs, m: &ArgMatches) -> Result<()> {
             TrainConfig::default_for(data)
         };
         a.apply(m, &mut tc)?;
+        if let Some(p) = &a.init {
+            if !p.exists() {
+                bail!("--init {}: no such model folder or file", p.display());
+            }
+            tc.init_from = Some(p.clone());
+        }
         tc.validate(&cfg)?;
         if a.overwrite {
             train::checkpoint::clear_run(&a.out)?;

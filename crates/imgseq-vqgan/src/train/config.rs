@@ -108,6 +108,17 @@ pub struct TrainConfig {
     /// ([`super::ema`]). Given on a resume of a run without one, it starts there.
     #[serde(default)]
     pub ema: f64,
+    /// Train the decoder side only (`post_quant_conv` and `decoder.*`): the encoder,
+    /// `quant_conv` and the codebook stay as they are, so the tokens of every image stay
+    /// exactly the same and only their pictures change (fine-tuning a trained model's
+    /// decoder, e.g. with the adversarial loss). Needs a trained model: a resumed run.
+    #[serde(default)]
+    pub freeze_encoder: bool,
+    /// A new run that starts from a trained model's weights (its folder or its
+    /// `.safetensors`) instead of random ones: no autoencoder warm-up, no k-means codebook
+    /// initialisation, a fresh optimizer. Recorded for provenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<PathBuf>,
     /// Record a history point (and a log line when stderr is not a terminal) every this many
     /// steps; 0 = every ~1% of the run.
     pub log_every: usize,
@@ -155,6 +166,8 @@ impl TrainConfig {
             checkpoint_every: 250,
             snapshot_every: 0,
             ema: 0.0,
+            freeze_encoder: false,
+            init_from: None,
             log_every: 0,
             seed: 0,
         }
@@ -199,6 +212,8 @@ impl TrainConfig {
             checkpoint_every: 100,
             snapshot_every: 0,
             ema: 0.0,
+            freeze_encoder: false,
+            init_from: None,
             log_every: 20,
             seed: 0,
         }
@@ -323,6 +338,12 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether the variable `name` is trained: everything, or with `freeze_encoder` the
+    /// decoder side only (the one owner of that split).
+    pub fn trains(&self, name: &str) -> bool {
+        !self.freeze_encoder || name.starts_with("decoder.") || name.starts_with("post_quant_conv.")
     }
 
     /// The loss terms' weights.

@@ -38,6 +38,7 @@ use imgseq_core::data::augment::mix_seed;
 use imgseq_core::data::idx::is_idx_images_name;
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::run::{checkpoint_due, RunDir};
+use imgseq_core::weights::{load_tensors, set_vars};
 use imgseq_core::{Error, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -63,6 +64,13 @@ pub fn train(
     tc.validate(cfg)?;
     let run = RunDir::new(out);
     run.check_start(resume)?;
+    if tc.freeze_encoder && !resume && tc.init_from.is_none() {
+        return Err(Error::setting(
+            "freeze_encoder",
+            true,
+            "needs a trained model: start from one (init_from) or resume a run",
+        ));
+    }
     let paths = if is_idx_images_name(&tc.data) {
         Vec::new()
     } else {
@@ -88,7 +96,7 @@ pub fn train(
         let seed = mix_seed(&[tc.seed, step as u64]);
         let (flip, shuffle, channels) = (tc.hflip, tc.shuffle_channels, cfg.ddconfig.in_channels);
         let x = random_crops(&images, crop, batch, flip, shuffle, channels, seed)?;
-        if tc.ae_warmup > 0 && step == tc.ae_warmup {
+        if tc.ae_warmup > 0 && step == tc.ae_warmup && tc.init_from.is_none() {
             t.end_warmup(&images)?;
         }
         let (l, f, total) = t.step(&x)?;
@@ -180,6 +188,7 @@ impl<'a> Trainer<'a> {
         let decays = |n: &str, v: &Var| v.as_tensor().rank() >= 2 && n != CODEBOOK;
         let opt_vars = named
             .iter()
+            .filter(|(n, _)| tc.trains(n))
             .map(|(n, v)| (n.clone(), v.clone(), decays(n, v)));
         let mut opt = AdamW::new(opt_vars.collect(), tc.lr, tc.weight_decay)?;
         (opt.beta1, opt.beta2) = (tc.beta1, tc.beta2);
@@ -209,9 +218,23 @@ impl<'a> Trainer<'a> {
         })
     }
 
-    /// A fresh run: seeded weights, the average (if any) starting at them.
+    /// A fresh run: seeded weights (or the trained ones of `init_from`), the average (if
+    /// any) starting at them.
     fn init(&mut self) -> Result<()> {
         init::init_weights(&self.vars, self.tc.seed)?;
+        if let Some(path) = &self.tc.init_from {
+            let file = if path.is_dir() {
+                path.join(WEIGHTS_FILE)
+            } else {
+                path.clone()
+            };
+            let saved = load_tensors(&file, &Device::Cpu)?;
+            set_vars(
+                &file,
+                &saved,
+                self.named.iter().map(|(n, v)| (n.as_str(), v)),
+            )?;
+        }
         if let (Some(g), Some(path)) = (&self.gan, &self.tc.gan.disc_init) {
             g.load_file(path)?;
             eprintln!("discriminator: weights from {}", path.display());
@@ -230,7 +253,12 @@ impl<'a> Trainer<'a> {
     /// Says how the run starts; a fresh run without a warm-up gets its k-means codebook.
     fn begin(&mut self, run: &RunDir, resume: bool, images: &[RgbImage]) -> Result<()> {
         let tc = self.tc;
-        if resume {
+        if let (false, Some(path)) = (resume, &tc.init_from) {
+            eprintln!(
+                "starting from the trained weights of {} (no warm-up, no codebook init)",
+                path.display()
+            );
+        } else if resume {
             run.announce_resume(self.state.step, tc.steps);
             if self.ema.is_some() && self.state.ema_since == Some(self.state.step) {
                 eprintln!(
@@ -270,12 +298,16 @@ impl<'a> Trainer<'a> {
     /// the total loss optimised.
     fn step(&mut self, x: &Tensor) -> Result<(Loss, Forward, f64)> {
         let step = self.state.step;
-        let bottleneck = if step >= self.tc.ae_warmup {
+        let bottleneck = if step >= self.tc.ae_warmup || self.tc.init_from.is_some() {
             Bottleneck::Quantize
         } else {
             Bottleneck::Bypass
         };
-        let f = self.model.forward(x, bottleneck)?; // latents (b, d, s/f, s/f), recon (b, 3, s, s)
+        let f = if self.tc.freeze_encoder {
+            self.decoder_only_forward(x)?
+        } else {
+            self.model.forward(x, bottleneck)? // latents (b, d, s/f, s/f), recon (b, 3, s, s)
+        };
         let q = f.quantized.as_ref();
         let w = self.tc.loss_weights();
         let mut l = loss(
@@ -323,6 +355,19 @@ impl<'a> Trainer<'a> {
         Ok((l, f, total))
     }
 
+    /// The forward pass of a run that trains the decoder side only: the encoder and the
+    /// quantizer run outside the graph, so the backward pass covers the decoder alone.
+    fn decoder_only_forward(&self, x: &Tensor) -> Result<Forward> {
+        let latents = self.model.encode_latents(x)?.detach(); // (b, d, s/f, s/f)
+        let q = self.model.quantizer().quantize(&latents)?;
+        let reconstruction = self.model.decode(&q.quantized.detach())?; // (b, 3, s, s)
+        Ok(Forward {
+            latents,
+            quantized: Some(q),
+            reconstruction,
+        })
+    }
+
     /// Marks the codes the step used (at the new step) and returns them.
     fn record_codes(&mut self, q: Option<&crate::quantize::Quantized>) -> Result<Vec<u32>> {
         let indices = match q {
@@ -339,8 +384,9 @@ impl<'a> Trainer<'a> {
     /// encoder outputs of the batch `f` came from; returns how many.
     fn restart_dead_codes(&mut self, f: &Forward) -> Result<usize> {
         let (tc, step) = (self.tc, self.state.step);
-        let quantized = step > tc.ae_warmup;
+        let quantized = step > tc.ae_warmup || tc.init_from.is_some();
         if !quantized
+            || tc.freeze_encoder
             || tc.dead_after == 0
             || tc.restart_every == 0
             || !step.is_multiple_of(tc.restart_every)

@@ -311,6 +311,45 @@ fn resume_with_the_discriminator_continues_exactly() {
     assert_close(&oa, &ob, "optimizer");
 }
 
+/// `--init` a trained model folder + `--freeze-encoder`: the encoder side and the codebook
+/// stay bit for bit, so every token stays; the decoder side trains (here with the
+/// discriminator from the first step); a run from random weights cannot freeze its encoder.
+#[test]
+fn freeze_encoder_keeps_every_token_and_trains_the_decoder_only() {
+    let d = tempfile::tempdir().unwrap();
+    let (imgs, cfg) = fixture(d.path());
+    let cfg = VqConfig::from_json_file(cfg).unwrap();
+    let (model, run) = (d.path().join("model"), d.path().join("run"));
+    train::train(&cfg, &tiny_tc(&imgs, 4), &model, false, false).unwrap();
+    let before = tensors(&model.join("model.safetensors"));
+    let mut tc = gan_tc(&imgs, 4);
+    tc.gan.disc_start = 0;
+    tc.freeze_encoder = true;
+    tc.init_from = Some(model.clone());
+    let st = train::train(&cfg, &tc, &run, false, false).unwrap();
+    assert_eq!(st.step, 4);
+    let after = tensors(&run.join("model.safetensors"));
+    let (mut frozen, mut trained) = (0, 0);
+    for (name, b) in &before {
+        let decoder_side = name.starts_with("decoder.") || name.starts_with("post_quant_conv.");
+        if decoder_side {
+            trained += usize::from(after[name] != *b);
+        } else {
+            assert_eq!(after[name], *b, "{name} changed");
+            frozen += 1;
+        }
+    }
+    assert!(
+        frozen >= 5 && trained >= 5,
+        "{frozen} frozen, {trained} trained"
+    );
+    assert!(st.history.iter().all(|p| p.terms.unwrap().lambda > 0.0));
+    assert_eq!(st.restarts_total, 0);
+    tc.init_from = None;
+    let e = train::train(&cfg, &tc, &d.path().join("fresh"), false, false).unwrap_err();
+    assert!(e.to_string().contains("freeze_encoder"), "{e}");
+}
+
 #[test]
 fn snapshots_copy_the_checkpoint_of_their_step_and_survive_a_resume() {
     let d = tempfile::tempdir().unwrap();
