@@ -85,7 +85,7 @@ impl AuditedWeights {
     /// used by the model.
     pub fn finish(&self, ignore_prefixes: &[&str]) -> Result<()> {
         let used = self.inner.used.lock().expect("poisoned");
-        let mut unused: Vec<&String> = self
+        let unused: Vec<&String> = self
             .inner
             .tensors
             .keys()
@@ -94,22 +94,28 @@ impl AuditedWeights {
         if unused.is_empty() {
             return Ok(());
         }
-        unused.sort();
-        let n = unused.len();
-        let shown: Vec<&str> = unused.iter().take(5).map(|s| s.as_str()).collect();
-        let more = if n > 5 {
-            format!(" (and {} more)", n - 5)
-        } else {
-            String::new()
-        };
-        Err(Error::weights(
-            &self.inner.path,
-            format!(
-                "{n} unexpected tensor(s) not used by the model: {}{more}",
-                shown.join(", ")
-            ),
-        ))
+        Err(unexpected_tensors(&self.inner.path, unused, "the model"))
     }
+}
+
+/// The one message for tensors a file holds that its model does not use: how many, the first
+/// five in name order, and `model` (e.g. "the model", "the LlamaGen model").
+pub fn unexpected_tensors<S: AsRef<str>>(path: &Path, mut names: Vec<S>, model: &str) -> Error {
+    names.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
+    let n = names.len();
+    let shown: Vec<&str> = names.iter().take(5).map(|s| s.as_ref()).collect();
+    let more = if n > 5 {
+        format!(" (and {} more)", n - 5)
+    } else {
+        String::new()
+    };
+    Error::weights(
+        path,
+        format!(
+            "{n} unexpected tensor(s) not used by {model}: {}{more}",
+            shown.join(", ")
+        ),
+    )
 }
 
 impl SimpleBackend for AuditedWeights {

@@ -296,22 +296,8 @@ impl RenamedWeights {
         if unused.is_empty() {
             return Ok(());
         }
-        unused.sort();
-        let n = unused.len();
-        let shown: Vec<&str> = unused.iter().take(5).map(|s| s.as_str()).collect();
-        let more = if n > 5 {
-            format!(" (and {} more)", n - 5)
-        } else {
-            String::new()
-        };
-        Err(Error::weights(
-            path,
-            format!(
-                "{n} unexpected tensor(s) not used by the {} model: {}{more}",
-                self.inner.family.label(),
-                shown.join(", ")
-            ),
-        ))
+        let model = format!("the {} model", self.inner.family.label());
+        Err(imgseq_core::weights::unexpected_tensors(path, unused, &model))
     }
 
     /// The tensors under our (taming) names, for `weights convert`: every model tensor once
