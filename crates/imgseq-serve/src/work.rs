@@ -4,6 +4,7 @@
 //! the GPT's sampler).
 
 use crate::models::Engine;
+use crate::stream::RowSink;
 use image::RgbImage;
 use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
 use imgseq_core::tokens::TokenGrid;
@@ -29,6 +30,8 @@ pub enum Task {
         class: usize,
         n: usize,
         options: SampleOptions,
+        /// Stream each completed row here ([`crate::stream`]).
+        stream: Option<RowSink>,
     },
     /// Panics inside the worker (tests of panic isolation only).
     Panic,
@@ -93,7 +96,25 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
         (Engine::Vq(t), Task::Decode(_)) => decode(t, tasks),
         (Engine::Vit(m), Task::Embed(_)) => embed(m, &pictures(tasks)),
         (Engine::Vit(m), Task::Classify(..)) => classify(m, tasks),
-        (Engine::Gpt { model, layout, vq }, Task::Sample { class, n, options }) => {
+        (
+            Engine::Gpt { model, layout, vq },
+            Task::Sample {
+                class,
+                n,
+                options,
+                stream: Some(sink),
+            },
+        ) => {
+            let (tokens, images) =
+                crate::stream::sample_rows(model, layout, vq, *class, *n, options, sink)?;
+            Ok(vec![Output::Samples { tokens, images }])
+        }
+        (
+            Engine::Gpt { model, layout, vq },
+            Task::Sample {
+                class, n, options, ..
+            },
+        ) => {
             let reqs = vec![
                 Request {
                     class: Some(*class),
