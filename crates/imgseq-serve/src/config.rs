@@ -54,7 +54,8 @@ pub struct ServeConfig {
     /// ([`crate::models::default_batch_pixels`]). A bound below one image's pixels runs
     /// every request alone.
     pub batch_pixels: Vec<(String, u64)>,
-    /// How long the first request of a batch waits for others.
+    /// How long the first request of a batch waits for others (0: a batch is what already
+    /// waits; under load requests queue up while a batch runs, so batches form anyway).
     pub batch_wait: Duration,
     /// Requests waiting per model; beyond it, 503 with `Retry-After`.
     pub queue_capacity: usize,
@@ -89,7 +90,7 @@ impl Default for ServeConfig {
             token: None,
             max_batch: 256,
             batch_pixels: Vec::new(),
-            batch_wait: Duration::from_millis(5),
+            batch_wait: Duration::ZERO,
             queue_capacity: 64,
             deadline: Duration::from_secs(60),
             body_timeout: Duration::from_secs(10),

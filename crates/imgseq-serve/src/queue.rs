@@ -2,10 +2,11 @@
 //!
 //! A handler [`Queue::submit`]s a task and awaits its answer; when `capacity` tasks already
 //! wait, the submit fails at once (the handler answers 503 with `Retry-After`). The worker
-//! (one OS thread per model, never the async executor) takes the first waiting task, waits up
-//! to `batch_wait` for more (up to `max_batch` tasks and the model's pixel bound), drops those whose deadline passed, runs the
-//! rest in batches ([`crate::work::groups`]) and answers each. A panic while running a batch
-//! is caught: its tasks are run again one by one, so that only the task that panics is
+//! (one OS thread per model, never the async executor) takes the first waiting task, the tasks
+//! already waiting behind it and, for up to `batch_wait` (default 0), more — up to
+//! `max_batch` tasks and the model's pixel bound —, drops those whose deadline passed, runs
+//! the rest in batches ([`crate::work::groups`]) and answers each. A panic while running a
+//! batch is caught: its tasks are run again one by one, so that only the task that panics is
 //! answered with an error.
 
 use crate::metrics::Metrics;
@@ -14,7 +15,7 @@ use crate::work::{groups, run_group, Output, Task};
 use imgseq_core::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -165,8 +166,14 @@ impl Worker {
         let mut jobs = vec![first];
         while jobs.len() < self.rule.max_batch && pixels < self.rule.max_pixels {
             let left = until.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(j) => {
+            // No wait left (or none asked for): take only what is already waiting.
+            let next = if left.is_zero() {
+                self.rx.try_recv().ok()
+            } else {
+                self.rx.recv_timeout(left).ok()
+            };
+            match next {
+                Some(j) => {
                     self.depth.fetch_sub(1, Ordering::Relaxed);
                     let px = self.engine.task_pixels(&j.task);
                     if pixels + px > self.rule.max_pixels {
@@ -176,7 +183,7 @@ impl Worker {
                     pixels += px;
                     jobs.push(j);
                 }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                None => break,
             }
         }
         Some(jobs)

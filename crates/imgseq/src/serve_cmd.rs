@@ -28,8 +28,9 @@ pub struct ServeArgs {
     /// /metrics show each model's bound.
     #[arg(long = "batch-pixels", value_name = "NAME=PIXELS")]
     batch_pixels: Vec<String>,
-    /// Milliseconds the first request of a batch waits for others.
-    #[arg(long, default_value_t = 5)]
+    /// Milliseconds the first request of a batch waits for others (0: a batch is the
+    /// requests already waiting, which under load is many).
+    #[arg(long, default_value_t = 0)]
     batch_wait_ms: u64,
     /// Requests waiting per model before answering 503.
     #[arg(long, default_value_t = 64)]
