@@ -206,6 +206,7 @@ def test_viewer_position_map_and_gpt_rows_streaming(server, browser, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
 
     cv = d.find_element("id", "patches")
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", cv)
     w = cv.size["width"]
     r, c = 2, 5
     ActionChains(d).move_to_element_with_offset(cv, int((c + 0.5) * w / side - w / 2), int((r + 0.5) * w / side - w / 2)).perform()

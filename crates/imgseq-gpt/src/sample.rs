@@ -319,7 +319,7 @@ fn generate_batch(
             next.extend_from_within(..);
         }
         let len = seqs[0].len();
-        if layout.w > 0 && len % layout.w == 0 {
+        if layout.w > 0 && len.is_multiple_of(layout.w) {
             let done = RowsDone {
                 first,
                 rows: len / layout.w,

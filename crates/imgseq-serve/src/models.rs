@@ -92,25 +92,6 @@ pub struct ModelInfo {
 }
 
 impl Engine {
-    /// Pixels of the model input of `task`, what a batch bound counts (0: a task that runs
-    /// alone).
-    pub fn task_pixels(&self, task: &crate::work::Task) -> u64 {
-        use crate::work::Task;
-        match (self, task) {
-            (Engine::Vq(_), Task::Encode(p) | Task::Roundtrip(p)) => {
-                p.width() as u64 * p.height() as u64
-            }
-            (Engine::Vq(t), Task::Decode(g)) => {
-                let f = t.model.config().downsample_factor() as u64;
-                (g.h * g.w) as u64 * f * f
-            }
-            (Engine::Vit(m), Task::Embed(_) | Task::Classify(..)) => {
-                (m.cfg.image_size * m.cfg.image_size) as u64
-            }
-            _ => 0,
-        }
-    }
-
     /// Pixels of one input image of this model (GPT: of one sampled image's token grid).
     pub fn input_pixels(&self) -> u64 {
         match self {

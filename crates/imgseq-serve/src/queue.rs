@@ -11,7 +11,7 @@
 
 use crate::metrics::Metrics;
 use crate::models::Engine;
-use crate::work::{groups, run_group, Output, Task};
+use crate::work::{groups, run_group, task_pixels, Output, Task};
 use imgseq_core::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,7 +50,7 @@ pub struct Queue {
 pub struct BatchRule {
     /// Most tasks per batch.
     pub max_batch: usize,
-    /// Most pixels of model input per batch ([`Engine::task_pixels`]); a task over it alone
+    /// Most pixels of model input per batch ([`task_pixels`]); a task over it alone
     /// still runs, alone.
     pub max_pixels: u64,
     pub wait: Duration,
@@ -162,7 +162,7 @@ impl Worker {
             }
         };
         let until = Instant::now() + self.rule.wait;
-        let mut pixels = self.engine.task_pixels(&first.task);
+        let mut pixels = task_pixels(&self.engine, &first.task);
         let mut jobs = vec![first];
         while jobs.len() < self.rule.max_batch && pixels < self.rule.max_pixels {
             let left = until.saturating_duration_since(Instant::now());
@@ -175,7 +175,7 @@ impl Worker {
             match next {
                 Some(j) => {
                     self.depth.fetch_sub(1, Ordering::Relaxed);
-                    let px = self.engine.task_pixels(&j.task);
+                    let px = task_pixels(&self.engine, &j.task);
                     if pixels + px > self.rule.max_pixels {
                         self.held = Some(j);
                         break;

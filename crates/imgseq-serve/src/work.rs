@@ -72,6 +72,24 @@ pub enum Output {
     },
 }
 
+/// Pixels of the model input of `task` on `engine`, what a batch bound counts (0: a task that
+/// runs alone).
+pub fn task_pixels(engine: &Engine, task: &Task) -> u64 {
+    match (engine, task) {
+        (Engine::Vq(_), Task::Encode(p) | Task::Roundtrip(p)) => {
+            p.width() as u64 * p.height() as u64
+        }
+        (Engine::Vq(t), Task::Decode(g)) => {
+            let f = t.model.config().downsample_factor() as u64;
+            (g.h * g.w) as u64 * f * f
+        }
+        (Engine::Vit(m), Task::Embed(_) | Task::Classify(..)) => {
+            (m.cfg.image_size * m.cfg.image_size) as u64
+        }
+        _ => 0,
+    }
+}
+
 /// Splits `tasks` into runs of consecutive tasks that share a batch key (keyless tasks alone).
 pub fn groups(tasks: &[Task]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
