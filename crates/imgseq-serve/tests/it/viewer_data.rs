@@ -163,3 +163,34 @@ fn sample_stream_stops_sampling_when_the_client_goes_away() {
     let r = s.post("/v1/sample", &[], br#"{"class": 0, "n": 1}"#);
     assert_eq!(r.status, 200);
 }
+
+#[test]
+fn sample_stream_ends_at_the_request_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpt = tiny_gpt_grid(dir.path(), 64, 64);
+    let s = Server::start(imgseq_serve::ServeConfig {
+        models: vec![ModelSpec {
+            name: "g".into(),
+            path: gpt,
+        }],
+        deadline: Duration::from_millis(400),
+        ..config()
+    });
+    let t0 = Instant::now();
+    let r = s.post("/v1/sample/stream", &[], br#"{"class": 0, "n": 2}"#);
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    if r.status == 200 {
+        // The first rows came in time: the stream ends with the deadline's error line.
+        let text = String::from_utf8(r.body).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        let e = last["error"].as_str().unwrap_or_else(|| panic!("{last}"));
+        assert!(e.contains("deadline"), "{e}");
+        let m = String::from_utf8(s.get("/metrics").body).unwrap();
+        assert!(
+            m.contains("imgseq_streams_stopped_total{reason=\"deadline\"} 1"),
+            "{m}"
+        );
+    } else {
+        assert!(r.error(504).contains("deadline"));
+    }
+}
