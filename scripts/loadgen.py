@@ -3,11 +3,16 @@
 
 N clients post the same images to one endpoint for a fixed time; prints images/s, p50/p99
 latency, errors and the server's RSS. With --imgseq it starts the server itself (per
---max-batch value, so batch 1 and batching are compared on the same images) and, with --cli,
-also times `imgseq vq encode` on as many images as the best server run answered.
+--max-batch value, so batch 1 and batching are compared on the same images; 256 leaves each
+model's own batch bound, shown as "batching" from /healthz) and, with --cli, also times the
+CLI on as many images as the best server run answered (`imgseq vq encode --size S` for
+/v1/tokenize, `imgseq vit classify` for /v1/classify). Run the pairs back to back: on a busy
+machine only their ratio means much.
 
     python3 scripts/loadgen.py --imgseq target/release/imgseq --images assets/coffee.png \\
-        --clients 8 --seconds 20 --max-batch 1 8 --cli
+        --vq-size 384 --clients 8 --seconds 20 --max-batch 1 256 --cli
+    python3 scripts/loadgen.py --imgseq target/release/imgseq --endpoint /v1/classify \\
+        --images assets/fmnist-t10k-00001.png --clients 8 --seconds 15 --max-batch 1 256 --cli
     python3 scripts/loadgen.py --url http://127.0.0.1:8080 --clients 4 --seconds 10   # a running server
 """
 from __future__ import annotations
@@ -111,31 +116,39 @@ def start_server(imgseq, max_batch, wait_ms, extra):
     sys.exit(f"{' '.join(cmd)} did not start")
 
 
-def metric(url, name):
+def get(url, path):
     u = urlparse(url)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
-    c.request("GET", "/metrics")
-    text = c.getresponse().read().decode()
-    return [l for l in text.splitlines() if l.startswith(name)]
+    c.request("GET", path)
+    return c.getresponse().read().decode()
 
 
-def cli_rate(imgseq, images, n, batch):
+def metric(url, name):
+    return [l for l in get(url, "/metrics").splitlines() if l.startswith(name)]
+
+
+def cli_rate(imgseq, endpoint, images, n, batch, vq_size):
     paths = [str(images[i % len(images)]) for i in range(n)]
     with tempfile.TemporaryDirectory() as d:
+        if endpoint == "/v1/classify":
+            cmd = [imgseq, "vit", "classify", *paths, "-k", "5"]
+        else:
+            cmd = [imgseq, "vq", "encode", *paths, "--batch-size", str(batch), "-o", f"{d}/t.npy"]
+            cmd += ["--size", str(vq_size)] if vq_size else []
         t0 = time.monotonic()
-        subprocess.run([imgseq, "vq", "encode", *paths, "--batch-size", str(batch), "-o", f"{d}/t.npy"],
-                       check=True, capture_output=True)
+        subprocess.run(cmd, check=True, capture_output=True)
         wall = time.monotonic() - t0
-    return {"cli_images": n, "cli_batch_size": batch, "cli_seconds": round(wall, 1),
-            "cli_images_per_s": round(n / wall, 2)}
+    return {"cli": " ".join(cmd[1:3]), "cli_images": n, "cli_batch_size": batch,
+            "cli_seconds": round(wall, 1), "cli_images_per_s": round(n / wall, 2)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="a running server (loopback)")
     ap.add_argument("--imgseq", help="start this imgseq binary's server (once per --max-batch)")
-    ap.add_argument("--max-batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--batch-wait-ms", type=int, default=10)
+    ap.add_argument("--max-batch", type=int, nargs="+", default=[1, 256])
+    ap.add_argument("--vq-size", type=int, help="VQ input side (server --vq-size, CLI --size)")
+    ap.add_argument("--batch-wait-ms", type=int, default=0)
     ap.add_argument("--server-arg", action="append", default=[], help="more `imgseq serve` flags")
     ap.add_argument("--endpoint", default="/v1/tokenize")
     ap.add_argument("--images", nargs="+", default=[str(REPO / "assets" / "coffee.png")])
@@ -146,16 +159,18 @@ def main():
     if not 1 <= a.clients <= MAX_CLIENTS or not 0 < a.seconds <= MAX_SECONDS:
         sys.exit(f"--clients 1..{MAX_CLIENTS}, --seconds up to {MAX_SECONDS}")
     bodies = [Path(p).read_bytes() for p in a.images]
+    extra = a.server_arg + (["--vq-size", str(a.vq_size)] if a.vq_size else [])
     rows = []
     if a.url:
         rows.append(run_load(a.url, a.endpoint, bodies, a.clients, a.seconds))
     elif a.imgseq:
         for b in a.max_batch:
-            p, url = start_server(a.imgseq, b, a.batch_wait_ms, a.server_arg)
+            p, url = start_server(a.imgseq, b, a.batch_wait_ms, extra)
             try:
                 run_load(url, a.endpoint, bodies, 1, min(3, a.seconds))  # warm-up
                 r = run_load(url, a.endpoint, bodies, a.clients, a.seconds, p.pid)
                 r["max_batch"] = b
+                r["batching"] = json.loads(get(url, "/healthz")).get("batching")
                 counts = metric(url, "imgseq_batch_size_sum") + metric(url, "imgseq_batch_size_count")
                 r["batch_size_metrics"] = counts
                 rows.append(r)
@@ -168,8 +183,10 @@ def main():
         print(json.dumps(r))
     if a.cli and a.imgseq:
         n = max(8, max(r["images"] for r in rows))
-        for b in a.max_batch:
-            print(json.dumps(cli_rate(a.imgseq, [Path(p) for p in a.images], min(n, 200), b)))
+        sizes = [1] if a.endpoint == "/v1/classify" else sorted({min(b, 8) for b in a.max_batch})
+        for b in sizes:
+            print(json.dumps(cli_rate(a.imgseq, a.endpoint, [Path(p) for p in a.images], min(n, 200), b,
+                                      a.vq_size)))
 
 
 if __name__ == "__main__":

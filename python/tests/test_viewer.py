@@ -1,9 +1,12 @@
 """The web viewer of `imgseq serve` in a real browser (Debian's chromium + chromium-driver,
 driven over WebDriver by selenium): upload assets/coffee.png, the grid's codes equal
-`imgseq vq encode`'s, edit two cells, decode, the new image differs around them only.
+`imgseq vq encode`'s, edit two cells, decode, the new image differs around them only; the ViT
+position-similarity map shows the endpoint's matrix; a GPT generation shows rows as they are
+sampled, then the final images.
 
 Skips with a note where no browser, driver or selenium is installed. Set
-IMGSEQ_VIEWER_SCREENSHOT=PATH to keep a screenshot (docs/img/viewer.png is one).
+IMGSEQ_VIEWER_SCREENSHOT=PATH to keep screenshots (docs/img/viewer.png and
+docs/img/viewer-vit-gpt.png are those, PATH's stem + "-vit-gpt" the second).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from json import loads as json_load
 
 from conftest import REPO, run_cli
 
@@ -153,5 +158,71 @@ def test_viewer_grid_equals_cli_and_an_edit_changes_only_its_neighbourhood(cli, 
         assert diff[max(r - 1, 0) : r + 2, max(c - 1, 0) : c + 2].max() > far, (r, c)
     shot = os.environ.get("IMGSEQ_VIEWER_SCREENSHOT")
     path = Path(shot) if shot else tmp_path / "viewer.png"
+    d.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+
+
+# Test-side reading of the position figure (not the viewer's code): the colour at the centre of
+# cell (j) of the small map of patch (i), with the figure's layout (5-pixel cells, 3-pixel gaps).
+POS_PIXEL = """
+const [i, j, side] = arguments;
+const cv = document.getElementById('positions'), g = cv.getContext('2d');
+const map = side * 5, step = map + 3;
+const x = 3 + (i % side) * step + (j % side) * 5 + 2, y = 3 + Math.floor(i / side) * step + Math.floor(j / side) * 5 + 2;
+return [cv.width, Array.from(g.getImageData(x, y, 1, 1).data.slice(0, 3))];
+"""
+
+# The colour map of `imgseq vit plot-positions` (5 anchors, linear between), here to check
+# what the page drew.
+STOPS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], float)
+
+
+def viridis(t):
+    x = min(max(t, 0.0), 1.0) * 4
+    i = min(int(x), 3)
+    f = x - i
+    return np.round(STOPS[i] * (1 - f) + STOPS[i + 1] * f)
+
+
+def test_viewer_position_map_and_gpt_rows_streaming(server, browser, tmp_path):
+    with urllib.request.urlopen(server + "v1/models/vit/positions", timeout=30) as r:
+        want = json_load(r.read())
+    sim = np.array(want["similarity"])
+    side = want["side"]
+    assert sim.shape == (side * side, side * side) == (64, 64)
+    assert np.allclose(np.diag(sim), 1, atol=1e-4) and np.allclose(sim, sim.T, atol=1e-5)
+    d = browser
+    d.get(server)
+    wait_for(d, "return document.getElementById('status').textContent.startsWith('ready')")
+    wait_for(d, "return window.imgseqState.positions !== null")
+    got = np.array(d.execute_script("return window.imgseqState.positions.similarity"))
+    assert got.shape == sim.shape and np.allclose(got, sim)
+    # The figure: side x side maps of side x side cells, coloured by similarity.
+    for i, j in [(0, 0), (0, 63), (27, 28), (63, 5), (40, 40)]:
+        width, rgb = d.execute_script(POS_PIXEL, i, j, side)
+        assert width == side * side * 5 + (side + 1) * 3
+        assert np.abs(np.array(rgb) - viridis((sim[i, j] + 1) / 2)).max() <= 2, (i, j, rgb)
+    # Hovering a patch of the grid shows its map large.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    cv = d.find_element("id", "patches")
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", cv)
+    w = cv.size["width"]
+    r, c = 2, 5
+    ActionChains(d).move_to_element_with_offset(cv, int((c + 0.5) * w / side - w / 2), int((r + 0.5) * w / side - w / 2)).perform()
+    wait_for(d, f"return window.imgseqState.posPatch === {r * side + c}")
+    assert f"row {r}, column {c}" in d.find_element("id", "pos-label").text
+    # GPT: rows appear as they are sampled, then the final images.
+    d.find_element("id", "generate").click()
+    wait_for(d, "return window.imgseqState.gptDone", timeout=180)
+    rows = d.execute_script("return window.imgseqState.gptRows")
+    grid = d.execute_script("return window.imgseqState.models.find((m) => m.kind === 'gpt').grid")
+    assert len(rows) >= 2 and rows == sorted(set(rows)) and rows[-1] < grid[0], rows
+    assert len(d.find_elements("css selector", "#samples img")) == 4
+    assert not d.find_elements("css selector", "#samples .undecided")
+    assert "rows streamed" in d.find_element("id", "status").text
+    d.execute_script("document.getElementById('vit').scrollIntoView()")
+    shot = os.environ.get("IMGSEQ_VIEWER_SCREENSHOT")
+    path = Path(shot).with_name(Path(shot).stem + "-vit-gpt.png") if shot else tmp_path / "viewer-vit-gpt.png"
     d.save_screenshot(str(path))
     assert path.stat().st_size > 10_000

@@ -180,6 +180,32 @@ pub fn generate(
     o: &SampleOptions,
     progress: bool,
 ) -> Result<Vec<Vec<u32>>> {
+    generate_rows(model, layout, requests, o, progress, &mut |_| true)
+}
+
+/// Where [`generate_rows`] is: after each completed row of tokens of a batch.
+#[derive(Debug)]
+pub struct RowsDone<'a> {
+    /// Index of the batch's first request.
+    pub first: usize,
+    /// Complete rows of every sequence of the batch (1 ..= h).
+    pub rows: usize,
+    /// The batch's sequences so far (`rows · w` tokens each, prefix included).
+    pub seqs: &'a [Vec<u32>],
+}
+
+/// [`generate`], calling `on_row` each time the sequences of a batch complete a row of
+/// tokens (rows a prefix already fills are not reported). When `on_row` answers `false`,
+/// sampling stops at once with a [`imgseq_core::error::ErrorKind::ResourceLimit`] error (a caller
+/// that went away, a deadline that passed). The tokens equal [`generate`]'s.
+pub fn generate_rows(
+    model: &Gpt2LMHeadModel,
+    layout: &SeqLayout,
+    requests: &[Request],
+    o: &SampleOptions,
+    progress: bool,
+    on_row: &mut dyn FnMut(&RowsDone) -> bool,
+) -> Result<Vec<Vec<u32>>> {
     o.validate()?;
     let n = layout.n_tokens();
     for r in requests {
@@ -223,6 +249,7 @@ pub fn generate(
             &requests[start..end],
             start,
             o,
+            on_row,
         )?);
         if let Some(pb) = &pb {
             pb.inc((end - start) as u64);
@@ -243,6 +270,7 @@ fn generate_batch(
     reqs: &[Request],
     first: usize,
     o: &SampleOptions,
+    on_row: &mut dyn FnMut(&RowsDone) -> bool,
 ) -> Result<Vec<Vec<u32>>> {
     let dev = Device::Cpu;
     let (b, n, k) = (reqs.len(), layout.n_tokens(), reqs[0].prefix.len());
@@ -290,7 +318,20 @@ fn generate_batch(
         if cfg_on {
             next.extend_from_within(..);
         }
-        if seqs[0].len() == n {
+        let len = seqs[0].len();
+        if layout.w > 0 && len.is_multiple_of(layout.w) {
+            let done = RowsDone {
+                first,
+                rows: len / layout.w,
+                seqs: &seqs,
+            };
+            if !on_row(&done) {
+                return Err(Error::resource_limit(
+                    "sampling stopped: its caller no longer waits for it",
+                ));
+            }
+        }
+        if len == n {
             break;
         }
         x = Tensor::from_vec(next, (rows, 1), &dev)?;

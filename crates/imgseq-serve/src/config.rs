@@ -47,9 +47,15 @@ pub struct ServeConfig {
     pub models: Vec<ModelSpec>,
     /// When set, every `/v1/` and `/metrics` request needs `Authorization: Bearer <token>`.
     pub token: Option<String>,
-    /// Most images one batch carries.
+    /// Most images one batch carries (any model).
     pub max_batch: usize,
-    /// How long the first request of a batch waits for others.
+    /// Per model (by name): most pixels (images × height × width of the model's input) one
+    /// batch carries; models not named get their family's default
+    /// ([`crate::models::default_batch_pixels`]). A bound below one image's pixels runs
+    /// every request alone.
+    pub batch_pixels: Vec<(String, u64)>,
+    /// How long the first request of a batch waits for others (0: a batch is what already
+    /// waits; under load requests queue up while a batch runs, so batches form anyway).
     pub batch_wait: Duration,
     /// Requests waiting per model; beyond it, 503 with `Retry-After`.
     pub queue_capacity: usize,
@@ -82,8 +88,9 @@ impl Default for ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             models: Vec::new(),
             token: None,
-            max_batch: 8,
-            batch_wait: Duration::from_millis(5),
+            max_batch: 256,
+            batch_pixels: Vec::new(),
+            batch_wait: Duration::ZERO,
             queue_capacity: 64,
             deadline: Duration::from_secs(60),
             body_timeout: Duration::from_secs(10),
@@ -138,6 +145,15 @@ impl ServeConfig {
                     "token",
                     "(hidden)",
                     "must be printable ASCII without spaces",
+                ));
+            }
+        }
+        for (name, px) in &self.batch_pixels {
+            if *px == 0 {
+                return Err(Error::setting(
+                    "batch_pixels",
+                    format!("{name}=0"),
+                    "must be positive",
                 ));
             }
         }

@@ -72,10 +72,13 @@ fn picture(
     })
 }
 
-/// Runs `task` on `served`'s queue within the request deadline.
-async fn run(state: &AppState, served: &Served, task: Task) -> Result<Output, ApiError> {
-    let deadline = tokio::time::Instant::now() + state.cfg.deadline;
-    let answer = served
+/// Queues `task` on `served`'s queue (503 when it is full) to be answered by `deadline`.
+fn submit(
+    served: &Served,
+    task: Task,
+    deadline: tokio::time::Instant,
+) -> Result<crate::queue::Answer, ApiError> {
+    served
         .queue
         .submit(task, deadline.into_std())
         .map_err(|r| match r {
@@ -91,15 +94,25 @@ async fn run(state: &AppState, served: &Served, task: Task) -> Result<Output, Ap
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the server is shutting down",
             ),
-        })?;
+        })
+}
+
+fn too_late(state: &AppState) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "the request was not answered within its deadline of {} s",
+            state.cfg.deadline.as_secs_f64()
+        ),
+    )
+}
+
+/// Runs `task` on `served`'s queue within the request deadline.
+async fn run(state: &AppState, served: &Served, task: Task) -> Result<Output, ApiError> {
+    let deadline = tokio::time::Instant::now() + state.cfg.deadline;
+    let answer = submit(served, task, deadline)?;
     match tokio::time::timeout_at(deadline, answer).await {
-        Err(_) => Err(ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "the request was not answered within its deadline of {} s",
-                state.cfg.deadline.as_secs_f64()
-            ),
-        )),
+        Err(_) => Err(too_late(state)),
         Ok(Err(_)) => Err(ApiError::internal("the model's worker stopped")),
         Ok(Ok(r)) => Ok(r?),
     }
@@ -355,10 +368,14 @@ fn one_f() -> f64 {
     1.0
 }
 
-/// `POST /v1/sample`: a class → generated images (tokens and PNGs).
-pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Answer {
+/// A checked sample request: its model, class index, count and options.
+async fn sample_request(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<Served>, usize, usize, SampleOptions), ApiError> {
     let bytes = read_body(
-        &headers,
+        headers,
         body,
         state.cfg.max_body_bytes,
         state.cfg.body_timeout,
@@ -400,10 +417,18 @@ pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         batch: b.n,
     };
     options.validate()?;
+    Ok((served, class, b.n, options))
+}
+
+/// `POST /v1/sample`: a class → generated images (tokens and PNGs).
+pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Answer {
+    let (served, class, n, options) = sample_request(&state, &headers, body).await?;
+    let classes = &served.info.classes;
     let task = Task::Sample {
         class,
-        n: b.n,
+        n,
         options,
+        stream: None,
     };
     let Output::Samples { tokens, images } = run(&state, &served, task).await? else {
         return Err(unexpected());
@@ -428,6 +453,84 @@ pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         "grid": [tokens.h, tokens.w],
         "tokens": grids,
         "images_png": pngs,
+    }))
+    .into_response())
+}
+
+/// `POST /v1/sample/stream`: as `/v1/sample`, answered as NDJSON while the GPT samples: a
+/// line per completed row of tokens (the rows so far and their picture), then the finished
+/// images ([`crate::stream`]). Queue, deadline and errors before the first row are answered
+/// as by `/v1/sample`; later errors end the stream with an `{"error": ...}` line.
+pub async fn sample_stream(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    let (served, class, n, options) = sample_request(&state, &headers, body).await?;
+    let rows = served.info.grid.map_or(1, |g| g[0]);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(rows + 2);
+    let deadline = tokio::time::Instant::now() + state.cfg.deadline;
+    let sink = crate::stream::RowSink {
+        tx,
+        deadline: deadline.into_std(),
+        model: served.info.name.clone(),
+        class: served.info.classes[class].clone(),
+        metrics: state.metrics.clone(),
+    };
+    let task = Task::Sample {
+        class,
+        n,
+        options,
+        stream: Some(sink),
+    };
+    let mut answer = submit(&served, task, deadline)?;
+    // The status waits for the first line: errors before it (a full queue, a deadline passed
+    // in the queue, a failed model) are plain error answers.
+    let first = tokio::select! {
+        line = rx.recv() => line,
+        r = &mut answer => match r {
+            Ok(Err(e)) => return Err(e.into()),
+            _ => rx.recv().await,
+        },
+        _ = tokio::time::sleep_until(deadline) => return Err(too_late(&state)),
+    };
+    let Some(first) = first else {
+        return Err(ApiError::internal("the model's worker stopped"));
+    };
+    let body = crate::stream::LineBody {
+        first: Some(first),
+        rx,
+        done: false,
+    };
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::new(body),
+    )
+        .into_response())
+}
+
+/// `GET /v1/models/{name}/positions`: the ViT's position-similarity matrix (n × n, n the
+/// patch count, CLS excluded): the cosine similarity of each patch position's learned vector
+/// with every other's, row-major by patch (row · side + column).
+pub async fn positions(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    let served = state.model(Some(&name), Kind::Vit)?;
+    let Some(p) = &served.positions else {
+        return Err(ApiError::internal("the ViT's positions were not computed"));
+    };
+    if wants_npy(&headers) {
+        return Ok(npy_response("<f4", &[p.n, p.n], f32_le(&p.similarity)));
+    }
+    let rows: Vec<&[f32]> = p.similarity.chunks(p.n.max(1)).collect();
+    Ok(Json(json!({
+        "model": served.info.name,
+        "side": p.side,
+        "patches": p.n,
+        "cls_excluded": true,
+        "similarity": rows,
     }))
     .into_response())
 }

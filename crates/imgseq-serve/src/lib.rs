@@ -5,7 +5,8 @@
 //! * [`queue`]: the bounded queue per model and its batching worker thread;
 //!   [`work`]: the model work of each request kind, batched.
 //! * [`handlers`]: the `/v1/` endpoints; [`http`]: errors, body limits, `.npy`/PNG bodies.
-//! * [`state`]: the served models and settings every handler sees.
+//! * [`state`]: the served models and settings every handler sees; [`stream`]: GPT sampling
+//!   streamed row by row.
 //! * [`server`]: router, auth, metrics layer, accept loop (connection limit, drain);
 //!   [`metrics`]: the Prometheus text; [`openapi`]: the API description; [`viewer`]: the
 //!   embedded web viewer.
@@ -19,6 +20,7 @@ pub mod openapi;
 pub mod queue;
 pub mod server;
 pub mod state;
+pub mod stream;
 pub mod viewer;
 pub mod work;
 

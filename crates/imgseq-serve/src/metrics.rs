@@ -44,16 +44,28 @@ impl Histogram {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Inner {
     requests: BTreeMap<(String, u16), u64>,
     latency: BTreeMap<String, Histogram>,
     batches: BTreeMap<String, Histogram>,
     refused_connections: u64,
+    streams_stopped: BTreeMap<String, u64>,
+}
+
+/// What is read of each model at scrape time.
+#[derive(Debug, Clone)]
+pub struct ModelGauges {
+    pub model: String,
+    /// Tasks waiting for its worker.
+    pub queue_depth: usize,
+    /// Its batch bound, in pixels and in images of its input.
+    pub max_batch_pixels: u64,
+    pub max_batch_images: usize,
 }
 
 /// The server's counters (shared by handlers and workers).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
 }
@@ -86,13 +98,18 @@ impl Metrics {
         });
     }
 
+    /// One streamed sampling stopped early (`reason`: `client_gone`, `deadline`).
+    pub fn stream_stopped(&self, reason: &str) {
+        self.with(|m| *m.streams_stopped.entry(reason.to_string()).or_default() += 1);
+    }
+
     /// One connection refused for being over the limit.
     pub fn refused_connection(&self) {
         self.with(|m| m.refused_connections += 1);
     }
 
-    /// The Prometheus text exposition, with `queue_depths` (model, waiting tasks).
-    pub fn render(&self, queue_depths: &[(String, usize)]) -> String {
+    /// The Prometheus text exposition, with each model's gauges.
+    pub fn render(&self, models: &[ModelGauges]) -> String {
         let mut out = String::new();
         self.with(|m| {
             out.push_str("# HELP imgseq_requests_total Requests answered, by route and status.\n");
@@ -129,11 +146,45 @@ impl Metrics {
                 "imgseq_refused_connections_total {}",
                 m.refused_connections
             );
+            out.push_str(
+                "# HELP imgseq_streams_stopped_total Streamed samplings stopped early, by reason.\n",
+            );
+            out.push_str("# TYPE imgseq_streams_stopped_total counter\n");
+            for (reason, n) in &m.streams_stopped {
+                let _ = writeln!(
+                    out,
+                    "imgseq_streams_stopped_total{{reason=\"{reason}\"}} {n}"
+                );
+            }
         });
         out.push_str("# HELP imgseq_queue_depth Tasks waiting for a model's worker.\n");
         out.push_str("# TYPE imgseq_queue_depth gauge\n");
-        for (model, d) in queue_depths {
-            let _ = writeln!(out, "imgseq_queue_depth{{model=\"{model}\"}} {d}");
+        for g in models {
+            let _ = writeln!(
+                out,
+                "imgseq_queue_depth{{model=\"{}\"}} {}",
+                g.model, g.queue_depth
+            );
+        }
+        out.push_str("# HELP imgseq_max_batch_pixels Most pixels of model input per batch.\n");
+        out.push_str("# TYPE imgseq_max_batch_pixels gauge\n");
+        for g in models {
+            let _ = writeln!(
+                out,
+                "imgseq_max_batch_pixels{{model=\"{}\"}} {}",
+                g.model, g.max_batch_pixels
+            );
+        }
+        out.push_str(
+            "# HELP imgseq_max_batch_images Most images of the model's input per batch.\n",
+        );
+        out.push_str("# TYPE imgseq_max_batch_images gauge\n");
+        for g in models {
+            let _ = writeln!(
+                out,
+                "imgseq_max_batch_images{{model=\"{}\"}} {}",
+                g.model, g.max_batch_images
+            );
         }
         out
     }
@@ -150,7 +201,12 @@ mod tests {
         m.observe_request("/v1/tokenize", 200, 3.0);
         m.observe_request("/v1/tokenize", 400, 0.001);
         m.observe_batch("vq", 3);
-        let text = m.render(&[("vq".into(), 2)]);
+        let text = m.render(&[ModelGauges {
+            model: "vq".into(),
+            queue_depth: 2,
+            max_batch_pixels: 65536,
+            max_batch_images: 4,
+        }]);
         assert!(text.contains("imgseq_requests_total{route=\"/v1/tokenize\",status=\"200\"} 2"));
         assert!(text.contains("imgseq_requests_total{route=\"/v1/tokenize\",status=\"400\"} 1"));
         let b = |le: &str| {
@@ -162,5 +218,7 @@ mod tests {
         assert!(text.contains("imgseq_batch_size_bucket{model=\"vq\",le=\"2\"} 0"));
         assert!(text.contains("imgseq_batch_size_bucket{model=\"vq\",le=\"4\"} 1"));
         assert!(text.contains("imgseq_queue_depth{model=\"vq\"} 2"));
+        assert!(text.contains("imgseq_max_batch_pixels{model=\"vq\"} 65536"));
+        assert!(text.contains("imgseq_max_batch_images{model=\"vq\"} 4"));
     }
 }

@@ -28,6 +28,24 @@ pub const DEFAULT_GPT_VQ: &str = "vq-fashion-mnist";
 /// `imgseq vq encode`'s `--size` default, so that the service's tokens equal the CLI's.
 pub const VQ_DEFAULT_SIZE: u32 = 384;
 
+/// Pixels of a VQ batch by default: 256², i.e. 256² and larger inputs run one at a time,
+/// smaller ones batch while b·h·w ≤ 256² (the VQGAN's batched forward is slower per image at
+/// 256² and 384² on CPU, a little faster at 128²; figures in docs/serve.md).
+pub const VQ_BATCH_PIXELS: u64 = 256 * 256;
+/// Images of a ViT batch by default (its forward profits up to the largest batches).
+pub const VIT_BATCH_IMAGES: u64 = 256;
+
+/// The default batch bound in pixels of a model of `kind` whose input has `input_pixels`
+/// (VQ: [`VQ_BATCH_PIXELS`]; ViT: [`VIT_BATCH_IMAGES`] inputs; GPT: one sample request, whose
+/// images are generated together, per run).
+pub fn default_batch_pixels(kind: Kind, input_pixels: u64) -> u64 {
+    match kind {
+        Kind::Vq => VQ_BATCH_PIXELS,
+        Kind::Vit => VIT_BATCH_IMAGES * input_pixels.max(1),
+        Kind::Gpt => input_pixels.max(1),
+    }
+}
+
 /// What kind of model a folder holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -71,6 +89,20 @@ pub struct ModelInfo {
     /// Input channels (1: gray, 3: RGB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channels: Option<usize>,
+}
+
+impl Engine {
+    /// Pixels of one input image of this model (GPT: of one sampled image's token grid).
+    pub fn input_pixels(&self) -> u64 {
+        match self {
+            Engine::Vq(t) => t.size as u64 * t.size as u64,
+            Engine::Vit(m) => (m.cfg.image_size * m.cfg.image_size) as u64,
+            Engine::Gpt { layout, vq, .. } => {
+                let f = vq.config().downsample_factor() as u64;
+                (layout.h * layout.w) as u64 * f * f
+            }
+        }
+    }
 }
 
 /// The specs to load: `given`, or the shipped defaults that exist when none is given (an error

@@ -50,8 +50,53 @@ fn grid() -> Value {
         "description": "rows of codebook indices, raster order"})
 }
 
+fn sample_body() -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["class"], "properties": {
+        "model": {"type": "string"}, "class": {"description": "class name or index"},
+        "n": {"type": "integer", "default": 1}, "temperature": {"type": "number", "default": 1.0},
+        "top_k": {"type": "integer"}, "top_p": {"type": "number"},
+        "guidance": {"type": "number", "default": 1.0}, "seed": {"type": "integer", "default": 0}}}}}})
+}
+
+/// The endpoints the viewer's ViT position map and GPT stream read.
+fn viewer_paths() -> Value {
+    let npy = json!({"schema": {"type": "string", "format": "binary"}});
+    json!({
+        "/v1/models/{name}/positions": {"get": {
+            "summary": "ViT position similarity: for each patch position, the cosine similarity of its learned position embedding with every other position's (CLS excluded; patches row-major, row * side + column; Accept: application/x-npy for float32 (patches, patches))",
+            "parameters": [{"name": "name", "in": "path", "required": true, "description": "a served ViT model", "schema": {"type": "string"}}],
+            "responses": with_errors(json!({"description": "success", "content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "model": {"type": "string"}, "side": {"type": "integer", "description": "patches per side"},
+                    "patches": {"type": "integer"}, "cls_excluded": {"type": "boolean"},
+                    "similarity": {"type": "array", "items": {"type": "array", "items": {"type": "number"}},
+                        "description": "(patches, patches), in [-1, 1]"}}}},
+                "application/x-npy": npy}}))}},
+        "/v1/sample/stream": {"post": {
+            "summary": "GPT sampling streamed as NDJSON: one line per completed row of tokens (rows_done, the rows so far, and the pictures of the grid whose rows from rows_done on are a copy of the last sampled row), then a line with done: true and the finished tokens and images (equal to /v1/sample's). Errors before the first line are plain error answers; later ones end the stream with an {\"error\": ...} line. Sampling stops when the client goes away or the deadline passes.",
+            "requestBody": sample_body(),
+            "responses": with_errors(json!({"description": "NDJSON lines", "content": {
+                "application/x-ndjson": {"schema": {"type": "object", "properties": {
+                    "model": {"type": "string"}, "class": {"type": "string"},
+                    "rows_done": {"type": "integer", "description": "rows of tokens sampled; later rows of the pictures are placeholders"},
+                    "done": {"type": "boolean", "description": "present (true) on the last line only"},
+                    "grid": {"type": "array", "items": {"type": "integer"}},
+                    "tokens": {"type": "array", "items": grid(), "description": "per image, the rows sampled so far"},
+                    "images_png": {"type": "array", "items": {"type": "string", "format": "byte"}},
+                    "error": {"type": "string"}}}}}}))}},
+    })
+}
+
 /// The description.
 pub fn spec() -> Value {
+    let mut s = base_spec();
+    if let (Some(paths), Value::Object(more)) = (s["paths"].as_object_mut(), viewer_paths()) {
+        paths.extend(more);
+    }
+    s
+}
+
+fn base_spec() -> Value {
     let model = q(
         "model",
         "model name (default: the first served model of the kind needed)",
@@ -68,8 +113,8 @@ pub fn spec() -> Value {
         "info": {"title": "imgseq serve", "version": "1",
             "description": "Image tokenizers as a service: VQ tokens and back, ViT embeddings and classes, token GPT samples. Errors are one-line JSON objects {\"error\": \"...\"}."},
         "paths": {
-            "/healthz": {"get": {"summary": "liveness", "responses": {"200": json_ok(json!({"type": "object"}))}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics: requests, latency, queue depth, batch size",
+            "/healthz": {"get": {"summary": "liveness, the served models and each one's batch bound (max_batch_pixels, input_pixels, max_batch_images)", "responses": {"200": json_ok(json!({"type": "object"}))}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics: requests, latency, queue depth, batch size and bound, streams stopped",
                 "responses": {"200": {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
             "/v1/models": {"get": {"summary": "the served models", "responses": {"200": json_ok(json!({"type": "object",
                 "properties": {"models": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}}))}}},
@@ -107,11 +152,7 @@ pub fn spec() -> Value {
                     "top": {"type": "array", "items": {"type": "object", "properties": {
                         "index": {"type": "integer"}, "label": {"type": "string"}, "probability": {"type": "number"}}}}}}))),
             "/v1/sample": {"post": {"summary": "GPT: images of a class (tokens and base64 PNGs; Accept: application/x-npy for int64 (n, h, w) tokens)",
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["class"], "properties": {
-                    "model": {"type": "string"}, "class": {"description": "class name or index"},
-                    "n": {"type": "integer", "default": 1}, "temperature": {"type": "number", "default": 1.0},
-                    "top_k": {"type": "integer"}, "top_p": {"type": "number"},
-                    "guidance": {"type": "number", "default": 1.0}, "seed": {"type": "integer", "default": 0}}}}}},
+                "requestBody": sample_body(),
                 "responses": with_errors(json!({"description": "success", "content": {
                     "application/json": {"schema": {"type": "object", "properties": {
                         "model": {"type": "string"}, "class": {"type": "string"},

@@ -2,19 +2,20 @@
 //!
 //! A handler [`Queue::submit`]s a task and awaits its answer; when `capacity` tasks already
 //! wait, the submit fails at once (the handler answers 503 with `Retry-After`). The worker
-//! (one OS thread per model, never the async executor) takes the first waiting task, waits up
-//! to `batch_wait` for more (up to `max_batch`), drops those whose deadline passed, runs the
-//! rest in batches ([`crate::work::groups`]) and answers each. A panic while running a batch
-//! is caught: its tasks are run again one by one, so that only the task that panics is
+//! (one OS thread per model, never the async executor) takes the first waiting task, the tasks
+//! already waiting behind it and, for up to `batch_wait` (default 0), more — up to
+//! `max_batch` tasks and the model's pixel bound —, drops those whose deadline passed, runs
+//! the rest in batches ([`crate::work::groups`]) and answers each. A panic while running a
+//! batch is caught: its tasks are run again one by one, so that only the task that panics is
 //! answered with an error.
 
 use crate::metrics::Metrics;
 use crate::models::Engine;
-use crate::work::{groups, run_group, Output, Task};
+use crate::work::{groups, run_group, task_pixels, Output, Task};
 use imgseq_core::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -47,8 +48,20 @@ pub struct Queue {
 /// How a worker forms batches.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchRule {
+    /// Most tasks per batch.
     pub max_batch: usize,
+    /// Most pixels of model input per batch ([`task_pixels`]); a task over it alone
+    /// still runs, alone.
+    pub max_pixels: u64,
     pub wait: Duration,
+}
+
+impl BatchRule {
+    /// Most images of `input_pixels` each one batch carries under this rule (at least 1).
+    pub fn max_images(&self, input_pixels: u64) -> usize {
+        let by_pixels = self.max_pixels / input_pixels.max(1);
+        (by_pixels.min(self.max_batch as u64) as usize).max(1)
+    }
 }
 
 impl Queue {
@@ -67,6 +80,7 @@ impl Queue {
             name: name.to_string(),
             engine,
             rx,
+            held: None,
             depth: depth.clone(),
             rule,
             metrics,
@@ -109,13 +123,15 @@ struct Worker {
     name: String,
     engine: Engine,
     rx: Receiver<Job>,
+    /// A job taken from the queue that did not fit the previous batch's pixel bound.
+    held: Option<Job>,
     depth: Arc<AtomicUsize>,
     rule: BatchRule,
     metrics: Arc<Metrics>,
 }
 
 impl Worker {
-    fn run(self) {
+    fn run(mut self) {
         while let Some(jobs) = self.next_batch() {
             let now = Instant::now();
             let (live, late): (Vec<Job>, Vec<Job>) =
@@ -133,20 +149,43 @@ impl Worker {
         }
     }
 
-    /// The next batch: the first waiting job, then more until `max_batch` or `wait` passed;
+    /// The next batch: the first waiting job, then more until `max_batch` tasks, `max_pixels`
+    /// or `wait` passed (a job that would pass `max_pixels` is held for the next batch);
     /// `None` once the queue is closed and empty.
-    fn next_batch(&self) -> Option<Vec<Job>> {
-        let first = self.rx.recv().ok()?;
+    fn next_batch(&mut self) -> Option<Vec<Job>> {
+        let first = match self.held.take() {
+            Some(j) => j,
+            None => {
+                let j = self.rx.recv().ok()?;
+                self.depth.fetch_sub(1, Ordering::Relaxed);
+                j
+            }
+        };
         let until = Instant::now() + self.rule.wait;
+        let mut pixels = task_pixels(&self.engine, &first.task);
         let mut jobs = vec![first];
-        while jobs.len() < self.rule.max_batch {
+        while jobs.len() < self.rule.max_batch && pixels < self.rule.max_pixels {
             let left = until.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(j) => jobs.push(j),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            // No wait left (or none asked for): take only what is already waiting.
+            let next = if left.is_zero() {
+                self.rx.try_recv().ok()
+            } else {
+                self.rx.recv_timeout(left).ok()
+            };
+            match next {
+                Some(j) => {
+                    self.depth.fetch_sub(1, Ordering::Relaxed);
+                    let px = task_pixels(&self.engine, &j.task);
+                    if pixels + px > self.rule.max_pixels {
+                        self.held = Some(j);
+                        break;
+                    }
+                    pixels += px;
+                    jobs.push(j);
+                }
+                None => break,
             }
         }
-        self.depth.fetch_sub(jobs.len(), Ordering::Relaxed);
         Some(jobs)
     }
 

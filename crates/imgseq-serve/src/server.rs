@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 /// The routes metrics are kept for by name (others count as `other`).
-pub const ROUTES: [&str; 14] = [
+pub const ROUTES: [&str; 16] = [
     "/",
     "/viewer.js",
     "/viewer.css",
@@ -38,6 +38,8 @@ pub const ROUTES: [&str; 14] = [
     "/v1/embed",
     "/v1/classify",
     "/v1/sample",
+    "/v1/sample/stream",
+    "/v1/models/{name}/positions",
     "/v1/_test",
 ];
 
@@ -52,6 +54,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embed", post(handlers::embed))
         .route("/v1/classify", post(handlers::classify))
         .route("/v1/sample", post(handlers::sample))
+        .route("/v1/sample/stream", post(handlers::sample_stream))
+        .route("/v1/models/{name}/positions", get(handlers::positions))
         .route("/metrics", get(metrics));
     if state.cfg.test_routes {
         v1 = v1.route("/v1/_test", post(handlers::test_task));
@@ -83,7 +87,13 @@ async fn not_allowed() -> ApiError {
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     let models: Vec<&str> = state.models.iter().map(|m| m.info.name.as_str()).collect();
-    Json(serde_json::json!({"status": "ok", "models": models})).into_response()
+    let batching: serde_json::Map<String, serde_json::Value> = state
+        .models
+        .iter()
+        .map(|m| (m.info.name.clone(), m.batching()))
+        .collect();
+    Json(serde_json::json!({"status": "ok", "models": models, "batching": batching}))
+        .into_response()
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Response {
@@ -96,10 +106,15 @@ async fn openapi() -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let depths: Vec<(String, usize)> = state
+    let depths: Vec<crate::metrics::ModelGauges> = state
         .models
         .iter()
-        .map(|m| (m.info.name.clone(), m.queue.depth()))
+        .map(|m| crate::metrics::ModelGauges {
+            model: m.info.name.clone(),
+            queue_depth: m.queue.depth(),
+            max_batch_pixels: m.rule.max_pixels,
+            max_batch_images: m.rule.max_images(m.input_pixels),
+        })
         .collect();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -139,6 +154,12 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         .iter()
         .find(|r| **r == path)
         .copied()
+        .or_else(|| {
+            let rest = path
+                .strip_prefix("/v1/models/")?
+                .strip_suffix("/positions")?;
+            (!rest.contains('/')).then_some("/v1/models/{name}/positions")
+        })
         .unwrap_or("other");
     let t0 = Instant::now();
     let r = CatchPanic(Box::pin(next.run(req))).await;

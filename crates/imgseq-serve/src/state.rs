@@ -19,6 +19,49 @@ pub struct Served {
     /// decoded image as it is (the ViT's preprocessing is its tensor step).
     pub input: Option<InputSpec>,
     pub queue: Queue,
+    /// How its worker forms batches, and the pixels of one input image.
+    pub rule: BatchRule,
+    pub input_pixels: u64,
+    /// A ViT's position-similarity matrix (computed once, at load).
+    pub positions: Option<Positions>,
+}
+
+/// The cosine similarity of every patch position's learned vector with every other's.
+#[derive(Debug, Clone)]
+pub struct Positions {
+    /// Patches per side, and patches (`side²`; the CLS slot excluded).
+    pub side: usize,
+    pub n: usize,
+    /// (n, n) row-major.
+    pub similarity: Vec<f32>,
+}
+
+impl Positions {
+    /// The position similarity of `m` (by `imgseq_vit::position_plot`'s rule).
+    pub fn of(m: &imgseq_vit::inference::Classifier) -> Result<Self> {
+        let pos = m.model.vit.embeddings.patch_positions()?; // (n, hidden)
+        let (n, d) = pos.dims2()?;
+        let flat: Vec<f32> = pos
+            .to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1()?;
+        Ok(Self {
+            side: (n as f64).sqrt().round() as usize,
+            n,
+            similarity: imgseq_vit::position_plot::similarity_maps(&flat, n, d),
+        })
+    }
+}
+
+impl Served {
+    /// The batch bound as `/healthz` shows it.
+    pub fn batching(&self) -> serde_json::Value {
+        serde_json::json!({
+            "max_batch_pixels": self.rule.max_pixels,
+            "input_pixels": self.input_pixels,
+            "max_batch_images": self.rule.max_images(self.input_pixels),
+        })
+    }
 }
 
 /// Everything a handler sees.
@@ -34,13 +77,21 @@ impl AppState {
     pub fn load(cfg: ServeConfig) -> Result<(Self, Vec<JoinHandle<()>>)> {
         cfg.validate()?;
         let metrics = Arc::new(Metrics::default());
-        let rule = BatchRule {
-            max_batch: cfg.max_batch,
-            wait: cfg.batch_wait,
-        };
+        let specs = models::resolve_specs(&cfg.models)?;
+        if let Some((name, _)) = cfg
+            .batch_pixels
+            .iter()
+            .find(|(n, _)| !specs.iter().any(|s| &s.name == n))
+        {
+            return Err(Error::setting(
+                "batch_pixels",
+                name,
+                "names no served model",
+            ));
+        }
         let mut served = Vec::new();
         let mut handles = Vec::new();
-        for spec in models::resolve_specs(&cfg.models)? {
+        for spec in specs {
             let (engine, info) = models::load(&spec, cfg.vq_size).map_err(|e| {
                 Error::invalid(format!(
                     "model {} ({}): {e}",
@@ -52,6 +103,23 @@ impl AppState {
                 models::Engine::Vq(t) => Some(imgseq_core::tokenizer::Tokenizer::input(t)),
                 _ => None,
             };
+            let input_pixels = engine.input_pixels();
+            let positions = match &engine {
+                models::Engine::Vit(m) => Some(Positions::of(m)?),
+                _ => None,
+            };
+            let max_pixels = cfg
+                .batch_pixels
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == spec.name)
+                .map(|&(_, px)| px)
+                .unwrap_or_else(|| models::default_batch_pixels(info.kind, input_pixels));
+            let rule = BatchRule {
+                max_batch: cfg.max_batch,
+                max_pixels,
+                wait: cfg.batch_wait,
+            };
             let (queue, h) = Queue::start(
                 &spec.name,
                 engine,
@@ -60,7 +128,14 @@ impl AppState {
                 metrics.clone(),
             )?;
             handles.push(h);
-            served.push(Arc::new(Served { info, input, queue }));
+            served.push(Arc::new(Served {
+                info,
+                input,
+                queue,
+                rule,
+                input_pixels,
+                positions,
+            }));
         }
         Ok((
             Self {

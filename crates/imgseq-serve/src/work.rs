@@ -4,6 +4,7 @@
 //! the GPT's sampler).
 
 use crate::models::Engine;
+use crate::stream::RowSink;
 use image::RgbImage;
 use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
 use imgseq_core::tokens::TokenGrid;
@@ -29,6 +30,8 @@ pub enum Task {
         class: usize,
         n: usize,
         options: SampleOptions,
+        /// Stream each completed row here ([`crate::stream`]).
+        stream: Option<RowSink>,
     },
     /// Panics inside the worker (tests of panic isolation only).
     Panic,
@@ -69,6 +72,24 @@ pub enum Output {
     },
 }
 
+/// Pixels of the model input of `task` on `engine`, what a batch bound counts (0: a task that
+/// runs alone).
+pub fn task_pixels(engine: &Engine, task: &Task) -> u64 {
+    match (engine, task) {
+        (Engine::Vq(_), Task::Encode(p) | Task::Roundtrip(p)) => {
+            p.width() as u64 * p.height() as u64
+        }
+        (Engine::Vq(t), Task::Decode(g)) => {
+            let f = t.model.config().downsample_factor() as u64;
+            (g.h * g.w) as u64 * f * f
+        }
+        (Engine::Vit(m), Task::Embed(_) | Task::Classify(..)) => {
+            (m.cfg.image_size * m.cfg.image_size) as u64
+        }
+        _ => 0,
+    }
+}
+
 /// Splits `tasks` into runs of consecutive tasks that share a batch key (keyless tasks alone).
 pub fn groups(tasks: &[Task]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
@@ -93,7 +114,25 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
         (Engine::Vq(t), Task::Decode(_)) => decode(t, tasks),
         (Engine::Vit(m), Task::Embed(_)) => embed(m, &pictures(tasks)),
         (Engine::Vit(m), Task::Classify(..)) => classify(m, tasks),
-        (Engine::Gpt { model, layout, vq }, Task::Sample { class, n, options }) => {
+        (
+            Engine::Gpt { model, layout, vq },
+            Task::Sample {
+                class,
+                n,
+                options,
+                stream: Some(sink),
+            },
+        ) => {
+            let (tokens, images) =
+                crate::stream::sample_rows(model, layout, vq, *class, *n, options, sink)?;
+            Ok(vec![Output::Samples { tokens, images }])
+        }
+        (
+            Engine::Gpt { model, layout, vq },
+            Task::Sample {
+                class, n, options, ..
+            },
+        ) => {
             let reqs = vec![
                 Request {
                     class: Some(*class),

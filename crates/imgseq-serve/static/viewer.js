@@ -7,6 +7,10 @@ const state = {
   models: [], vq: null, file: null, tokens: null, edited: null, grid: [0, 0],
   codebook: 0, counts: new Map(), selected: new Set(), anchor: null, reconUrl: null, editUrl: null,
   decodes: 0,
+  // ViT position similarity ({model, side, patches, similarity}) and the patch shown large.
+  positions: null, posPatch: 0,
+  // GPT stream: rows_done of each intermediate line, and whether the last line arrived.
+  gptRows: [], gptDone: false,
 };
 window.imgseqState = state;
 
@@ -53,6 +57,7 @@ async function loadModels() {
     fill($("vit-model"), of("vit"));
     fill($("gpt-model"), of("gpt"));
     gptClasses();
+    loadPositions();
     status("ready: " + j.models.map((m) => m.name + " (" + m.kind + ")").join(", "));
   } catch (e) {
     status("cannot list models: " + e.message, true);
@@ -288,6 +293,88 @@ async function classify(file) {
   }
 }
 
+// Position similarity: for every patch position, the cosine similarity of its learned
+// position vector with every other position's (CLS excluded), as the ViT paper's figure.
+
+// Viridis-like colours for t in [0, 1] (the anchors of `imgseq vit plot-positions`).
+const STOPS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+function viridis(t) {
+  const x = Math.min(Math.max(t, 0), 1) * 4;
+  const i = Math.min(Math.floor(x), 3), f = x - i;
+  const c = (k) => Math.round(STOPS[i][k] * (1 - f) + STOPS[i + 1][k] * f);
+  return "rgb(" + c(0) + "," + c(1) + "," + c(2) + ")";
+}
+
+// Draws the side x side similarity map of `patch` at (x, y), `cell` pixels per position.
+function drawPosMap(g, patch, x, y, cell) {
+  const p = state.positions;
+  for (let j = 0; j < p.patches; j++) {
+    g.fillStyle = viridis((p.similarity[patch][j] + 1) / 2);
+    g.fillRect(x + (j % p.side) * cell, y + Math.floor(j / p.side) * cell, cell, cell);
+  }
+}
+
+const POS_CELL = 5, POS_GAP = 3;
+
+function drawPositions() {
+  const p = state.positions;
+  if (!p) return;
+  const map = p.side * POS_CELL, cv = $("positions");
+  cv.width = cv.height = p.side * map + (p.side + 1) * POS_GAP;
+  const g = cv.getContext("2d");
+  g.fillStyle = "#fff"; g.fillRect(0, 0, cv.width, cv.height);
+  for (let i = 0; i < p.patches; i++) {
+    const x = POS_GAP + (i % p.side) * (map + POS_GAP), y = POS_GAP + Math.floor(i / p.side) * (map + POS_GAP);
+    drawPosMap(g, i, x, y, POS_CELL);
+  }
+  showPosition(state.posPatch);
+}
+
+// The map of one patch position, large, with its row and column.
+function showPosition(patch) {
+  const p = state.positions;
+  if (!p || patch < 0 || patch >= p.patches) return;
+  state.posPatch = patch;
+  const cv = $("pos-one"), cell = Math.floor(192 / p.side);
+  cv.width = cv.height = cell * p.side;
+  const g = cv.getContext("2d");
+  drawPosMap(g, patch, 0, 0, cell);
+  const r = Math.floor(patch / p.side), c = patch % p.side;
+  g.strokeStyle = "#ff4081"; g.lineWidth = 2;
+  g.strokeRect(c * cell + 1, r * cell + 1, cell - 2, cell - 2);
+  $("pos-label").textContent = "patch row " + r + ", column " + c + " (self-similarity 1 is the brightest cell)";
+}
+
+async function loadPositions() {
+  const name = $("vit-model").value;
+  if (!name) return;
+  try {
+    const j = await (await api("/v1/models/" + encodeURIComponent(name) + "/positions")).json();
+    state.positions = j;
+    drawPositions();
+  } catch (e) {
+    $("pos-label").textContent = "positions: " + e.message;
+  }
+}
+
+// A patch under the mouse on the patch grid or on the figure of small maps.
+function patchOnGrid(ev) {
+  const p = state.positions;
+  if (!p) return -1;
+  const b = ev.target.getBoundingClientRect();
+  const c = Math.floor((ev.clientX - b.left) / b.width * p.side), r = Math.floor((ev.clientY - b.top) / b.height * p.side);
+  return r >= 0 && r < p.side && c >= 0 && c < p.side ? r * p.side + c : -1;
+}
+
+function patchOnFigure(ev) {
+  const p = state.positions;
+  if (!p) return -1;
+  const cv = $("positions"), b = cv.getBoundingClientRect(), step = p.side * POS_CELL + POS_GAP;
+  const x = (ev.clientX - b.left) * cv.width / b.width - POS_GAP, y = (ev.clientY - b.top) * cv.height / b.height - POS_GAP;
+  const c = Math.floor(x / step), r = Math.floor(y / step);
+  return r >= 0 && r < p.side && c >= 0 && c < p.side ? r * p.side + c : -1;
+}
+
 // --- GPT ---------------------------------------------------------------------------------
 
 function gptClasses() {
@@ -295,24 +382,62 @@ function gptClasses() {
   fill($("gpt-class"), m ? m.classes : []);
 }
 
+// Shows one stream line: its pictures, the rows not yet sampled shaded.
+function showSamples(j) {
+  const box = $("samples");
+  box.innerHTML = "";
+  const h = j.grid[0];
+  for (const png of j.images_png) {
+    const fig = document.createElement("div");
+    fig.className = "sample";
+    const img = document.createElement("img");
+    img.src = b64png(png);
+    img.alt = j.class;
+    fig.appendChild(img);
+    if (j.rows_done < h) {
+      const veil = document.createElement("div");
+      veil.className = "undecided";
+      veil.style.top = (100 * j.rows_done / h) + "%";
+      veil.title = "rows " + j.rows_done + ".." + (h - 1) + " not sampled yet (a copy of the last sampled row)";
+      fig.appendChild(veil);
+    }
+    box.appendChild(fig);
+  }
+}
+
+// Generates 4 images, streamed: a line per sampled row of tokens, then the finished images.
 async function generate() {
   const name = $("gpt-model").value;
   if (!name) return;
   status("generating ...");
+  state.gptRows = []; state.gptDone = false;
   try {
     const body = { model: name, class: $("gpt-class").value, n: 4, seed: Number($("gpt-seed").value) || 0 };
-    const j = await (await api("/v1/sample", {
+    const r = await api("/v1/sample/stream", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-    })).json();
-    const box = $("samples");
-    box.innerHTML = "";
-    for (const png of j.images_png) {
-      const img = document.createElement("img");
-      img.src = b64png(png);
-      img.alt = j.class;
-      box.appendChild(img);
+    });
+    const reader = r.body.getReader(), dec = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (value) buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl); buf = buf.slice(nl + 1);
+        if (!line.trim()) continue;
+        const j = JSON.parse(line);
+        if (j.error) throw new Error(j.error);
+        showSamples(j);
+        if (j.done) {
+          state.gptDone = true;
+          status("generated 4 x " + j.class + " (" + state.gptRows.length + " rows streamed)");
+        } else {
+          state.gptRows.push(j.rows_done);
+          status("generating: row " + j.rows_done + " of " + j.grid[0]);
+        }
+      }
+      if (done) break;
     }
-    status("generated 4 x " + j.class);
   } catch (e) {
     status("generate: " + e.message, true);
   }
@@ -340,6 +465,11 @@ $("reset").addEventListener("click", () => {
   state.selected.clear(); countCodes(); drawGrid(); drawFreq();
 });
 $("classify").addEventListener("click", () => classify(state.file));
+$("vit-model").addEventListener("change", loadPositions);
+for (const [id, at] of [["patches", patchOnGrid], ["positions", patchOnFigure]]) {
+  $(id).addEventListener("mousemove", (ev) => showPosition(at(ev)));
+  $(id).addEventListener("click", (ev) => showPosition(at(ev)));
+}
 $("gpt-model").addEventListener("change", gptClasses);
 $("generate").addEventListener("click", generate);
 $("token").addEventListener("change", loadModels);

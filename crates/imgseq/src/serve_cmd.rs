@@ -19,11 +19,18 @@ pub struct ServeArgs {
     /// $IMGSEQ_SERVE_TOKEN when set, else no token).
     #[arg(long)]
     token: Option<String>,
-    /// Most images per batch.
-    #[arg(long, default_value_t = 8)]
+    /// Most images per batch, any model (1: no batching).
+    #[arg(long, default_value_t = 256)]
     max_batch: usize,
-    /// Milliseconds the first request of a batch waits for others.
-    #[arg(long, default_value_t = 5)]
+    /// A model's batch bound in pixels of its input (images x height x width), as
+    /// NAME=PIXELS or NAME=WxHxB (e.g. vqgan=256x256x2); repeatable. Default: VQ models
+    /// 256x256 (a 256² or larger input runs alone), ViT models 256 images. /healthz and
+    /// /metrics show each model's bound.
+    #[arg(long = "batch-pixels", value_name = "NAME=PIXELS")]
+    batch_pixels: Vec<String>,
+    /// Milliseconds the first request of a batch waits for others (0: a batch is the
+    /// requests already waiting, which under load is many).
+    #[arg(long, default_value_t = 0)]
     batch_wait_ms: u64,
     /// Requests waiting per model before answering 503.
     #[arg(long, default_value_t = 64)]
@@ -56,6 +63,21 @@ fn seconds(flag: &str, s: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(s))
 }
 
+/// `NAME=PIXELS` or `NAME=WxHxB` (a product of positive integers).
+fn batch_pixels(s: &str) -> Result<(String, u64)> {
+    let Some((name, v)) = s.split_once('=') else {
+        bail!("--batch-pixels {s:?} must be NAME=PIXELS or NAME=WxHxB");
+    };
+    let mut px: u64 = 1;
+    for f in v.split(['x', 'X']) {
+        match f.trim().parse::<u64>() {
+            Ok(n) if n > 0 => px = px.saturating_mul(n),
+            _ => bail!("--batch-pixels {s:?}: {v:?} must be a positive integer or WxHxB"),
+        }
+    }
+    Ok((name.to_string(), px))
+}
+
 pub fn run(a: ServeArgs) -> Result<()> {
     if !(a.max_megapixels > 0.0 && a.max_megapixels <= 1_000.0) {
         bail!("--max-megapixels {} must be in (0, 1000]", a.max_megapixels);
@@ -79,6 +101,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
             .collect::<imgseq_core::Result<_>>()?,
         token,
         max_batch: a.max_batch,
+        batch_pixels: a
+            .batch_pixels
+            .iter()
+            .map(|b| batch_pixels(b))
+            .collect::<Result<_>>()?,
         batch_wait: Duration::from_millis(a.batch_wait_ms),
         queue_capacity: a.queue,
         deadline: seconds("deadline", a.deadline)?,

@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;
 use imgseq_gpt::model::KvCache;
-use imgseq_gpt::sample::{draw, generate, Request, SampleOptions};
+use imgseq_gpt::sample::{draw, generate, generate_rows, Request, SampleOptions};
 use imgseq_gpt::train::init_weights;
 use imgseq_gpt::Gpt2LMHeadModel;
 use rand::SeedableRng;
@@ -211,4 +211,51 @@ fn draw_respects_top_k_top_p_and_temperature() {
             "code {i}: {c} vs {want}"
         );
     }
+}
+
+/// The row callback sees every row of every batch once, in order, as prefixes of the final
+/// tokens (which equal `generate`'s); answering `false` stops sampling with an error.
+#[test]
+fn row_callback_reports_each_row_and_can_stop_sampling() {
+    let m = random_model(2, 3, 16, 5);
+    let l = layout(2, 3, 16);
+    let reqs: Vec<Request> = (0..3)
+        .map(|i| Request {
+            class: Some(i % 2),
+            prefix: vec![],
+        })
+        .collect();
+    let o = SampleOptions {
+        seed: 4,
+        batch: 2,
+        ..Default::default()
+    };
+    let want = generate(&m, &l, &reqs, &o, false).unwrap();
+    let mut seen: Vec<(usize, usize, Vec<Vec<u32>>)> = Vec::new();
+    let got = generate_rows(&m, &l, &reqs, &o, false, &mut |d| {
+        seen.push((d.first, d.rows, d.seqs.to_vec()));
+        true
+    })
+    .unwrap();
+    assert_eq!(got, want);
+    let firsts_rows: Vec<(usize, usize)> = seen.iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(firsts_rows, vec![(0, 1), (0, 2), (2, 1), (2, 2)]);
+    for (first, rows, seqs) in &seen {
+        for (i, s) in seqs.iter().enumerate() {
+            assert_eq!(s.len(), rows * 3);
+            assert_eq!(&want[first + i][..s.len()], &s[..]);
+        }
+    }
+    let mut calls = 0;
+    let e = generate_rows(&m, &l, &reqs, &o, false, &mut |_| {
+        calls += 1;
+        false
+    })
+    .unwrap_err();
+    assert_eq!(calls, 1);
+    assert_eq!(
+        e.kind(),
+        imgseq_core::error::ErrorKind::ResourceLimit,
+        "{e}"
+    );
 }

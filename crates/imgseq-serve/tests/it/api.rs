@@ -90,6 +90,50 @@ fn detokenize_and_roundtrip_equal_the_library_decode_and_scores() {
     );
 }
 
+/// A model's batch bound in pixels caps its batches (here two 32² inputs), shows in
+/// /healthz and /metrics, and the defaults follow the family (VQ 256², ViT 256 images).
+#[test]
+fn batches_stay_within_the_models_pixel_bound() {
+    let mut cfg = config();
+    cfg.batch_wait = Duration::from_millis(300);
+    cfg.batch_pixels = vec![("vq".into(), 2 * 32 * 32)];
+    let s = Server::start(cfg);
+    let h = s.get("/healthz").json();
+    assert_eq!(h["batching"]["vq"]["max_batch_pixels"], 2048);
+    assert_eq!(h["batching"]["vq"]["max_batch_images"], 2);
+    assert_eq!(h["batching"]["vit"]["max_batch_images"], 256);
+    assert_eq!(h["batching"]["vit"]["max_batch_pixels"], 256 * 32 * 32);
+    std::thread::scope(|sc| {
+        for _ in 0..6 {
+            sc.spawn(|| assert_eq!(s.post("/v1/tokenize", &[], &png(36, 36)).status, 200));
+        }
+    });
+    let m = String::from_utf8(s.get("/metrics").body).unwrap();
+    let count = |le: &str| -> u64 {
+        let key = format!("imgseq_batch_size_bucket{{model=\"vq\",le=\"{le}\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(count("2"), count("+Inf"), "a batch over 2 images:\n{m}");
+    assert!(count("2") > count("1"), "no batch of two:\n{m}");
+    assert!(m.contains("imgseq_max_batch_images{model=\"vq\"} 2"), "{m}");
+    assert!(
+        m.contains("imgseq_max_batch_pixels{model=\"vit\"} 262144"),
+        "{m}"
+    );
+    drop(s);
+    let mut cfg = config();
+    cfg.batch_pixels = vec![("nope".into(), 5)];
+    let e = imgseq_serve::server::AppState::load(cfg)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("names no served model"), "{e}");
+}
+
 #[test]
 fn concurrent_requests_are_batched_and_answered_as_alone() {
     let mut cfg = config();
@@ -244,8 +288,10 @@ fn openapi_is_the_committed_one_and_names_only_routed_paths() {
         "docs/openapi.json differs from the served description; rerun with IMGSEQ_BLESS=1"
     );
     for (p, ops) in served["paths"].as_object().unwrap() {
+        // A path parameter: the served ViT.
+        let p = p.replace("{name}", "vit");
         for method in ops.as_object().unwrap().keys() {
-            let r = crate::common::request(s.addr, &method.to_uppercase(), p, &[], b"");
+            let r = crate::common::request(s.addr, &method.to_uppercase(), &p, &[], b"");
             assert!(
                 r.status != 404 && r.status != 405,
                 "{method} {p}: {}",

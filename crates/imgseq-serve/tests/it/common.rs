@@ -25,12 +25,17 @@ pub fn tiny_vit() -> PathBuf {
 
 /// A random tiny GPT (4x4 tokens over the tiny VQ's 32 codes, 3 classes) saved in `dir`.
 pub fn tiny_gpt(dir: &Path) -> PathBuf {
+    tiny_gpt_grid(dir, 4, 4)
+}
+
+/// [`tiny_gpt`] with an `h`×`w` token grid.
+pub fn tiny_gpt_grid(dir: &Path, h: usize, w: usize) -> PathBuf {
     use imgseq_gpt::config::{GptConfig, SeqLayout};
     let layout = SeqLayout {
         n_codes: 32,
         class_names: vec!["a".into(), "b".into(), "c".into()],
-        h: 4,
-        w: 4,
+        h,
+        w,
     };
     let vq = tiny_vq().display().to_string();
     let cfg = GptConfig::new_imgseq(&layout, 32, 2, 2, Some(vq));

@@ -4,3 +4,4 @@
 mod api;
 mod common;
 mod hostile;
+mod viewer_data;
