@@ -9,7 +9,8 @@ use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::npy;
 use imgseq_core::tokenizer::Tokenizer;
-use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer};
+use imgseq_shards::TokenizerInfo;
+use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer, LatentEncoder};
 use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
 
@@ -63,6 +64,20 @@ pub enum VaeCmd {
         /// Output folder (created if missing).
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+    },
+    /// Whole datasets → latent shards (the job of `vq tokenize`: resumable, job arrays,
+    /// WebDataset tars or Parquet): per image a float16 array, the scaled latent (C, h, w) or
+    /// with --patch p its (h/p·w/p, p²·C) patch tokens (docs/vae-latents.md).
+    Tokenize {
+        /// Image folders, .txt lists, WebDataset .tar, Parquet or IDX files.
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        #[command(flatten)]
+        model: VaeModelArgs,
+        #[command(flatten)]
+        opts: LatentOpts,
+        #[command(flatten)]
+        job: crate::tokenize_cmd::JobArgs,
     },
 }
 
@@ -163,7 +178,56 @@ pub fn run(cmd: VaeCmd) -> Result<()> {
             opts,
             output,
         } => roundtrip(&image, &model, &opts, &output),
+        VaeCmd::Tokenize {
+            sources,
+            model,
+            opts,
+            job,
+        } => tokenize(&sources, &model, &opts, &job),
     }
+}
+
+/// `vae tokenize`: the dataset job with the model's latents as payloads.
+fn tokenize(
+    sources: &[PathBuf],
+    m: &VaeModelArgs,
+    o: &LatentOpts,
+    job: &crate::tokenize_cmd::JobArgs,
+) -> Result<()> {
+    let t = tokenizer(m.load(&mut Outputs::default())?, o)?;
+    let opts = job.options(o.upscale, job.pad(sources))?;
+    let s = o.size as usize;
+    t.model.check_input(opts.batch, s, s, t.tile)?;
+    let enc = LatentEncoder {
+        tok: &t,
+        patch: o.patch,
+    };
+    let file = imgseq_vqgan::load::resolve_weights(&m.weights)?;
+    let c = t.model.config();
+    let info = TokenizerInfo {
+        family: "AutoencoderKL".into(),
+        weights: m.weights.display().to_string(),
+        weights_sha256: imgseq_shards::wds::sha256_file(&file)?,
+        config: c.to_json(),
+        n_codes: 0,
+        size: o.size,
+        grid: [t.grid(), t.grid()],
+        crop: format!(
+            "{}ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x size, \
+             bicubic to size, centre crop); pixels/127.5 - 1",
+            if opts.pad {
+                "images no larger than size centred on a zero size x size canvas; others: "
+            } else {
+                ""
+            }
+        ),
+        upscale: o.upscale,
+        precision: "f32".into(),
+        latent: Some(enc.info(m.preset.as_deref())),
+    };
+    let r = imgseq_shards::job::run(&enc, &info, sources, &job.output, &opts)?;
+    let shape = &info.latent.as_ref().expect("set above").shape;
+    crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", c.describe()))
 }
 
 /// (n, C, h, w) latents as written: the maps, or with `patch` the (n, N, p²·C) sequences.

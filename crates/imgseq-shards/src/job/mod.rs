@@ -13,4 +13,4 @@ pub mod read;
 pub mod tokenize;
 
 pub use read::{detokenize, stats, CodeStats};
-pub use tokenize::{tokenize, Options, Report};
+pub use tokenize::{run, tokenize, Discrete, Options, Report, SampleEncoder};
