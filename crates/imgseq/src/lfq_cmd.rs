@@ -94,6 +94,28 @@ pub fn tokenize(
     crate::tokenize_cmd::report(&r, &format!("{g}x{g} tokens each"))
 }
 
+/// `vq eval` with an Open-MAGVIT2 checkpoint: `paths` encoded, decoded and scored,
+/// `batch` images at a time (the decoder's memory checked first).
+pub fn evaluate(
+    paths: &[PathBuf],
+    m: &ModelArgs,
+    pre: &Preprocess,
+    batch: usize,
+) -> Result<imgseq_vqgan::eval::EvalReport> {
+    let t = load(m, pre.size, &mut Outputs::default())?;
+    let s = t.size as usize;
+    t.model
+        .config()
+        .check_memory(batch.clamp(1, paths.len().max(1)), s, s)?;
+    Ok(imgseq_vqgan::eval::evaluate_tokenizer(
+        &t,
+        paths,
+        pre.upscale,
+        batch,
+        true,
+    )?)
+}
+
 pub fn encode(
     images: &[PathBuf],
     m: &ModelArgs,

@@ -97,7 +97,10 @@ fn latent_shards_equal_vae_encode_in_both_formats_with_and_without_patches() {
                 assert_eq!(sh, &shape, "{format}");
                 for (g, w) in v.iter().zip(&want[i * per..(i + 1) * per]) {
                     // float16: 11 significant bits.
-                    assert!((g - w).abs() <= w.abs() / 1024.0 + 1e-7, "{format}: {g} vs {w}");
+                    assert!(
+                        (g - w).abs() <= w.abs() / 1024.0 + 1e-7,
+                        "{format}: {g} vs {w}"
+                    );
                 }
             }
             let m = Manifest::read_latents(&out.join("manifest.json")).unwrap();
