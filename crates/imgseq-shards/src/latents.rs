@@ -2,7 +2,7 @@
 //! (C, h, w), or its (N, p²·C) patch tokens), written by the same dataset job as token shards.
 //!
 //! * WebDataset `.tar`: `KEY.latent.npy` (`<f2`, C order) + `KEY.json` per sample
-//!   ([`crate::wds::latent_npy`]).
+//!   ([`crate::wds::latent_npy`]); [`crate::shard::read_latent_shard`] reads either format.
 //! * Parquet: one row per image with
 //!
 //! | column | type | |
@@ -17,8 +17,7 @@
 //! hidden temporary file, fsynced and renamed into place when complete, as token shards are.
 
 use crate::parquet_in::{Cell, ParquetFile};
-use crate::shard::ShardFormat;
-use crate::wds::{Finished, HashingWriter};
+use crate::wds::{f16_bytes, Finished, HashingWriter};
 use imgseq_core::npy::parse_npy;
 use imgseq_core::{Error, Result};
 use parquet::basic::Compression;
@@ -55,15 +54,6 @@ const SCHEMA: &str = "message imgseq_latents {
    required binary source (STRING);
    required binary metadata (STRING);
  }";
-
-/// Float16 little-endian bytes of `values`.
-pub fn f16_bytes(values: &[f32]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * 2);
-    for &v in values {
-        out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
-    }
-    out
-}
 
 /// Checks a latent's shape against its value count: non-empty, at most
 /// [`MAX_LATENT_VALUES`] values.
@@ -216,15 +206,9 @@ impl Drop for LatentParquetWriter {
     }
 }
 
-/// Every sample of a latent shard of either format, in order.
-pub fn read_latent_shard(path: &Path) -> Result<Vec<LatentSample>> {
-    match ShardFormat::of_path(path) {
-        ShardFormat::Parquet => read_parquet(path),
-        ShardFormat::Wds => read_tar(path),
-    }
-}
-
-fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
+/// Every sample of a Parquet latent shard, in order ([`crate::shard::read_latent_shard`]
+/// reads either format).
+pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
     let f = ParquetFile::open(path)?;
     f.check_codecs()?;
     let col = |name: &[&str]| {
@@ -277,7 +261,8 @@ fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
     Ok(out)
 }
 
-fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
+/// Every sample of a tar latent shard, in order.
+pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
     let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
@@ -329,9 +314,80 @@ fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
     Ok(out)
 }
 
+/// Per-channel statistics of a latent shard set ([`latent_stats`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatentStats {
+    pub samples: usize,
+    /// Per latent channel: mean, standard deviation, min, max over every value of the set.
+    pub channels: Vec<[f64; 4]>,
+}
+
+/// Reads every shard of the latent set in `dir` (each checked against its manifest record
+/// first when `verify`) and gathers per-channel statistics: channel c of a (C, h, w) map, or
+/// of (N, p²·C) patch tokens (value k of a token is channel k / p², FLUX's order).
+pub fn latent_stats(dir: &Path, verify: bool) -> Result<(crate::Manifest, LatentStats)> {
+    let m = crate::Manifest::read_latents(&dir.join(crate::manifest::MANIFEST))?;
+    let l = m
+        .tokenizer
+        .latent
+        .clone()
+        .expect("a latent set has its settings");
+    let p2 = l.patch.map_or(1, |p| p * p);
+    let c = match l.patch {
+        None => l.shape[0],
+        Some(_) => l.shape.last().copied().unwrap_or(1) / p2.max(1),
+    }
+    .max(1);
+    // Sum, sum of squares, min, max, count per channel.
+    let mut acc = vec![(0f64, 0f64, f64::INFINITY, f64::NEG_INFINITY, 0u64); c];
+    let mut samples = 0;
+    for rec in &m.shards {
+        if verify {
+            rec.verify(dir)?;
+        }
+        let path = dir.join(&rec.name);
+        for s in crate::shard::read_latent_shard(&path)? {
+            if s.shape != l.shape {
+                return Err(Error::format(
+                    &path,
+                    format!(
+                        "{} has shape {:?}, the manifest says {:?}",
+                        s.key, s.shape, l.shape
+                    ),
+                ));
+            }
+            let plane = s.values.len() / c;
+            for (i, &v) in s.values.iter().enumerate() {
+                let ch = match l.patch {
+                    None => i / plane,
+                    Some(_) => (i % (c * p2)) / p2,
+                };
+                let a = &mut acc[ch];
+                let v = v as f64;
+                a.0 += v;
+                a.1 += v * v;
+                a.2 = a.2.min(v);
+                a.3 = a.3.max(v);
+                a.4 += 1;
+            }
+            samples += 1;
+        }
+    }
+    let channels = acc
+        .into_iter()
+        .map(|(s, s2, lo, hi, n)| {
+            let n = n.max(1) as f64;
+            let mean = s / n;
+            [mean, (s2 / n - mean * mean).max(0.0).sqrt(), lo, hi]
+        })
+        .collect();
+    Ok((m, LatentStats { samples, channels }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::read_latent_shard;
     use crate::wds::{latent_npy, sha256_file, ShardWriter};
 
     fn values(i: usize, n: usize) -> Vec<f32> {

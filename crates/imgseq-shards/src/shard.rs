@@ -170,11 +170,19 @@ impl TokenShardWriter {
     }
 }
 
+/// Every sample of a latent shard of either format, in order.
+pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample>> {
+    match ShardFormat::of_path(path) {
+        ShardFormat::Parquet => crate::latents::read_parquet(path),
+        ShardFormat::Wds => crate::latents::read_tar(path),
+    }
+}
+
 /// Samples in a finished shard of `kind` (the records a killed run lost are rebuilt from it).
 pub fn count_samples(path: &Path, kind: ShardKind) -> Result<usize> {
     Ok(match kind {
         ShardKind::Tokens { .. } => read_shard(path)?.len(),
-        ShardKind::Latents => crate::latents::read_latent_shard(path)?.len(),
+        ShardKind::Latents => read_latent_shard(path)?.len(),
     })
 }
 

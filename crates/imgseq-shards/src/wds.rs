@@ -36,7 +36,16 @@ pub fn tokens_npy(h: usize, w: usize, tokens: &[i64], n_codes: usize) -> Vec<u8>
 /// `.npy` bytes of a float array of `shape` stored as float16 (`<f2`; round to nearest).
 pub fn latent_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
     let mut out = npy_header("<f2", shape);
-    out.extend_from_slice(&crate::latents::f16_bytes(values));
+    out.extend_from_slice(&f16_bytes(values));
+    out
+}
+
+/// Float16 little-endian bytes of `values`.
+pub fn f16_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 2);
+    for &v in values {
+        out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
+    }
     out
 }
 

@@ -20,7 +20,7 @@ pub fn is_lfq(m: &ModelArgs) -> bool {
 }
 
 /// The tokenizer of `m` (EMA weights unless `--raw`) at `size`, adding its files to `outs`.
-fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqTokenizer> {
+pub fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqTokenizer> {
     let w = m.weights.as_deref().context("--weights is required")?;
     if matches!(
         m.precision.precision,
@@ -60,38 +60,6 @@ fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqToken
         }
     );
     Ok(t)
-}
-
-/// `vq tokenize` with an Open-MAGVIT2 checkpoint: the dataset job through the tokenizer
-/// layer; tokens stored in the codebook's dtype (int32 for 2^18 codes).
-pub fn tokenize(
-    sources: &[PathBuf],
-    m: &ModelArgs,
-    pre: &Preprocess,
-    job: &crate::tokenize_cmd::JobArgs,
-) -> Result<()> {
-    let t = load(m, pre.size, &mut Outputs::default())?;
-    let c = t.model.config();
-    let o = job.options(pre.upscale, job.pad(sources))?;
-    let s = t.size as usize;
-    c.check_memory(o.batch, s, s)?;
-    let w = m.weights.as_deref().context("--weights is required")?;
-    let g = s / c.downsample_factor();
-    let info = imgseq_shards::TokenizerInfo {
-        family: imgseq_lfq::FAMILY.into(),
-        weights: w.display().to_string(),
-        weights_sha256: imgseq_shards::wds::sha256_file(w)?,
-        config: c.to_json(),
-        n_codes: c.codebook_size(),
-        size: t.size,
-        grid: [g, g],
-        crop: crate::tokenize_cmd::crop_description(o.pad, false),
-        upscale: pre.upscale,
-        precision: format!("f32, {} weights", if t.model.ema { "EMA" } else { "raw" }),
-        latent: None,
-    };
-    let r = imgseq_shards::job::tokenize(&t, &info, sources, &job.output, &o)?;
-    crate::tokenize_cmd::report(&r, &format!("{g}x{g} tokens each"))
 }
 
 /// `vq eval` with an Open-MAGVIT2 checkpoint: `paths` encoded, decoded and scored,

@@ -107,7 +107,7 @@ pub struct TokenizeArgs {
 
 pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     if crate::lfq_cmd::is_lfq(&a.model) {
-        return crate::lfq_cmd::tokenize(&a.sources, &a.model, &a.pre, &a.job);
+        return tokenize_lfq(&a.sources, &a.model, &a.pre, &a.job);
     }
     let (model, weights) = load(&a.model)?;
     let cfg = model.config();
@@ -138,6 +138,33 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
         &r,
         &format!("{}x{} tokens each", info.grid[0], info.grid[1]),
     )
+}
+
+/// `vq tokenize` with an Open-MAGVIT2 checkpoint: the dataset job through the tokenizer
+/// layer; tokens stored in the codebook's dtype (int32 for 2^18 codes).
+fn tokenize_lfq(sources: &[PathBuf], m: &ModelArgs, pre: &Preprocess, job: &JobArgs) -> Result<()> {
+    let t = crate::lfq_cmd::load(m, pre.size, &mut Outputs::default())?;
+    let c = t.model.config();
+    let o = job.options(pre.upscale, job.pad(sources))?;
+    let s = t.size as usize;
+    c.check_memory(o.batch, s, s)?;
+    let w = m.weights.as_deref().context("--weights is required")?;
+    let g = s / c.downsample_factor();
+    let info = imgseq_shards::TokenizerInfo {
+        family: imgseq_lfq::FAMILY.into(),
+        weights: w.display().to_string(),
+        weights_sha256: imgseq_shards::wds::sha256_file(w)?,
+        config: c.to_json(),
+        n_codes: c.codebook_size(),
+        size: t.size,
+        grid: [g, g],
+        crop: crop_description(o.pad, false),
+        upscale: pre.upscale,
+        precision: format!("f32, {} weights", if t.model.ema { "EMA" } else { "raw" }),
+        latent: None,
+    };
+    let r = imgseq_shards::job::tokenize(&t, &info, sources, &job.output, &o)?;
+    report(&r, &format!("{g}x{g} tokens each"))
 }
 
 /// The manifest's account of the resize and crop.

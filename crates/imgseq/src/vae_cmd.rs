@@ -79,6 +79,14 @@ pub enum VaeCmd {
         #[command(flatten)]
         job: crate::tokenize_cmd::JobArgs,
     },
+    /// A latent shard folder's per-channel mean, std, min and max (is the scaling right?).
+    Stats {
+        /// A `vae tokenize` output folder (with manifest.json).
+        dir: PathBuf,
+        /// Read shards whose size or SHA-256 differs from the manifest's.
+        #[arg(long)]
+        no_verify: bool,
+    },
 }
 
 /// Which model.
@@ -184,7 +192,30 @@ pub fn run(cmd: VaeCmd) -> Result<()> {
             opts,
             job,
         } => tokenize(&sources, &model, &opts, &job),
+        VaeCmd::Stats { dir, no_verify } => stats(&dir, !no_verify),
     }
+}
+
+/// `vae stats`: per-channel statistics of a latent shard set.
+fn stats(dir: &Path, verify: bool) -> Result<()> {
+    let (m, st) = imgseq_shards::latents::latent_stats(dir, verify)?;
+    let l = m.tokenizer.latent.as_ref().expect("a latent set");
+    println!(
+        "samples: {} in {} shards; float16 {:?} each{}",
+        st.samples,
+        m.shards.len(),
+        l.shape,
+        l.patch
+            .map_or(String::new(), |p| format!(" ({p}x{p} patch tokens)"))
+    );
+    println!(
+        "scaling_factor {}, shift_factor {} (a well-scaled latent has std near 1)",
+        l.scaling_factor, l.shift_factor
+    );
+    for (c, [mean, std, lo, hi]) in st.channels.iter().enumerate() {
+        println!("  channel {c}: mean {mean:+.4}, std {std:.4}, min {lo:+.3}, max {hi:+.3}");
+    }
+    Ok(())
 }
 
 /// `vae tokenize`: the dataset job with the model's latents as payloads.

@@ -9,7 +9,7 @@ use crate::tokenize::{
     killed_runs_resume_to_the_uninterrupted_result, JobCmd,
 };
 use imgseq_core::npy;
-use imgseq_shards::latents::read_latent_shard;
+use imgseq_shards::shard::read_latent_shard;
 use imgseq_shards::Manifest;
 use std::path::{Path, PathBuf};
 
@@ -112,6 +112,19 @@ fn latent_shards_equal_vae_encode_in_both_formats_with_and_without_patches() {
             assert_eq!(m.samples, 3);
         }
     }
+    // `vae stats`: a patch sequence is a permutation of the map, so its per-channel
+    // statistics are the map's (channel k / p² of a token).
+    let stats = |dir: &str| {
+        let out = ok(&["vae", "stats", &s(&d.path().join(dir))]);
+        assert!(out.contains("samples: 3 in 2 shards"), "{out}");
+        out.lines()
+            .filter(|l| l.trim_start().starts_with("channel"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (map, seq) = (stats("wds-map"), stats("parquet-2"));
+    assert_eq!(map.len(), 4);
+    assert_eq!(map, seq);
     // Token readers refuse a latent folder with one line.
     let e = fails(&["vq", "stats", &s(&d.path().join("wds-map"))]);
     assert!(e.contains("holds latent shards"), "{e}");
