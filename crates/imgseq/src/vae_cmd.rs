@@ -198,7 +198,7 @@ pub fn run(cmd: VaeCmd) -> Result<()> {
 
 /// `vae stats`: per-channel statistics of a latent shard set.
 fn stats(dir: &Path, verify: bool) -> Result<()> {
-    let (m, st) = imgseq_shards::latents::latent_stats(dir, verify)?;
+    let (m, st) = imgseq_shards::job::latent_stats::latent_stats(dir, verify)?;
     let l = m.tokenizer.latent.as_ref().expect("a latent set");
     println!(
         "samples: {} in {} shards; float16 {:?} each{}",

@@ -7,8 +7,10 @@
 //! * [`files`]: what a run leaves in its folder — finished shards and their records, stale
 //!   temporaries of a killed run, the errors list, the job's manifest names.
 //! * [`read`]: reading a finished folder back (stats, detokenize).
+//! * [`latent_stats`]: a latent shard folder's per-channel statistics.
 
 pub mod files;
+pub mod latent_stats;
 pub mod read;
 pub mod tokenize;
 
