@@ -2,6 +2,8 @@
 
 * :class:`VQTokenizer` — a VQGAN: RGB images → discrete token grids (uint16) → images.
 * :class:`ViT` — a Vision Transformer: images → continuous token embeddings, class labels.
+* :func:`read_latent_shards` — reads the latent shards (float16) that ``imgseq vae tokenize``
+  writes, either format
 * :func:`read_token_shards` — reads the WebDataset shards that ``imgseq vq tokenize`` writes
   (pure Python: ``tarfile`` + ``numpy``; works without the compiled extension).
 
@@ -32,6 +34,7 @@ __all__ = [
     "LFQTokenizer",
     "ViT",
     "read_token_shards",
+    "read_latent_shards",
     "default_weights_dir",
     "DEFAULT_VQGAN",
     "DEFAULT_VIT",
@@ -380,6 +383,93 @@ def read_token_shards(
                 yield sample
 
 
+_LATENT = ".latent.npy"
+
+
+def _latent_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
+    """The float16 array of a ``.latent.npy`` member (header checked against its bytes)."""
+    f = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    except (ValueError, EOFError, SyntaxError) as e:
+        raise ValueError(f"{shard}: {name} is not a .npy array ({e})") from None
+    if dtype != np.dtype("<f2") or fortran:
+        raise ValueError(f"{shard}: {name} holds {dtype} values, not a float16 latent")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if count == 0 or count * 2 != len(raw) - f.tell():
+        raise ValueError(f"{shard}: {name} declares shape {shape} but holds "
+                         f"{len(raw) - f.tell()} bytes of data")
+    return np.frombuffer(raw, dtype="<f2", offset=f.tell()).reshape(shape).copy()
+
+
+def read_latent_shards(
+    source: Union[PathLike, Sequence[PathLike]],
+) -> Iterator[Dict[str, Any]]:
+    """Samples of the latent shards that ``imgseq vae tokenize`` writes, either format.
+
+    Pure Python: ``tarfile`` + ``numpy`` for ``.tar`` shards, ``pyarrow`` for ``.parquet``
+    ones (only imported when one is read).
+
+    Args:
+        source: an output folder of ``imgseq vae tokenize`` (its shards in ``manifest.json``'s
+            order), one shard, or a list of shards.
+
+    Yields:
+        ``{"key": str, "latent": ndarray float16 — (C, h, w), or (N, p²·C) with --patch,
+        "json": dict, "shard": str}`` in shard order.
+    """
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        d = Path(source)
+        manifest = json.loads((d / "manifest.json").read_text())
+        if manifest.get("format") != "imgseq-latents/1":
+            raise ValueError(f"{d}: format {manifest.get('format')!r}, not a latent shard set")
+        shards = [d / s["name"] for s in manifest["shards"]]
+    elif isinstance(source, (str, os.PathLike)):
+        shards = [Path(source)]
+    else:
+        shards = [Path(s) for s in source]
+    for shard in shards:
+        if not shard.is_file():
+            raise FileNotFoundError(f"{shard}: no such file")
+        if shard.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            for row in pq.read_table(shard).to_pylist():
+                shape = tuple(row["shape"])
+                latent = np.frombuffer(row["latent"], dtype="<f2")
+                if latent.size != int(np.prod(shape, dtype=np.int64)):
+                    raise ValueError(f"{shard}: {row['key']} holds {latent.size} values, "
+                                     f"not shape {shape}")
+                yield {"key": row["key"], "latent": latent.reshape(shape).copy(),
+                       "json": json.loads(row["metadata"]), "shard": str(shard)}
+            continue
+        with tarfile.open(shard, "r:") as tar:
+            sample: Optional[Dict[str, Any]] = None
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name
+                data = tar.extractfile(member)
+                assert data is not None
+                raw = data.read()
+                if name.endswith(_LATENT):
+                    if sample is not None:
+                        yield sample
+                    sample = {"key": name[: -len(_LATENT)], "latent": _latent_npy(shard, name, raw),
+                              "json": {}, "shard": str(shard)}
+                elif name.endswith(_JSON):
+                    key = name[: -len(_JSON)]
+                    if sample is None or sample["key"] != key:
+                        raise ValueError(f"{shard}: {name} does not follow its {key}{_LATENT}")
+                    sample["json"] = json.loads(raw.decode("utf-8"))
+            if sample is not None:
+                yield sample
+
+
 class Tokenizer:
     """Any tokenizer family imgseq reads, told by its weights: ``Tokenizer.from_pretrained``."""
 
@@ -396,14 +486,17 @@ class Tokenizer:
         patch: Optional[int] = None,
         sample_seed: Optional[int] = None,
         tile: Optional[int] = None,
+        raw: bool = False,
     ) -> "Tokenizer":
-        """Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``) or an ``AutoencoderKL``
-        (a diffusers ``vae/`` folder, or a single file with ``preset`` ``sd``, ``sdxl``,
-        ``sd3``, ``flux``). ``size`` defaults to 384 (VQ) / 256 (KL); ``patch``: KL latents
-        as (n, N, p²·C) sequences; ``sample_seed``: a posterior draw instead of its mean."""
+        """Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``, Janus, IBQ), an
+        Open-MAGVIT2 (LFQ) ``.ckpt`` (EMA weights; ``raw=True``: the raw ones) or an
+        ``AutoencoderKL`` (a diffusers ``vae/`` folder, or a single file with ``preset``
+        ``sd``, ``sdxl``, ``sd3``, ``flux``). ``size`` defaults to 384 (VQ), the yaml's test
+        size or 256 (LFQ), 256 (KL); ``patch``: KL latents as (n, N, p²·C) sequences;
+        ``sample_seed``: a posterior draw instead of its mean."""
         return cls(_ext().Tokenizer.from_pretrained(
             os.fspath(path), None if config is None else os.fspath(config), preset, size, patch,
-            sample_seed, tile))
+            sample_seed, tile, raw))
 
     @property
     def family(self) -> str:
@@ -418,14 +511,23 @@ class Tokenizer:
     def size(self) -> int:
         return self._m.size
 
+    @property
+    def n_codes(self) -> Optional[int]:
+        """The codebook size of a discrete tokenizer; ``None`` for an AutoencoderKL."""
+        return self._m.n_codes
+
     def encode(self, images: np.ndarray, upscale: bool = False) -> np.ndarray:
-        """uint8 images (n, h, w, 3) → int64 codes (n, gh, gw), or float32 latents (n, C, h, w)
-        / sequences (n, N, p²·C) — equal to ``imgseq vq encode`` / ``imgseq vae encode``."""
+        """uint8 images (n, h, w, 3) → codes (n, gh, gw), or float32 latents (n, C, h, w) /
+        sequences (n, N, p²·C) — equal to ``imgseq vq encode`` / ``imgseq vae encode``.
+
+        Codes are uint16 when the codebook has at most 65,536 entries and int32 past that
+        (LFQ's and IBQ's 2^18): the dtype token shards store, and ``VQTokenizer``'s."""
         return self._m.encode(images, upscale)
 
-    def decode(self, latents: np.ndarray) -> np.ndarray:
-        """AutoencoderKL latents as ``encode`` gives them → uint8 images (n, H, W, 3)."""
-        return self._m.decode(latents)
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        """What ``encode`` gives (integer codes of any integer dtype, or AutoencoderKL
+        latents) → uint8 images (n, H, W, 3)."""
+        return self._m.decode(tokens)
 
     def __repr__(self) -> str:
         return repr(self._m)

@@ -117,8 +117,15 @@ def read_token_shards(
     """Samples ``{"key", "tokens" (h, w) uint16, "json", "shard"}`` of the WebDataset shards
     of ``imgseq vq tokenize`` (a folder, one .tar, or a list). Pure Python."""
 
+def read_latent_shards(
+    source: Union[PathLike, Sequence[PathLike]],
+) -> Iterator[Dict[str, Any]]:
+    """Samples ``{"key", "latent" float16 (C, h, w) or (N, p²·C), "json", "shard"}`` of the
+    latent shards of ``imgseq vae tokenize`` (a folder, one .tar/.parquet, or a list)."""
+
 class Tokenizer:
-    """Any tokenizer family imgseq reads (VQ families, AutoencoderKL), told by its weights."""
+    """Any tokenizer family imgseq reads (VQ families, LFQ, AutoencoderKL), told by its
+    weights. Codes are uint16, int32 past 65,536 codes."""
 
     @classmethod
     def from_pretrained(
@@ -130,6 +137,7 @@ class Tokenizer:
         patch: Optional[int] = ...,
         sample_seed: Optional[int] = ...,
         tile: Optional[int] = ...,
+        raw: bool = ...,
     ) -> "Tokenizer": ...
     @property
     def family(self) -> str: ...
@@ -137,5 +145,7 @@ class Tokenizer:
     def kind(self) -> str: ...
     @property
     def size(self) -> int: ...
+    @property
+    def n_codes(self) -> Optional[int]: ...
     def encode(self, images: np.ndarray, upscale: bool = ...) -> np.ndarray: ...
-    def decode(self, latents: np.ndarray) -> np.ndarray: ...
+    def decode(self, tokens: np.ndarray) -> np.ndarray: ...

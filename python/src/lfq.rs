@@ -6,7 +6,7 @@ use super::{int_array, to_py};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
 use imgseq_lfq::{load_model, LfqTokenizer, WeightSet};
-use numpy::ndarray::{Array3, Array4};
+use numpy::ndarray::Array4;
 use numpy::IntoPyArray;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -114,8 +114,7 @@ impl LFQTokenizer {
                 Ok(all)
             })
             .map_err(to_py)?;
-        let a = Array3::from_shape_vec((grid.n, grid.h, grid.w), grid.data).expect("shape matches");
-        Ok(a.into_pyarray(py).into_any())
+        Ok(crate::token_array(py, &grid, self.n_codes()))
     }
 
     /// Integer tokens (n, h, w) or (h, w) → uint8 images (n, f·h, f·w, 3).

@@ -110,7 +110,7 @@ fn u8_array(x: &Bound<'_, PyAny>, what: &str, expected: &str) -> PyResult<(Vec<u
 
 /// The values of an integer array as i64 (values past i64::MAX saturate: they are out of any
 /// codebook anyway) and its shape.
-fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>, Vec<usize>)> {
+pub(crate) fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>, Vec<usize>)> {
     let a = as_array(x, what)?;
     let dt = a.dtype();
     let kind = dt.kind();
@@ -142,6 +142,29 @@ fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>, Vec<usize>
         "{what}: unsupported integer dtype {}",
         dtype_name(&a)
     )))
+}
+
+/// Token grids as a numpy (n, h, w) array in the codebook's storage dtype
+/// ([`imgseq_core::tokens::TokenDtype`]: uint16 up to 65,536 codes, else int32), as shards
+/// store them.
+pub(crate) fn token_array<'py>(
+    py: Python<'py>,
+    grid: &TokenGrid,
+    n_codes: usize,
+) -> Bound<'py, PyAny> {
+    let shape = (grid.n, grid.h, grid.w);
+    match imgseq_core::tokens::TokenDtype::for_codebook(n_codes) {
+        imgseq_core::tokens::TokenDtype::U16 => {
+            let v: Vec<u16> = grid.data.iter().map(|&t| t as u16).collect();
+            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
+            a.into_pyarray(py).into_any()
+        }
+        imgseq_core::tokens::TokenDtype::I32 => {
+            let v: Vec<i32> = grid.data.iter().map(|&t| t as i32).collect();
+            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
+            a.into_pyarray(py).into_any()
+        }
+    }
 }
 
 /// `precision="f32"|"bf16"|"auto"`, as the CLI's `--precision`.
@@ -293,16 +316,7 @@ impl VQTokenizer {
                 self.encode_pictures(&square, batch_size)
             })
             .map_err(to_py)?;
-        let shape = (grid.n, grid.h, grid.w);
-        if self.tok.model.config().n_embed <= 1 << 16 {
-            let v: Vec<u16> = grid.data.iter().map(|&t| t as u16).collect();
-            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
-            Ok(a.into_pyarray(py).into_any())
-        } else {
-            let v: Vec<i32> = grid.data.iter().map(|&t| t as i32).collect();
-            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
-            Ok(a.into_pyarray(py).into_any())
-        }
+        Ok(token_array(py, &grid, self.tok.model.config().n_embed))
     }
 
     #[pyo3(signature = (tokens, batch_size=8))]

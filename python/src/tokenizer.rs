@@ -1,7 +1,9 @@
 //! `imgseq.Tokenizer.from_pretrained(path)`: any family the Rust side reads, told by its
-//! weights — a VQ model (taming, LlamaGen, diffusers `VQModel`: integer token grids) or an
-//! `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs: float32 latents or patch sequences). NumPy in
-//! and out, equal to `imgseq vq encode` / `imgseq vae encode` of the same pictures.
+//! weights — a VQ model (taming, LlamaGen, diffusers `VQModel`, Janus, IBQ), an Open-MAGVIT2
+//! (LFQ) checkpoint (integer token grids in the codebook's dtype, uint16 or int32, as shards
+//! store them) or an `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs: float32 latents or patch
+//! sequences). NumPy in and out, equal to `imgseq vq encode` / `imgseq vae encode` of the same
+//! pictures.
 
 use crate::to_py;
 use candle_core::{Device, Tensor};
@@ -9,9 +11,11 @@ use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::input::InputSpec;
 use imgseq_core::tokenizer::Tokenizer as _;
+use imgseq_core::tokens::TokenGrid;
+use imgseq_lfq::{LfqTokenizer, WeightSet};
 use imgseq_vqgan::kl::{self, patch, Draw, KlPreset, KlTokenizer};
 use imgseq_vqgan::VqTokenizer;
-use numpy::ndarray::{Array3, ArrayD, IxDyn};
+use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -22,6 +26,7 @@ type Values = Result<Vec<i64>, Vec<f32>>;
 
 enum Inner {
     Vq(VqTokenizer),
+    Lfq(LfqTokenizer),
     Kl(KlTokenizer),
 }
 
@@ -35,10 +40,54 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     fn spec(&self) -> InputSpec {
+        self.discrete()
+            .map_or_else(|| self.kl().expect("KL").input(), |t| t.input())
+    }
+
+    /// The discrete tokenizer (VQ families, LFQ), if it is one.
+    fn discrete(&self) -> Option<&(dyn imgseq_core::tokenizer::Tokenizer + Sync)> {
         match &self.inner {
-            Inner::Vq(t) => t.input(),
-            Inner::Kl(t) => t.input(),
+            Inner::Vq(t) => Some(t),
+            Inner::Lfq(t) => Some(t),
+            Inner::Kl(_) => None,
         }
+    }
+
+    fn kl(&self) -> Option<&KlTokenizer> {
+        match &self.inner {
+            Inner::Kl(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Integer tokens (n, h, w) or (h, w) → pictures, every token checked against the
+    /// codebook first.
+    fn decode_tokens(
+        &self,
+        py: Python<'_>,
+        t: &(dyn imgseq_core::tokenizer::Tokenizer + Sync),
+        tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<RgbImage>> {
+        let (data, shape) = crate::int_array(tokens, "tokens")?;
+        let (n, h, w) = match shape[..] {
+            [n, h, w] => (n, h, w),
+            [h, w] => (1, h, w),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "tokens must have shape (n, h, w) or (h, w), got {shape:?}"
+                )))
+            }
+        };
+        let grid = TokenGrid {
+            n,
+            h,
+            w,
+            batched: true,
+            data,
+        };
+        let n_codes = t.codebook_size().unwrap_or(0);
+        grid.check_codebook("tokens", n_codes).map_err(to_py)?;
+        py.detach(|| t.decode(&grid)).map_err(to_py)
     }
 }
 
@@ -46,7 +95,7 @@ impl Tokenizer {
 impl Tokenizer {
     /// Opens the model at `path` (a file or a diffusers / save_pretrained folder).
     #[staticmethod]
-    #[pyo3(signature = (path, config=None, preset=None, size=None, patch=None, sample_seed=None, tile=None))]
+    #[pyo3(signature = (path, config=None, preset=None, size=None, patch=None, sample_seed=None, tile=None, raw=false))]
     #[allow(clippy::too_many_arguments)]
     fn from_pretrained(
         py: Python<'_>,
@@ -57,16 +106,35 @@ impl Tokenizer {
         patch: Option<usize>,
         sample_seed: Option<u64>,
         tile: Option<usize>,
+        raw: bool,
     ) -> PyResult<Self> {
         let preset = preset
             .as_deref()
             .map(KlPreset::from_name)
             .transpose()
             .map_err(to_py)?;
-        let is_kl = preset.is_some() || kl::is_kl_file(&path).map_err(to_py)?.is_some();
+        let is_lfq = preset.is_none() && imgseq_lfq::is_lfq_checkpoint(&path);
+        let is_kl =
+            !is_lfq && (preset.is_some() || kl::is_kl_file(&path).map_err(to_py)?.is_some());
+        if raw && !is_lfq {
+            return Err(PyValueError::new_err(
+                "raw: applies to Open-MAGVIT2 checkpoints (their raw weights instead of EMA)",
+            ));
+        }
         let inner = py
             .detach(|| -> imgseq_core::Result<Inner> {
-                if is_kl {
+                if is_lfq {
+                    let config = config
+                        .clone()
+                        .or_else(|| imgseq_lfq::load::default_config_path(&path));
+                    let which = if raw {
+                        WeightSet::Raw
+                    } else {
+                        WeightSet::Default
+                    };
+                    let m = imgseq_lfq::load_model(&path, config.as_deref(), which)?;
+                    Ok(Inner::Lfq(LfqTokenizer::new(m, size)?))
+                } else if is_kl {
                     let m = kl::load_kl(&path, config.as_deref(), preset, &Device::Cpu)?;
                     let mut t = KlTokenizer::new(m, size.unwrap_or(256), patch.unwrap_or(1))?;
                     t.draw = sample_seed.map_or(Draw::Mean, Draw::Sample);
@@ -78,7 +146,7 @@ impl Tokenizer {
                 }
             })
             .map_err(to_py)?;
-        if patch.is_some() && matches!(inner, Inner::Vq(_)) {
+        if patch.is_some() && !matches!(inner, Inner::Kl(_)) {
             return Err(PyValueError::new_err(
                 "patch: a VQ model's tokens are a grid of codes",
             ));
@@ -93,18 +161,17 @@ impl Tokenizer {
     /// The family as users see it (`taming VQGAN`, `AutoencoderKL`, ...).
     #[getter]
     fn family(&self) -> String {
-        match &self.inner {
-            Inner::Vq(t) => t.label(),
-            Inner::Kl(t) => t.label(),
-        }
+        self.discrete()
+            .map_or_else(|| self.kl().expect("KL").label(), |t| t.label())
     }
 
     /// `"tokens"` (integer codes) or `"latents"` (float32).
     #[getter]
     fn kind(&self) -> &'static str {
-        match &self.inner {
-            Inner::Vq(_) => "tokens",
-            Inner::Kl(_) => "latents",
+        if self.kl().is_some() {
+            "latents"
+        } else {
+            "tokens"
         }
     }
 
@@ -113,8 +180,15 @@ impl Tokenizer {
         self.spec().size
     }
 
-    /// Images (n, h, w, 3) or (h, w, 3) uint8 → VQ: (n, gh, gw) int64 codes; AutoencoderKL:
-    /// (n, C, h, w) float32 scaled latents, or (n, N, p²·C) with `patch`.
+    /// The codebook size of a discrete tokenizer; `None` for an AutoencoderKL.
+    #[getter]
+    fn n_codes(&self) -> Option<usize> {
+        self.discrete().and_then(|t| t.codebook_size())
+    }
+
+    /// Images (n, h, w, 3) or (h, w, 3) uint8 → VQ and LFQ: (n, gh, gw) codes, uint16 (int32
+    /// past 65,536 codes); AutoencoderKL: (n, C, h, w) float32 scaled latents, or (n, N, p²·C)
+    /// with `patch`.
     #[pyo3(signature = (images, upscale=false))]
     fn encode<'py>(
         &self,
@@ -135,12 +209,12 @@ impl Tokenizer {
                         spec.from_pixels(i, &data[i * plane..(i + 1) * plane], (h, w, 3), upscale)
                     })
                     .collect::<imgseq_core::Result<Vec<RgbImage>>>()?;
-                match &self.inner {
-                    Inner::Vq(t) => {
+                match (self.discrete(), &self.inner) {
+                    (Some(t), _) => {
                         let g = t.encode_pictures(&pics)?.into_tokens()?;
                         Ok((vec![g.n, g.h, g.w], Ok(g.data)))
                     }
-                    Inner::Kl(t) => {
+                    (None, Inner::Kl(t)) => {
                         let x = t.input_tensor(&pics)?;
                         let (n, _, h, w) = x.dims4()?;
                         t.model.check_input(n, h, w, t.tile)?;
@@ -151,15 +225,22 @@ impl Tokenizer {
                         };
                         Ok((z.dims().to_vec(), Err(z.flatten_all()?.to_vec1()?)))
                     }
+                    (None, _) => unreachable!("a tokenizer is discrete or KL"),
                 }
             })
             .map_err(to_py)?;
         let (shape, values) = out;
         Ok(match values {
-            Ok(t) => Array3::from_shape_vec((shape[0], shape[1], shape[2]), t)
-                .expect("shape matches")
-                .into_pyarray(py)
-                .into_any(),
+            Ok(data) => {
+                let grid = TokenGrid {
+                    n: shape[0],
+                    h: shape[1],
+                    w: shape[2],
+                    batched: true,
+                    data,
+                };
+                crate::token_array(py, &grid, self.n_codes().unwrap_or(0))
+            }
             Err(v) => ArrayD::from_shape_vec(IxDyn(&shape), v)
                 .expect("shape matches")
                 .into_pyarray(py)
@@ -167,16 +248,20 @@ impl Tokenizer {
         })
     }
 
-    /// AutoencoderKL latents (as `encode` gives them) → uint8 images (n, H, W, 3).
+    /// What `encode` gives (integer tokens, or AutoencoderKL latents) → uint8 images
+    /// (n, H, W, 3).
     fn decode<'py>(
         &self,
         py: Python<'py>,
         latents: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let Inner::Kl(t) = &self.inner else {
-            return Err(PyValueError::new_err(
-                "decode takes AutoencoderKL latents; decode VQ tokens with imgseq.VQTokenizer",
-            ));
+        let t = match (self.discrete(), &self.inner) {
+            (Some(d), _) => {
+                let imgs = self.decode_tokens(py, d, latents)?;
+                return Ok(pictures(py, imgs));
+            }
+            (None, Inner::Kl(t)) => t,
+            (None, _) => unreachable!("a tokenizer is discrete or KL"),
         };
         let a = latents
             .cast::<PyArrayDyn<f32>>()
@@ -214,16 +299,7 @@ impl Tokenizer {
                     .collect()
             })
             .map_err(to_py)?;
-        let (n, hh, ww) = (
-            imgs.len(),
-            imgs[0].height() as usize,
-            imgs[0].width() as usize,
-        );
-        let flat: Vec<u8> = imgs.into_iter().flat_map(|i| i.into_raw()).collect();
-        Ok(ArrayD::from_shape_vec(IxDyn(&[n, hh, ww, 3]), flat)
-            .expect("shape matches")
-            .into_pyarray(py)
-            .into_any())
+        Ok(pictures(py, imgs))
     }
 
     fn __repr__(&self) -> String {
@@ -234,6 +310,20 @@ impl Tokenizer {
             self.size()
         )
     }
+}
+
+/// Pictures of one size as a uint8 (n, H, W, 3) array.
+fn pictures(py: Python<'_>, imgs: Vec<RgbImage>) -> Bound<'_, PyAny> {
+    let (n, hh, ww) = (
+        imgs.len(),
+        imgs.first().map_or(0, |i| i.height() as usize),
+        imgs.first().map_or(0, |i| i.width() as usize),
+    );
+    let flat: Vec<u8> = imgs.into_iter().flat_map(|i| i.into_raw()).collect();
+    ArrayD::from_shape_vec(IxDyn(&[n, hh, ww, 3]), flat)
+        .expect("shape matches")
+        .into_pyarray(py)
+        .into_any()
 }
 
 /// Adds the class to the module.

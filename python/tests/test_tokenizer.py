@@ -47,7 +47,7 @@ def test_vq_family_tokens_equal_the_cli(tmp_path, cli):
     run_cli(cli, "vq", "encode", tmp_path / "c.png", "--weights", VQ, "--size", 32,
             "-o", tmp_path / "c.npy")
     np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))
-    with pytest.raises(ValueError, match="VQTokenizer"):
+    with pytest.raises(TypeError, match="integer"):
         t.decode(np.zeros((1, 4, 2, 2), np.float32))
 
 
@@ -71,3 +71,42 @@ def test_lfq_tokens_equal_the_cli_and_decode(tmp_path, cli):
     np.testing.assert_array_equal(np.asarray(got[0], np.int64), np.load(tmp_path / "d.npy").astype(np.int64))
     rec = t.decode(got)
     assert rec.dtype == np.uint8 and rec.shape[0] == 1
+
+
+# Every discrete family through Tokenizer.from_pretrained, on the committed tiny fixtures:
+# (name, weights, config, family name contains).
+FAMILIES = [
+    ("taming", "vqgan/tiny.safetensors", "vqgan/tiny_config.json", "taming"),
+    ("llamagen", "llamagen/vq_tiny.pt", None, "LlamaGen"),
+    ("diffusers", "diffusers/vq", None, "VQModel"),
+    ("janus", "janus", None, "Janus"),
+    ("ibq", "ibq/ibq_tiny.ckpt", None, "IBQ"),
+    ("lfq", "lfq/tiny.ckpt", "lfq/tiny.yaml", "Open-MAGVIT2"),
+]
+
+
+@pytest.mark.parametrize("name,weights,config,family", FAMILIES, ids=[f[0] for f in FAMILIES])
+def test_every_family_gives_the_clis_tokens_in_the_shard_dtype(tmp_path, cli, name, weights,
+                                                                 config, family):
+    fx = REPO / "tests/fixtures"
+    img = make_image(7, 44, 36)
+    write_png(tmp_path / "e.png", img)
+    cfg = [] if config is None else ["--config", fx / config]
+    t = imgseq.Tokenizer.from_pretrained(fx / weights, config=None if config is None else fx / config,
+                                         size=32)
+    assert t.kind == "tokens" and family in t.family, t.family
+    got = t.encode(img[None])
+    # One dtype rule with the shards: uint16 up to 65,536 codes, int32 past that.
+    assert got.dtype == (np.uint16 if t.n_codes <= 1 << 16 else np.int32), (got.dtype, t.n_codes)
+    run_cli(cli, "vq", "encode", tmp_path / "e.png", "--weights", fx / weights, *cfg,
+            "--size", 32, "-o", tmp_path / "e.npy")
+    want = np.load(tmp_path / "e.npy")
+    np.testing.assert_array_equal(got[0].astype(np.int64), want)
+    rec = t.decode(got)
+    assert rec.dtype == np.uint8 and rec.shape[0] == 1 and rec.shape[3] == 3
+    # Any integer dtype decodes alike.
+    np.testing.assert_array_equal(t.decode(got.astype(np.int64)), rec)
+    bad = got.astype(np.int64)
+    bad[0, 0, 0] = t.n_codes
+    with pytest.raises(ValueError, match="outside the codebook"):
+        t.decode(bad)

@@ -27,7 +27,7 @@ const GROWTH_AXIS_MAX_DIGITS: usize = 21;
 pub enum NpyData {
     /// Any integer dtype, widened to `i64`.
     I64(Vec<i64>),
-    /// `<f4` (or `<f8`, narrowed to `f32`).
+    /// `<f4` (or `<f2` widened, `<f8` narrowed, to `f32`).
     F32(Vec<f32>),
 }
 
@@ -129,6 +129,7 @@ enum Kind {
     U4,
     I8,
     U8,
+    F2,
     F4,
     F8,
 }
@@ -137,7 +138,7 @@ impl Kind {
     fn size(self) -> usize {
         match self {
             Kind::I1 | Kind::U1 => 1,
-            Kind::I2 | Kind::U2 => 2,
+            Kind::I2 | Kind::U2 | Kind::F2 => 2,
             Kind::I4 | Kind::U4 | Kind::F4 => 4,
             Kind::I8 | Kind::U8 | Kind::F8 => 8,
         }
@@ -160,12 +161,13 @@ fn parse_descr(path: &Path, descr: &str) -> Result<Kind> {
         "u4" => Kind::U4,
         "i8" => Kind::I8,
         "u8" => Kind::U8,
+        "f2" => Kind::F2,
         "f4" => Kind::F4,
         "f8" => Kind::F8,
         _ if code.starts_with('O') => return Err(bad("object arrays are not supported")),
         _ => {
             return Err(bad(
-                "supported: <i1 <i2 <i4 <i8 <u1 <u2 <u4 <u8 <f4 <f8 |i1 |u1",
+                "supported: <i1 <i2 <i4 <i8 <u1 <u2 <u4 <u8 <f2 <f4 <f8 |i1 |u1",
             ))
         }
     };
@@ -290,6 +292,11 @@ fn decode(path: &Path, kind: Kind, d: &[u8]) -> Result<NpyData> {
             }
             NpyData::I64(v)
         }
+        Kind::F2 => NpyData::F32(
+            d.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        ),
         Kind::F4 => NpyData::F32(
             d.chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().expect("chunk size")))

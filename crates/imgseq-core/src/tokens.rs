@@ -5,6 +5,55 @@
 use crate::{codes, npy, Error, Result};
 use std::path::Path;
 
+/// How codebook indices are stored outside the process — token shards (`.npy` members and
+/// Parquet columns), the Python package's arrays, `manifest.json`'s `token_dtype`: uint16 when
+/// the codebook has at most 65,536 codes, else int32 (codebooks up to 2^31 codes: LFQ's and
+/// IBQ's 2^18 fit). Token files written by `vq encode` stay int64 (NumPy's default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenDtype {
+    U16,
+    I32,
+}
+
+impl TokenDtype {
+    /// The dtype of a codebook of `n_codes` entries.
+    pub fn for_codebook(n_codes: usize) -> Self {
+        if n_codes <= 1 << 16 {
+            Self::U16
+        } else {
+            Self::I32
+        }
+    }
+
+    /// NumPy's name (`uint16`, `int32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::U16 => "uint16",
+            Self::I32 => "int32",
+        }
+    }
+
+    /// The `.npy` descr (`<u2`, `<i4`).
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            Self::U16 => "<u2",
+            Self::I32 => "<i4",
+        }
+    }
+
+    /// Little-endian bytes of `tokens` in this dtype (indices already checked in range).
+    pub fn le_bytes(self, tokens: &[i64]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(tokens.len() * 4);
+        for &t in tokens {
+            match self {
+                Self::U16 => out.extend_from_slice(&(t as u16).to_le_bytes()),
+                Self::I32 => out.extend_from_slice(&(t as i32).to_le_bytes()),
+            }
+        }
+        out
+    }
+}
+
 /// The token grids of `n` images, `h` × `w` each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenGrid {
@@ -123,6 +172,20 @@ impl TokenGrid {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_token_dtype_widens_past_65536_codes() {
+        assert_eq!(TokenDtype::for_codebook(1 << 16), TokenDtype::U16);
+        assert_eq!(TokenDtype::for_codebook((1 << 16) + 1), TokenDtype::I32);
+        // LFQ's 2^18 codes: the largest index survives the round trip.
+        let t = TokenDtype::for_codebook(1 << 18);
+        let b = t.le_bytes(&[(1 << 18) - 1, 0]);
+        assert_eq!(
+            i32::from_le_bytes(b[..4].try_into().unwrap()),
+            (1 << 18) - 1
+        );
+        assert_eq!(TokenDtype::U16.le_bytes(&[65_535]), vec![255, 255]);
+    }
+
     use super::*;
 
     #[test]

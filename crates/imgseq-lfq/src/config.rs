@@ -275,6 +275,20 @@ impl LfqConfig {
     }
 
     /// Bits per token (= latent channels).
+    /// The settings as recorded in a token shard set's manifest.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "ch": self.ch,
+            "ch_mult": self.ch_mult,
+            "num_res_blocks": self.num_res_blocks,
+            "z_channels": self.z_channels,
+            "in_channels": self.in_channels,
+            "out_ch": self.out_ch,
+            "use_ema": self.use_ema,
+            "factorized_bits": self.factorized_bits,
+        })
+    }
+
     pub fn bits(&self) -> usize {
         self.z_channels
     }

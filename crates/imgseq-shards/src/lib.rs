@@ -10,7 +10,8 @@
 //! * [`wds`]: token shards as WebDataset `.tar` files (`KEY.tokens.npy` + `KEY.json` per
 //!   sample), written deterministically and made visible only when complete (write, fsync,
 //!   rename), and read back; [`parquet_out`]: the same as Parquet (one row per image);
-//!   [`shard`]: either format behind one writer and reader.
+//!   [`shard`]: either format behind one writer and reader. [`latents`]: latent shards (one
+//!   float16 array per sample, a VAE's latents) in both formats, written by the same job.
 //! * [`manifest`]: `manifest.json` — the tokenizer, every finished shard with its sample count
 //!   and SHA-256, totals — and the merge of the per-job manifests of a job array.
 //!
@@ -19,6 +20,7 @@
 #[doc(hidden)]
 pub mod fuzz;
 pub mod job;
+pub mod latents;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;
@@ -34,5 +36,5 @@ pub use imgseq_core::tokens::TokenGrid;
 pub use manifest::{Manifest, ShardRecord, TokenizerInfo};
 pub use plan::Plan;
 pub use sample::{Location, Sample, SampleRef};
-pub use shard::{ShardFormat, TokenShardWriter};
+pub use shard::{Payload, ShardFormat, ShardKind, TokenShardWriter};
 pub use source::SourceOptions;

@@ -30,6 +30,27 @@ pub fn job_manifest_name(job: usize, jobs: usize) -> String {
 
 pub const MANIFEST: &str = "manifest.json";
 pub const FORMAT: &str = "imgseq-tokens/1";
+/// The format of a latent shard set ([`crate::latents`]).
+pub const LATENT_FORMAT: &str = "imgseq-latents/1";
+
+/// How the latents of a latent shard set were made and are stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatentInfo {
+    /// The released configuration named (`sd`, `sdxl`, `sd3`, `flux`), if one was.
+    pub preset: Option<String>,
+    /// latent = (mean − shift_factor) · scaling_factor, as the diffusion pipelines feed their
+    /// transformer; decode with z / scaling_factor + shift_factor.
+    pub scaling_factor: f64,
+    pub shift_factor: f64,
+    /// Patch side p of (N, p²·C) patch tokens in DiT/FLUX order; `None`: the (C, h, w) map.
+    pub patch: Option<usize>,
+    /// `float16`.
+    pub dtype: String,
+    /// Every sample's array shape.
+    pub shape: Vec<usize>,
+    /// `mean` (the posterior's mean) or `sample SEED`.
+    pub draw: String,
+}
 
 /// The tokenizer and preprocessing that made the tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +68,9 @@ pub struct TokenizerInfo {
     pub crop: String,
     pub upscale: bool,
     pub precision: String,
+    /// Set for a latent shard set (format [`LATENT_FORMAT`]; `n_codes` is 0 there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latent: Option<LatentInfo>,
 }
 
 /// One finished shard.
@@ -126,18 +150,60 @@ impl ShardRecord {
 }
 
 impl Manifest {
-    /// Reads and checks a manifest: its format, a codebook of at most [`MAX_CODES`] entries,
-    /// a positive grid whose tokens fit memory, and plain shard names.
+    /// Reads and checks the manifest of a token shard set: its format, a codebook of at most
+    /// [`MAX_CODES`] entries, a positive grid whose tokens fit memory, and plain shard names.
     pub fn read(path: &Path) -> Result<Self> {
-        let m: Manifest = read_json(path, "manifest")?;
-        if m.format != FORMAT {
+        let m = Self::read_any(path)?;
+        if m.format == LATENT_FORMAT {
             return Err(Error::format(
                 path,
-                format!("format {:?}, expected {FORMAT:?}", m.format),
+                "holds latent shards (float arrays of a VAE), not codebook tokens",
             ));
         }
+        Ok(m)
+    }
+
+    /// Reads and checks the manifest of a latent shard set ([`LATENT_FORMAT`]).
+    pub fn read_latents(path: &Path) -> Result<Self> {
+        let m = Self::read_any(path)?;
+        if m.format != LATENT_FORMAT {
+            return Err(Error::format(
+                path,
+                format!("format {:?}: not a latent shard set", m.format),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Whether the set holds latents.
+    pub fn is_latent(&self) -> bool {
+        self.format == LATENT_FORMAT
+    }
+
+    /// [`Manifest::read`] for either kind of set (tokens or latents).
+    pub fn read_any(path: &Path) -> Result<Self> {
+        let m: Manifest = read_json(path, "manifest")?;
         let t = &m.tokenizer;
-        if t.n_codes == 0 || t.n_codes > MAX_CODES {
+        match (m.format.as_str(), &t.latent) {
+            (FORMAT, None) => {}
+            (LATENT_FORMAT, Some(l)) => {
+                let n = l.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+                if l.shape.is_empty() || n.is_none_or(|n| n == 0 || n > crate::latents::MAX_LATENT_VALUES) {
+                    return Err(Error::format(
+                        path,
+                        format!("a latent of shape {:?} (non-empty, at most {} values)", l.shape, crate::latents::MAX_LATENT_VALUES),
+                    ));
+                }
+            }
+            (f, _) => {
+                return Err(Error::format(
+                    path,
+                    format!("format {f:?}, expected {FORMAT:?} (or {LATENT_FORMAT:?} with its latent settings)"),
+                ))
+            }
+        }
+        // A latent set has no codebook.
+        if !m.is_latent() && (t.n_codes == 0 || t.n_codes > MAX_CODES) {
             return Err(Error::format(
                 path,
                 format!("n_codes {} is not between 1 and {MAX_CODES}", t.n_codes),
@@ -215,7 +281,7 @@ pub fn merge(dir: &Path) -> Result<Manifest> {
         .collect();
     names.sort();
     for p in names {
-        let m = Manifest::read(&p)?;
+        let m = Manifest::read_any(&p)?;
         parts.push((p, m));
     }
     let Some((first_path, first)) = parts.first().cloned() else {
@@ -230,7 +296,8 @@ pub fn merge(dir: &Path) -> Result<Manifest> {
     out.job = None;
     out.shards.clear();
     for (p, m) in &parts {
-        let same = m.tokenizer == first.tokenizer
+        let same = m.format == first.format
+            && m.tokenizer == first.tokenizer
             && m.inputs == first.inputs
             && m.input_samples == first.input_samples
             && m.shard_size == first.shard_size

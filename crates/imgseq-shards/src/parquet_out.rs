@@ -14,6 +14,7 @@
 
 use crate::parquet_in::{Cell, ParquetFile};
 use crate::wds::{Finished, HashingWriter, TokenSample};
+use imgseq_core::tokens::TokenDtype;
 use imgseq_core::{Error, Result};
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
@@ -30,12 +31,11 @@ use std::sync::Arc;
 /// Rows per row group: memory holds at most this many rows of a shard being written.
 pub const ROW_GROUP_ROWS: usize = 4096;
 
-/// The schema; `wide` for codebooks of more than 65,536 codes.
-fn schema(wide: bool) -> String {
-    let element = if wide {
-        "required int32 element;"
-    } else {
-        "required int32 element (INTEGER(16,false));"
+/// The schema for tokens stored as `dtype` ([`TokenDtype::for_codebook`]).
+fn schema(dtype: TokenDtype) -> String {
+    let element = match dtype {
+        TokenDtype::I32 => "required int32 element;",
+        TokenDtype::U16 => "required int32 element (INTEGER(16,false));",
     };
     format!(
         "message imgseq_tokens {{
@@ -84,14 +84,14 @@ impl ShardWriter {
         let path = path.as_ref().to_path_buf();
         imgseq_core::fsutil::check_output(&path)?;
         let tmp = imgseq_core::fsutil::temp_path(&path)?;
-        let wide = n_codes > 1 << 16;
+        let dtype = TokenDtype::for_codebook(n_codes);
         let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         let sink = HashingWriter {
             inner: BufWriter::new(f),
             hash: Sha256::new(),
             len: 0,
         };
-        let schema = Arc::new(parse_message_type(&schema(wide)).expect("the schema parses"));
+        let schema = Arc::new(parse_message_type(&schema(dtype)).expect("the schema parses"));
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_created_by("imgseq".into())

@@ -1,6 +1,7 @@
 //! The two token shard formats behind one writer and one reader: WebDataset `.tar`
 //! ([`crate::wds`]) and Parquet ([`crate::parquet_out`]). A shard's format is told by its name.
 
+use crate::latents::{LatentParquetWriter, LATENT_MEMBER};
 use crate::parquet_out;
 use crate::wds::{self, Finished, TokenSample};
 use imgseq_core::{Error, Result};
@@ -59,26 +60,61 @@ impl ShardFormat {
     }
 }
 
-/// Writes one token shard of either format; nothing is visible at its path until
+/// What a shard holds per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardKind {
+    /// Codebook tokens of a codebook of `n_codes` entries.
+    Tokens { n_codes: usize },
+    /// Float arrays stored as float16 ([`crate::latents`]).
+    Latents,
+}
+
+/// One sample's payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// An (h, w) token grid, raster order.
+    Tokens {
+        h: usize,
+        w: usize,
+        tokens: Vec<i64>,
+    },
+    /// A float array of `shape` (C order), stored as float16.
+    Latent { shape: Vec<usize>, values: Vec<f32> },
+}
+
+/// Writes one shard of either format and either kind; nothing is visible at its path until
 /// [`TokenShardWriter::finish`].
 pub enum TokenShardWriter {
     Wds {
         w: Box<wds::ShardWriter>,
-        n_codes: usize,
+        kind: ShardKind,
     },
     Parquet(Box<parquet_out::ShardWriter>),
+    LatentParquet(Box<LatentParquetWriter>),
 }
 
 impl TokenShardWriter {
     /// A shard at `path` for the tokens of a codebook of `n_codes` entries.
     pub fn create(path: impl AsRef<Path>, format: ShardFormat, n_codes: usize) -> Result<Self> {
-        Ok(match format {
-            ShardFormat::Wds => Self::Wds {
+        Self::create_kind(path, format, ShardKind::Tokens { n_codes })
+    }
+
+    /// A shard at `path` holding `kind` payloads.
+    pub fn create_kind(
+        path: impl AsRef<Path>,
+        format: ShardFormat,
+        kind: ShardKind,
+    ) -> Result<Self> {
+        Ok(match (format, kind) {
+            (ShardFormat::Wds, _) => Self::Wds {
                 w: Box::new(wds::ShardWriter::create(path)?),
-                n_codes,
+                kind,
             },
-            ShardFormat::Parquet => {
+            (ShardFormat::Parquet, ShardKind::Tokens { n_codes }) => {
                 Self::Parquet(Box::new(parquet_out::ShardWriter::create(path, n_codes)?))
+            }
+            (ShardFormat::Parquet, ShardKind::Latents) => {
+                Self::LatentParquet(Box::new(LatentParquetWriter::create(path)?))
             }
         })
     }
@@ -93,10 +129,34 @@ impl TokenShardWriter {
         json: &Value,
     ) -> Result<()> {
         match self {
-            Self::Wds { w: wr, n_codes } => {
-                wr.append(key, &wds::tokens_npy(h, w, tokens, *n_codes), json)
-            }
+            Self::Wds {
+                w: wr,
+                kind: ShardKind::Tokens { n_codes },
+            } => wr.append(key, &wds::tokens_npy(h, w, tokens, *n_codes), json),
             Self::Parquet(wr) => wr.append(key, h, w, tokens, json),
+            _ => Err(Error::invalid(format!(
+                "{key}: a latent shard holds no tokens"
+            ))),
+        }
+    }
+
+    /// Appends a sample of either kind; it must be of the shard's kind.
+    pub fn append_payload(&mut self, key: &str, p: &Payload, json: &Value) -> Result<()> {
+        match (self, p) {
+            (s, Payload::Tokens { h, w, tokens }) => s.append(key, *h, *w, tokens, json),
+            (
+                Self::Wds {
+                    w,
+                    kind: ShardKind::Latents,
+                },
+                Payload::Latent { shape, values },
+            ) => w.append_as(key, LATENT_MEMBER, &wds::latent_npy(shape, values), json),
+            (Self::LatentParquet(w), Payload::Latent { shape, values }) => {
+                w.append(key, shape, values, json)
+            }
+            _ => Err(Error::invalid(format!(
+                "{key}: a token shard holds no latents"
+            ))),
         }
     }
 
@@ -105,8 +165,25 @@ impl TokenShardWriter {
         match self {
             Self::Wds { w, .. } => w.finish(),
             Self::Parquet(w) => w.finish(),
+            Self::LatentParquet(w) => w.finish(),
         }
     }
+}
+
+/// Every sample of a latent shard of either format, in order.
+pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample>> {
+    match ShardFormat::of_path(path) {
+        ShardFormat::Parquet => crate::latents::read_parquet(path),
+        ShardFormat::Wds => crate::latents::read_tar(path),
+    }
+}
+
+/// Samples in a finished shard of `kind` (the records a killed run lost are rebuilt from it).
+pub fn count_samples(path: &Path, kind: ShardKind) -> Result<usize> {
+    Ok(match kind {
+        ShardKind::Tokens { .. } => read_shard(path)?.len(),
+        ShardKind::Latents => read_latent_shard(path)?.len(),
+    })
 }
 
 /// Most tokens of one sample's grid (a 2048×2048 grid).

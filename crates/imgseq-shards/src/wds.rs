@@ -24,16 +24,27 @@ pub struct TokenSample {
     pub json: Value,
 }
 
-/// `.npy` bytes of an (h, w) token grid: uint16 when `n_codes` ≤ 65,536, else int32.
+/// `.npy` bytes of an (h, w) token grid in the codebook's storage dtype
+/// ([`imgseq_core::tokens::TokenDtype`]: uint16 up to 65,536 codes, else int32).
 pub fn tokens_npy(h: usize, w: usize, tokens: &[i64], n_codes: usize) -> Vec<u8> {
-    let small = n_codes <= 1 << 16;
-    let mut out = npy_header(if small { "<u2" } else { "<i4" }, &[h, w]);
-    for &t in tokens {
-        if small {
-            out.extend_from_slice(&(t as u16).to_le_bytes());
-        } else {
-            out.extend_from_slice(&(t as i32).to_le_bytes());
-        }
+    let dtype = imgseq_core::tokens::TokenDtype::for_codebook(n_codes);
+    let mut out = npy_header(dtype.npy_descr(), &[h, w]);
+    out.extend_from_slice(&dtype.le_bytes(tokens));
+    out
+}
+
+/// `.npy` bytes of a float array of `shape` stored as float16 (`<f2`; round to nearest).
+pub fn latent_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
+    let mut out = npy_header("<f2", shape);
+    out.extend_from_slice(&f16_bytes(values));
+    out
+}
+
+/// Float16 little-endian bytes of `values`.
+pub fn f16_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * 2);
+    for &v in values {
+        out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
     }
     out
 }
@@ -130,7 +141,12 @@ impl ShardWriter {
 
     /// Appends a sample: `KEY.tokens.npy` then `KEY.json`.
     pub fn append(&mut self, key: &str, npy: &[u8], json: &Value) -> Result<()> {
-        self.member(&format!("{key}.tokens.npy"), npy)?;
+        self.append_as(key, "tokens.npy", npy, json)
+    }
+
+    /// Appends a sample: `KEY.EXT` (`tokens.npy`, `latent.npy`) then `KEY.json`.
+    pub fn append_as(&mut self, key: &str, ext: &str, npy: &[u8], json: &Value) -> Result<()> {
+        self.member(&format!("{key}.{ext}"), npy)?;
         let j = serde_json::to_vec(json).expect("JSON values serialise");
         self.member(&format!("{key}.json"), &j)?;
         self.samples += 1;

@@ -6,6 +6,7 @@ use crate::model::VqModel;
 use candle_core::Device;
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::{metrics, Error, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -130,6 +131,64 @@ pub fn evaluate(
     Ok(EvalReport {
         images: per_image.len(),
         size,
+        psnr,
+        ssim,
+        sharpness,
+        codes_used: used,
+        n_embed,
+        usage_percent: 100.0 * used as f64 / n_embed as f64,
+        perplexity,
+        tokens_per_image,
+        per_image,
+    })
+}
+
+/// [`evaluate`] with any discrete tokenizer that decodes (Open-MAGVIT2, ...): every image
+/// brought to `tok`'s input, encoded, decoded and scored, `batch` images at a time.
+pub fn evaluate_tokenizer<T: Tokenizer>(
+    tok: &T,
+    paths: &[PathBuf],
+    upscale: bool,
+    batch: usize,
+    progress: bool,
+) -> Result<EvalReport> {
+    if paths.is_empty() {
+        return Err(Error::invalid("eval: no images"));
+    }
+    crate::inference::check_batch(batch)?;
+    let Some(n_embed) = tok.codebook_size() else {
+        return Err(Error::invalid(format!(
+            "eval scores codebook tokens; a {} gives continuous embeddings",
+            tok.label()
+        )));
+    };
+    let spec = tok.input();
+    spec.check_headers(paths, upscale)?;
+    let pb = if progress {
+        imgseq_core::progress::items(paths.len(), "vq eval")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut all_idx: Vec<i64> = Vec::new();
+    let mut per_image = Vec::with_capacity(paths.len());
+    let mut tokens_per_image = 0;
+    for chunk in paths.chunks(batch) {
+        let imgs = spec.load_all(chunk, upscale)?;
+        let tokens = tok.encode_pictures(&imgs)?.into_tokens()?;
+        let recons = tok.decode(&tokens)?;
+        tokens_per_image = tokens.h * tokens.w;
+        all_idx.extend(tokens.data);
+        for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
+            per_image.push(ImageScore::new(p, img, r)?);
+        }
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
+    let (psnr, ssim, sharpness) = means(&per_image);
+    Ok(EvalReport {
+        images: per_image.len(),
+        size: spec.size,
         psnr,
         ssim,
         sharpness,

@@ -20,7 +20,7 @@ pub fn is_lfq(m: &ModelArgs) -> bool {
 }
 
 /// The tokenizer of `m` (EMA weights unless `--raw`) at `size`, adding its files to `outs`.
-fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqTokenizer> {
+pub fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqTokenizer> {
     let w = m.weights.as_deref().context("--weights is required")?;
     if matches!(
         m.precision.precision,
@@ -60,6 +60,28 @@ fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqToken
         }
     );
     Ok(t)
+}
+
+/// `vq eval` with an Open-MAGVIT2 checkpoint: `paths` encoded, decoded and scored,
+/// `batch` images at a time (the decoder's memory checked first).
+pub fn evaluate(
+    paths: &[PathBuf],
+    m: &ModelArgs,
+    pre: &Preprocess,
+    batch: usize,
+) -> Result<imgseq_vqgan::eval::EvalReport> {
+    let t = load(m, pre.size, &mut Outputs::default())?;
+    let s = t.size as usize;
+    t.model
+        .config()
+        .check_memory(batch.clamp(1, paths.len().max(1)), s, s)?;
+    Ok(imgseq_vqgan::eval::evaluate_tokenizer(
+        &t,
+        paths,
+        pre.upscale,
+        batch,
+        true,
+    )?)
 }
 
 pub fn encode(

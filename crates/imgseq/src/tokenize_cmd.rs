@@ -12,15 +12,9 @@ use imgseq_shards::{wds, ShardFormat, SourceOptions};
 use imgseq_vqgan::VqTokenizer;
 use std::path::{Path, PathBuf};
 
+/// The dataset job's flags, shared by `vq tokenize` and `vae tokenize`.
 #[derive(Args)]
-pub struct TokenizeArgs {
-    /// Image folders, .txt lists, WebDataset .tar, Parquet or IDX files (docs/tokenize-a-dataset.md).
-    #[arg(required = true)]
-    sources: Vec<PathBuf>,
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    pre: Preprocess,
+pub struct JobArgs {
     /// Images per forward pass (batches are formed across files and shards).
     #[arg(long, default_value_t = 8)]
     batch_size: usize,
@@ -44,68 +38,48 @@ pub struct TokenizeArgs {
     shard_index: usize,
     /// Output folder (created; an interrupted run in it is resumed).
     #[arg(short = 'o', long = "output")]
-    output: PathBuf,
+    pub output: PathBuf,
 }
 
-pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
-    let (model, weights) = load(&a.model)?;
-    let cfg = model.config();
-    let size = a.pre.size_for(cfg);
-    cfg.check_input_size(size as usize)?;
-    if a.batch_size == 0 {
-        bail!("--batch-size 0 must be positive");
+impl JobArgs {
+    /// Whether small images are padded: `--pad`, or an IDX source among `sources`.
+    pub fn pad(&self, sources: &[PathBuf]) -> bool {
+        self.pad
+            || sources
+                .iter()
+                .any(|s| imgseq_core::data::idx::is_idx_images_name(s))
     }
-    // The forward pass of a batch, estimated before any image is read.
-    let s = size as usize;
-    cfg.check_memory(a.batch_size, s, s, Some(s))?;
-    let pad = a.pad
-        || a.sources
-            .iter()
-            .any(|s| imgseq_core::data::idx::is_idx_images_name(s));
-    let gray = cfg.ddconfig.in_channels == 1;
-    let f = cfg.downsample_factor();
-    let info = TokenizerInfo {
-        family: "taming".into(),
-        weights: weights.display().to_string(),
-        weights_sha256: wds::sha256_file(&weights)?,
-        config: serde_json::from_str(&cfg.to_json_string())?,
-        n_codes: cfg.n_embed,
-        size,
-        grid: [size as usize / f, size as usize / f],
-        crop: format!(
-            "{}shorter side resized to size (Catmull-Rom), centre crop; {}pixels/127.5 - 1",
-            if pad {
-                "images no larger than size centred on a zero size x size canvas; others: "
-            } else {
-                ""
+
+    /// The job's options (`--batch-size` checked).
+    pub fn options(&self, upscale: bool, pad: bool) -> Result<Options> {
+        if self.batch_size == 0 {
+            bail!("--batch-size 0 must be positive");
+        }
+        Ok(Options {
+            upscale,
+            pad,
+            batch: self.batch_size,
+            shard_size: self.shard_size,
+            num_jobs: self.num_shards,
+            job_index: self.shard_index,
+            progress: true,
+            format: ShardFormat::parse(&self.format)?,
+            sources: SourceOptions {
+                image_column: self.image_column.clone(),
             },
-            if gray { "ITU-R 601 luma; " } else { "" }
-        ),
-        upscale: a.pre.upscale,
-        precision: "f32".into(),
-    };
-    let o = Options {
-        upscale: a.pre.upscale,
-        pad,
-        batch: a.batch_size,
-        shard_size: a.shard_size,
-        num_jobs: a.num_shards,
-        job_index: a.shard_index,
-        progress: true,
-        format: ShardFormat::parse(&a.format)?,
-        sources: SourceOptions {
-            image_column: a.image_column.clone(),
-        },
-    };
-    let tok = VqTokenizer::new(model, size)?;
-    let r = job::tokenize(&tok, &info, &a.sources, &a.output, &o)?;
+        })
+    }
+}
+
+/// Prints what a run did; a run that read no image at all fails.
+pub fn report(r: &job::Report, each: &str) -> Result<()> {
     println!(
         "shards: {} ({} written now, {} already finished)",
         r.shards, r.written, r.skipped
     );
     println!(
-        "samples: {} tokenized, {} skipped (see errors.jsonl); {}x{} tokens each",
-        r.samples, r.errors, info.grid[0], info.grid[1]
+        "samples: {} tokenized, {} skipped (see errors.jsonl); {each}",
+        r.samples, r.errors
     );
     println!(
         "encoded {} images at {:.1} images/s",
@@ -116,6 +90,94 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
         bail!("no image could be read: every sample was skipped (see errors.jsonl)");
     }
     Ok(())
+}
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    /// Image folders, .txt lists, WebDataset .tar, Parquet or IDX files (docs/tokenize-a-dataset.md).
+    #[arg(required = true)]
+    sources: Vec<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    pre: Preprocess,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
+    if crate::lfq_cmd::is_lfq(&a.model) {
+        return tokenize_lfq(&a.sources, &a.model, &a.pre, &a.job);
+    }
+    let (model, weights) = load(&a.model)?;
+    let cfg = model.config();
+    let size = a.pre.size_for(cfg);
+    cfg.check_input_size(size as usize)?;
+    let o = a.job.options(a.pre.upscale, a.job.pad(&a.sources))?;
+    // The forward pass of a batch, estimated before any image is read.
+    let s = size as usize;
+    cfg.check_memory(o.batch, s, s, Some(s))?;
+    let gray = cfg.ddconfig.in_channels == 1;
+    let f = cfg.downsample_factor();
+    let info = TokenizerInfo {
+        family: "taming".into(),
+        weights: weights.display().to_string(),
+        weights_sha256: wds::sha256_file(&weights)?,
+        config: serde_json::from_str(&cfg.to_json_string())?,
+        n_codes: cfg.n_embed,
+        size,
+        grid: [size as usize / f, size as usize / f],
+        crop: crop_description(o.pad, gray),
+        upscale: a.pre.upscale,
+        precision: "f32".into(),
+        latent: None,
+    };
+    let tok = VqTokenizer::new(model, size)?;
+    let r = job::tokenize(&tok, &info, &a.sources, &a.job.output, &o)?;
+    report(
+        &r,
+        &format!("{}x{} tokens each", info.grid[0], info.grid[1]),
+    )
+}
+
+/// `vq tokenize` with an Open-MAGVIT2 checkpoint: the dataset job through the tokenizer
+/// layer; tokens stored in the codebook's dtype (int32 for 2^18 codes).
+fn tokenize_lfq(sources: &[PathBuf], m: &ModelArgs, pre: &Preprocess, job: &JobArgs) -> Result<()> {
+    let t = crate::lfq_cmd::load(m, pre.size, &mut Outputs::default())?;
+    let c = t.model.config();
+    let o = job.options(pre.upscale, job.pad(sources))?;
+    let s = t.size as usize;
+    c.check_memory(o.batch, s, s)?;
+    let w = m.weights.as_deref().context("--weights is required")?;
+    let g = s / c.downsample_factor();
+    let info = imgseq_shards::TokenizerInfo {
+        family: imgseq_lfq::FAMILY.into(),
+        weights: w.display().to_string(),
+        weights_sha256: imgseq_shards::wds::sha256_file(w)?,
+        config: c.to_json(),
+        n_codes: c.codebook_size(),
+        size: t.size,
+        grid: [g, g],
+        crop: crop_description(o.pad, false),
+        upscale: pre.upscale,
+        precision: format!("f32, {} weights", if t.model.ema { "EMA" } else { "raw" }),
+        latent: None,
+    };
+    let r = imgseq_shards::job::tokenize(&t, &info, sources, &job.output, &o)?;
+    report(&r, &format!("{g}x{g} tokens each"))
+}
+
+/// The manifest's account of the resize and crop.
+pub fn crop_description(pad: bool, gray: bool) -> String {
+    format!(
+        "{}shorter side resized to size (Catmull-Rom), centre crop; {}pixels/127.5 - 1",
+        if pad {
+            "images no larger than size centred on a zero size x size canvas; others: "
+        } else {
+            ""
+        },
+        if gray { "ITU-R 601 luma; " } else { "" }
+    )
 }
 
 /// Checks and joins the manifests of a job array's jobs into OUT/manifest.json.

@@ -9,7 +9,8 @@ use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::npy;
 use imgseq_core::tokenizer::Tokenizer;
-use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer};
+use imgseq_shards::TokenizerInfo;
+use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer, LatentEncoder};
 use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
 
@@ -63,6 +64,28 @@ pub enum VaeCmd {
         /// Output folder (created if missing).
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+    },
+    /// Whole datasets → latent shards (the job of `vq tokenize`: resumable, job arrays,
+    /// WebDataset tars or Parquet): per image a float16 array, the scaled latent (C, h, w) or
+    /// with --patch p its (h/p·w/p, p²·C) patch tokens (docs/vae-latents.md).
+    Tokenize {
+        /// Image folders, .txt lists, WebDataset .tar, Parquet or IDX files.
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        #[command(flatten)]
+        model: VaeModelArgs,
+        #[command(flatten)]
+        opts: LatentOpts,
+        #[command(flatten)]
+        job: crate::tokenize_cmd::JobArgs,
+    },
+    /// A latent shard folder's per-channel mean, std, min and max (is the scaling right?).
+    Stats {
+        /// A `vae tokenize` output folder (with manifest.json).
+        dir: PathBuf,
+        /// Read shards whose size or SHA-256 differs from the manifest's.
+        #[arg(long)]
+        no_verify: bool,
     },
 }
 
@@ -163,7 +186,79 @@ pub fn run(cmd: VaeCmd) -> Result<()> {
             opts,
             output,
         } => roundtrip(&image, &model, &opts, &output),
+        VaeCmd::Tokenize {
+            sources,
+            model,
+            opts,
+            job,
+        } => tokenize(&sources, &model, &opts, &job),
+        VaeCmd::Stats { dir, no_verify } => stats(&dir, !no_verify),
     }
+}
+
+/// `vae stats`: per-channel statistics of a latent shard set.
+fn stats(dir: &Path, verify: bool) -> Result<()> {
+    let (m, st) = imgseq_shards::job::latent_stats::latent_stats(dir, verify)?;
+    let l = m.tokenizer.latent.as_ref().expect("a latent set");
+    println!(
+        "samples: {} in {} shards; float16 {:?} each{}",
+        st.samples,
+        m.shards.len(),
+        l.shape,
+        l.patch
+            .map_or(String::new(), |p| format!(" ({p}x{p} patch tokens)"))
+    );
+    println!(
+        "scaling_factor {}, shift_factor {} (a well-scaled latent has std near 1)",
+        l.scaling_factor, l.shift_factor
+    );
+    for (c, [mean, std, lo, hi]) in st.channels.iter().enumerate() {
+        println!("  channel {c}: mean {mean:+.4}, std {std:.4}, min {lo:+.3}, max {hi:+.3}");
+    }
+    Ok(())
+}
+
+/// `vae tokenize`: the dataset job with the model's latents as payloads.
+fn tokenize(
+    sources: &[PathBuf],
+    m: &VaeModelArgs,
+    o: &LatentOpts,
+    job: &crate::tokenize_cmd::JobArgs,
+) -> Result<()> {
+    let t = tokenizer(m.load(&mut Outputs::default())?, o)?;
+    let opts = job.options(o.upscale, job.pad(sources))?;
+    let s = o.size as usize;
+    t.model.check_input(opts.batch, s, s, t.tile)?;
+    let enc = LatentEncoder {
+        tok: &t,
+        patch: o.patch,
+    };
+    let file = imgseq_vqgan::load::resolve_weights(&m.weights)?;
+    let c = t.model.config();
+    let info = TokenizerInfo {
+        family: "AutoencoderKL".into(),
+        weights: m.weights.display().to_string(),
+        weights_sha256: imgseq_shards::wds::sha256_file(&file)?,
+        config: c.to_json(),
+        n_codes: 0,
+        size: o.size,
+        grid: [t.grid(), t.grid()],
+        crop: format!(
+            "{}ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x size, \
+             bicubic to size, centre crop); pixels/127.5 - 1",
+            if opts.pad {
+                "images no larger than size centred on a zero size x size canvas; others: "
+            } else {
+                ""
+            }
+        ),
+        upscale: o.upscale,
+        precision: "f32".into(),
+        latent: Some(enc.info(m.preset.as_deref())),
+    };
+    let r = imgseq_shards::job::run(&enc, &info, sources, &job.output, &opts)?;
+    let shape = &info.latent.as_ref().expect("set above").shape;
+    crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", c.describe()))
 }
 
 /// (n, C, h, w) latents as written: the maps, or with `patch` the (n, N, p²·C) sequences.

@@ -54,6 +54,19 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     if a.limit == Some(0) {
         bail!("--limit 0: must be positive");
     }
+    if crate::lfq_cmd::is_lfq(&a.model) {
+        if a.judge.is_some() || is_idx_images_name(&a.data) {
+            bail!(
+                "{}: --judge and IDX data take a gray VQGAN; give image files",
+                a.data.display()
+            );
+        }
+        let mut paths = data::data_paths(&a.data)?;
+        paths.truncate(a.limit.unwrap_or(usize::MAX));
+        let r = crate::lfq_cmd::evaluate(&paths, &a.model, &a.pre, a.batch_size)?;
+        let weights = a.model.weights.clone().unwrap_or_default();
+        return print_report(a.json, &r, &weights, ("f32", "f32"), None);
+    }
     let (model, weights, precision) =
         load_choosing(&a.model, &mut imgseq_core::fsutil::Outputs::default())?;
     let size = a.pre.size_for(model.config());
@@ -94,9 +107,23 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         let r = eval::evaluate(&model, &paths, size, a.pre.upscale, a.batch_size, true)?;
         (r, None)
     };
-    if a.json {
-        let mut report = serde_json::to_value(&r)?;
-        report["precision"] = serde_json::json!(precision.precision.name());
+    let shown = precision.to_string();
+    let names = (precision.precision.name(), shown.as_str());
+    print_report(a.json, &r, &weights, names, judged)
+}
+
+/// Prints the report (as JSON with `json`); `precision`: its name and how it was chosen;
+/// `judged`: the classifier's scores.
+fn print_report(
+    json: bool,
+    r: &eval::EvalReport,
+    weights: &Path,
+    (precision_name, precision): (&str, &str),
+    judged: Option<Judged>,
+) -> Result<()> {
+    if json {
+        let mut report = serde_json::to_value(r)?;
+        report["precision"] = serde_json::json!(precision_name);
         if let Some(j) = &judged {
             report["judged"] = serde_json::json!({
                 "judge": j.judge, "images": j.images,

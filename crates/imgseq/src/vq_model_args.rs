@@ -139,7 +139,7 @@ pub fn load_choosing(
     };
     if imgseq_lfq::is_lfq_checkpoint(&weights) {
         anyhow::bail!(
-            "{}: {} checkpoints are read by vq encode, decode and roundtrip only",
+            "{}: {} checkpoints are read by vq encode, decode, roundtrip, tokenize and eval only",
             weights.display(),
             imgseq_lfq::FAMILY
         );

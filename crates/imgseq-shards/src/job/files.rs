@@ -6,7 +6,7 @@
 use crate::manifest::{
     errors_name, job_manifest_name, record_name, Manifest, ShardRecord, MANIFEST,
 };
-use crate::{wds, Plan, ShardFormat};
+use crate::{wds, Plan, ShardFormat, ShardKind};
 use imgseq_core::fsutil::{
     read_json, read_regular_file, temp_target, write_bytes_atomic, write_json, MAX_JSON_BYTES,
 };
@@ -20,6 +20,7 @@ pub fn finished_record(
     plan: &Plan,
     s: usize,
     format: ShardFormat,
+    kind: ShardKind,
 ) -> Result<Option<ShardRecord>> {
     let path = out.join(format.shard_name(s));
     if !path.is_file() {
@@ -37,7 +38,7 @@ pub fn finished_record(
             return Ok(Some(r));
         }
     }
-    let samples = crate::shard::read_shard(&path)?.len();
+    let samples = crate::shard::count_samples(&path, kind)?;
     let errors_path = out.join(errors_name(s));
     let errors = read_regular_file(&errors_path, MAX_JSON_BYTES, "an errors list")
         .map(|t| {

@@ -7,10 +7,12 @@
 //! * [`files`]: what a run leaves in its folder — finished shards and their records, stale
 //!   temporaries of a killed run, the errors list, the job's manifest names.
 //! * [`read`]: reading a finished folder back (stats, detokenize).
+//! * [`latent_stats`]: a latent shard folder's per-channel statistics.
 
 pub mod files;
+pub mod latent_stats;
 pub mod read;
 pub mod tokenize;
 
 pub use read::{detokenize, stats, CodeStats};
-pub use tokenize::{tokenize, Options, Report};
+pub use tokenize::{run, tokenize, Discrete, Options, Report, SampleEncoder};

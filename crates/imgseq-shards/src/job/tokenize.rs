@@ -1,5 +1,6 @@
 //! Whole datasets → token shards (`imgseq vq tokenize`) with any discrete
-//! [`Tokenizer`]: the sources' sample index ([`crate::source`]) split into shards ([`Plan`]),
+//! [`Tokenizer`], or latent shards (`imgseq vae tokenize`) with any [`SampleEncoder`]: one
+//! machinery whatever a sample's payload is. The sources' sample index ([`crate::source`]) split into shards ([`Plan`]),
 //! images decoded and brought to the tokenizer's input ([`InputSpec`]) on a separate thread
 //! while the tokenizer encodes the previous batch, batches formed across files and shards,
 //! every shard written whole and renamed into place. A killed run started again with the same
@@ -10,10 +11,10 @@
 
 use super::files::{finished_record, job_files, remove_stale_temporaries, write_errors_list};
 use crate::manifest::{
-    errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT,
+    errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT, LATENT_FORMAT,
 };
 use crate::source::{self, SampleRef, SourceOptions};
-use crate::{Plan, ShardFormat, TokenShardWriter};
+use crate::{Payload, Plan, ShardFormat, ShardKind, TokenShardWriter};
 use image::RgbImage;
 use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
@@ -49,6 +50,48 @@ pub struct Options {
     pub sources: SourceOptions,
 }
 
+/// What the job writes per sample: a batch of prepared pictures (brought to [`Self::input`])
+/// → one payload each, all of [`Self::kind`].
+pub trait SampleEncoder {
+    fn input(&self) -> InputSpec;
+    fn kind(&self) -> ShardKind;
+    fn encode_batch(&self, imgs: &[RgbImage]) -> Result<Vec<Payload>>;
+}
+
+/// A discrete [`Tokenizer`] as a [`SampleEncoder`]: its token grids.
+pub struct Discrete<'a, T>(pub &'a T);
+
+impl<T: Tokenizer> SampleEncoder for Discrete<'_, T> {
+    fn input(&self) -> InputSpec {
+        self.0.input()
+    }
+
+    fn kind(&self) -> ShardKind {
+        ShardKind::Tokens {
+            n_codes: self.0.codebook_size().unwrap_or(0),
+        }
+    }
+
+    fn encode_batch(&self, imgs: &[RgbImage]) -> Result<Vec<Payload>> {
+        let g = self.0.encode_pictures(imgs)?.into_tokens()?;
+        Ok((0..g.n)
+            .map(|i| Payload::Tokens {
+                h: g.h,
+                w: g.w,
+                tokens: g.image(i).to_vec(),
+            })
+            .collect())
+    }
+}
+
+/// The manifest format of a set of `kind` shards.
+fn format_of(kind: ShardKind) -> &'static str {
+    match kind {
+        ShardKind::Tokens { .. } => FORMAT,
+        ShardKind::Latents => LATENT_FORMAT,
+    }
+}
+
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -66,8 +109,14 @@ pub struct Report {
 }
 
 /// Settings every job of a run must share (`run.json`): a folder holds one tokenization.
-fn run_settings(tok: &TokenizerInfo, inputs: &[String], n: usize, o: &Options) -> Value {
-    let mut v = json!({"format": FORMAT, "tokenizer": tok, "inputs": inputs, "input_samples": n,
+fn run_settings(
+    format: &str,
+    tok: &TokenizerInfo,
+    inputs: &[String],
+    n: usize,
+    o: &Options,
+) -> Value {
+    let mut v = json!({"format": format, "tokenizer": tok, "inputs": inputs, "input_samples": n,
            "shard_size": o.shard_size});
     if o.pad {
         v["pad"] = json!(true);
@@ -167,6 +216,7 @@ fn first_entry(out: &Path) -> Result<Option<String>> {
 /// checked against this run's settings. A folder without `run.json` must be empty: shards of
 /// unknown settings are never reused.
 fn start_run(
+    format: &str,
     info: &TokenizerInfo,
     sources: &[PathBuf],
     out: &Path,
@@ -183,7 +233,7 @@ fn start_run(
     let inputs: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
     let created_dir = std::fs::symlink_metadata(out).is_err();
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let settings = run_settings(info, &inputs, index.len(), o);
+    let settings = run_settings(format, info, &inputs, index.len(), o);
     let run_file = out.join("run.json");
     let new_run = std::fs::symlink_metadata(&run_file).is_err();
     if !new_run {
@@ -249,15 +299,28 @@ pub fn tokenize<T: Tokenizer>(
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    let Some(n_codes) = tok.codebook_size() else {
+    if tok.codebook_size().is_none() {
         return Err(Error::invalid(format!(
             "token shards hold codebook tokens; a {} gives continuous embeddings",
             tok.label()
         )));
-    };
-    let started = start_run(info, sources, out, o)?;
+    }
+    run(&Discrete(tok), info, sources, out, o)
+}
+
+/// Writes the payloads `enc` makes of `sources` into `out` (described by `info`): token or
+/// latent shards, resumable and split by job arrays alike.
+pub fn run<E: SampleEncoder>(
+    enc: &E,
+    info: &TokenizerInfo,
+    sources: &[PathBuf],
+    out: &Path,
+    o: &Options,
+) -> Result<Report> {
+    let kind = enc.kind();
+    let started = start_run(format_of(kind), info, sources, out, o)?;
     let (fresh, created_dir) = (started.new_run, started.created_dir);
-    let r = run_job(tok, info, started, out, o, n_codes);
+    let r = run_job(enc, info, started, out, o);
     if r.is_err() && fresh {
         undo_start(out, created_dir);
     }
@@ -265,14 +328,14 @@ pub fn tokenize<T: Tokenizer>(
 }
 
 /// [`tokenize`] once the folder is started.
-fn run_job<T: Tokenizer>(
-    tok: &T,
+fn run_job<E: SampleEncoder>(
+    enc: &E,
     info: &TokenizerInfo,
     started: Started,
     out: &Path,
     o: &Options,
-    n_codes: usize,
 ) -> Result<Report> {
+    let kind = enc.kind();
     let Started {
         index,
         plan,
@@ -284,7 +347,7 @@ fn run_job<T: Tokenizer>(
     let mut records: Vec<ShardRecord> = Vec::new();
     let mut todo: Vec<usize> = Vec::new();
     for s in plan.my_shards() {
-        match finished_record(out, &plan, s, o.format)? {
+        match finished_record(out, &plan, s, o.format, kind)? {
             Some(r) => records.push(r),
             None => todo.push(s),
         }
@@ -309,11 +372,11 @@ fn run_job<T: Tokenizer>(
         .map(|(s, i)| (s, index[i].clone()))
         .collect();
     let mut run = Run {
-        tok,
+        enc,
         out,
         plan: &plan,
         o,
-        n_codes,
+        kind,
         pb,
         todo_samples,
         t0: Instant::now(),
@@ -321,11 +384,11 @@ fn run_job<T: Tokenizer>(
         current: None,
         records,
     };
-    run.encode_all(work, tok.input())?;
+    run.encode_all(work, enc.input())?;
     run.pb.finish_and_clear();
     let (encoded, t0) = (run.encoded, run.t0);
     let mut m = Manifest {
-        format: FORMAT.into(),
+        format: format_of(kind).into(),
         tokenizer: info.clone(),
         inputs,
         input_samples: index.len(),
@@ -358,12 +421,12 @@ fn run_job<T: Tokenizer>(
 }
 
 /// A run's encoding state: the shard being written and the records of those done.
-struct Run<'a, T> {
-    tok: &'a T,
+struct Run<'a, E> {
+    enc: &'a E,
     out: &'a Path,
     plan: &'a Plan,
     o: &'a Options,
-    n_codes: usize,
+    kind: ShardKind,
     pb: ProgressBar,
     todo_samples: usize,
     t0: Instant,
@@ -372,7 +435,7 @@ struct Run<'a, T> {
     records: Vec<ShardRecord>,
 }
 
-impl<T: Tokenizer> Run<'_, T> {
+impl<E: SampleEncoder> Run<'_, E> {
     /// Decodes `work` on its own thread while the tokenizer encodes the previous batch, and
     /// writes every sample, in order, into its shard.
     fn encode_all(&mut self, work: Vec<(usize, SampleRef)>, spec: InputSpec) -> Result<()> {
@@ -435,34 +498,31 @@ impl<T: Tokenizer> Run<'_, T> {
             .iter()
             .filter_map(|it| it.image.as_ref().ok().map(|(img, _)| img.clone()))
             .collect();
-        let grid = if imgs.is_empty() {
-            None
+        let mut payloads = if imgs.is_empty() {
+            Vec::new()
         } else {
-            Some(self.tok.encode_pictures(&imgs)?.into_tokens()?)
-        };
+            self.enc.encode_batch(&imgs)?
+        }
+        .into_iter();
         self.encoded += imgs.len();
-        let mut next = 0;
         for item in pending.drain(..) {
             if self.current.as_ref().is_none_or(|c| c.shard != item.shard) {
                 if let Some(c) = self.current.take() {
                     self.records.push(c.finish(self.out, self.plan)?);
                 }
-                self.current = Some(Open::new(
-                    self.out,
-                    item.shard,
-                    self.o.format,
-                    self.n_codes,
-                )?);
+                self.current = Some(Open::new(self.out, item.shard, self.o.format, self.kind)?);
             }
             let c = self.current.as_mut().expect("opened above");
             match item.image {
                 Ok((_, mut rec)) => {
-                    let g = grid.as_ref().expect("one token grid per image");
-                    let (h, w) = (g.h, g.w);
-                    rec["grid"] = json!([h, w]);
-                    c.writer
-                        .append(&item.sample.key, h, w, g.image(next), &rec)?;
-                    next += 1;
+                    let p = payloads.next().ok_or_else(|| {
+                        Error::invalid("the encoder gave fewer payloads than images")
+                    })?;
+                    match &p {
+                        Payload::Tokens { h, w, .. } => rec["grid"] = json!([h, w]),
+                        Payload::Latent { shape, .. } => rec["shape"] = json!(shape),
+                    }
+                    c.writer.append_payload(&item.sample.key, &p, &rec)?;
                 }
                 Err(reason) => c.errors.push(json!({
                     "key": item.sample.key, "source": item.sample.source, "reason": reason
@@ -499,11 +559,11 @@ struct Open {
 }
 
 impl Open {
-    fn new(out: &Path, shard: usize, format: ShardFormat, n_codes: usize) -> Result<Self> {
+    fn new(out: &Path, shard: usize, format: ShardFormat, kind: ShardKind) -> Result<Self> {
         let name = format.shard_name(shard);
         Ok(Self {
             shard,
-            writer: TokenShardWriter::create(out.join(&name), format, n_codes)?,
+            writer: TokenShardWriter::create_kind(out.join(&name), format, kind)?,
             name,
             errors: Vec::new(),
         })

@@ -64,6 +64,7 @@ fn info() -> TokenizerInfo {
         crop: "shorter side".into(),
         upscale: false,
         precision: "f32".into(),
+        latent: None,
     }
 }
 

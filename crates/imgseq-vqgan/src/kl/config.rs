@@ -276,6 +276,20 @@ impl KlConfig {
     }
 
     /// A short description for reports: `f8, 4 latent channels, scaling 0.18215`.
+    /// The config as recorded in a latent shard set's manifest.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "ddconfig": self.ddconfig,
+            "variant": self.variant,
+            "use_quant_conv": self.use_quant_conv,
+            "use_post_quant_conv": self.use_post_quant_conv,
+            "scaling_factor": self.scaling_factor,
+            "shift_factor": self.shift_factor,
+            "latents_mean_std": self.latents_mean_std,
+            "sample_size": self.sample_size,
+        })
+    }
+
     pub fn describe(&self) -> String {
         let shift = match self.shift_factor {
             Some(s) => format!(", shift {s}"),

@@ -53,6 +53,7 @@ fn write_shards(dir: &Path, n: usize, n_codes: usize) {
             crop: "center".into(),
             upscale: false,
             precision: "f32".into(),
+            latent: None,
         },
         inputs: vec!["synthetic".into()],
         input_samples: n,

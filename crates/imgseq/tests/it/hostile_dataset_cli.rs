@@ -50,6 +50,7 @@ fn shard_folder(dir: &Path, shards: &[(&[&str], i64)]) {
             crop: "centre".into(),
             upscale: false,
             precision: "f32".into(),
+            latent: None,
         },
         inputs: vec!["synthetic".into()],
         input_samples: 0,

@@ -9,6 +9,7 @@ mod hostile_parsers;
 mod tokenize;
 mod tokenize_parquet;
 mod vae_cli;
+mod vae_tokenize;
 mod vit_cli;
 mod vq_cli;
 mod vq_families;

@@ -223,24 +223,66 @@ fn bad_images_are_skipped_and_listed_and_all_bad_is_an_error() {
     assert!(e.contains("no image could be read"), "{e}");
 }
 
+/// A dataset job's command: `vq tokenize` or `vae tokenize`, the model flags, and the same
+/// flags with another setting (a folder of one run refuses it).
+pub(crate) struct JobCmd {
+    pub head: [&'static str; 2],
+    pub model: Vec<String>,
+    pub other: Vec<String>,
+}
+
+/// `vq tokenize` with the tiny taming VQGAN.
+fn vq_job() -> JobCmd {
+    let mut other = model_args();
+    other[7] = "16".into(); // --size
+    JobCmd {
+        head: ["vq", "tokenize"],
+        model: model_args(),
+        other,
+    }
+}
+
+/// How many samples a finished folder's shards hold (token or latent shards).
+pub(crate) fn shard_samples(dir: &Path) -> usize {
+    let m = imgseq_shards::Manifest::read_any(&dir.join("manifest.json")).unwrap();
+    m.shard_paths(dir)
+        .iter()
+        .map(|p| {
+            let kind = if m.is_latent() {
+                imgseq_shards::ShardKind::Latents
+            } else {
+                imgseq_shards::ShardKind::Tokens {
+                    n_codes: m.tokenizer.n_codes,
+                }
+            };
+            imgseq_shards::shard::count_samples(p, kind).unwrap()
+        })
+        .sum()
+}
+
 #[test]
 fn job_array_parts_merge_into_exactly_what_one_process_writes() {
-    job_array_parts_merge_into_what_one_process_writes("wds", "tar");
+    job_array_parts_merge_into_what_one_process_writes(&vq_job(), "wds", "tar");
 }
 
 #[test]
 fn job_array_parts_merge_into_exactly_what_one_process_writes_as_parquet() {
-    job_array_parts_merge_into_what_one_process_writes("parquet", "parquet");
+    job_array_parts_merge_into_what_one_process_writes(&vq_job(), "parquet", "parquet");
 }
 
-fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
+pub(crate) fn job_array_parts_merge_into_what_one_process_writes(
+    job: &JobCmd,
+    format: &str,
+    ext: &str,
+) {
     let d = tempfile::tempdir().unwrap();
-    let m = model_args();
+    let m = job.model.clone();
+    let head = [job.head[0], job.head[1]];
     let src = d.path().join("imgs");
     folder(&src, 7);
     let single = d.path().join("single");
     ok(&args(
-        &["vq", "tokenize", src.to_str().unwrap()],
+        &[head[0], head[1], src.to_str().unwrap()],
         &m,
         &[
             "--shard-size",
@@ -254,7 +296,7 @@ fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
     let arr = d.path().join("array");
     for i in ["0", "1", "2"] {
         ok(&args(
-            &["vq", "tokenize", src.to_str().unwrap()],
+            &[head[0], head[1], src.to_str().unwrap()],
             &m,
             &[
                 "--shard-size",
@@ -290,19 +332,18 @@ fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
             .count(),
         4
     );
-    let ms = imgseq_shards::Manifest::read(&single.join("manifest.json")).unwrap();
-    let ma = imgseq_shards::Manifest::read(&arr.join("manifest.json")).unwrap();
+    let ms = imgseq_shards::Manifest::read_any(&single.join("manifest.json")).unwrap();
+    let ma = imgseq_shards::Manifest::read_any(&arr.join("manifest.json")).unwrap();
     assert_eq!(ms, ma);
     assert!(ms
         .shards
         .iter()
         .all(|s| s.name.ends_with(&format!(".{ext}"))));
-    assert_eq!(shard_tokens(&single).len(), 7);
+    assert_eq!(shard_samples(&single), 7);
     // Another tokenizer setting into the same folder is refused.
-    let mut m2 = model_args();
-    m2[7] = "16".into(); // --size
+    let m2 = job.other.clone();
     let e = fails(&args(
-        &["vq", "tokenize", src.to_str().unwrap()],
+        &[head[0], head[1], src.to_str().unwrap()],
         &m2,
         &["--format", format, "-o", single.to_str().unwrap()],
     ));
@@ -310,7 +351,7 @@ fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
     // So is the other output format.
     let other = if format == "wds" { "parquet" } else { "wds" };
     let e = fails(&args(
-        &["vq", "tokenize", src.to_str().unwrap()],
+        &[head[0], head[1], src.to_str().unwrap()],
         &m,
         &[
             "--shard-size",
@@ -326,22 +367,26 @@ fn job_array_parts_merge_into_what_one_process_writes(format: &str, ext: &str) {
 
 #[test]
 fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result() {
-    killed_runs_resume_to_the_uninterrupted_result("wds");
+    killed_runs_resume_to_the_uninterrupted_result(&vq_job(), "wds");
 }
 
 #[test]
 fn a_run_killed_at_random_moments_resumes_to_the_uninterrupted_result_as_parquet() {
-    killed_runs_resume_to_the_uninterrupted_result("parquet");
+    killed_runs_resume_to_the_uninterrupted_result(&vq_job(), "parquet");
 }
 
-fn killed_runs_resume_to_the_uninterrupted_result(format: &str) {
+pub(crate) fn killed_runs_resume_to_the_uninterrupted_result(job: &JobCmd, format: &str) {
     let d = tempfile::tempdir().unwrap();
-    let m = model_args();
+    let m = job.model.clone();
     let src = d.path().join("imgs");
     folder(&src, 60);
     let full = d.path().join("full");
     let cmd = |out: &Path| -> Vec<String> {
-        let mut v: Vec<String> = vec!["vq".into(), "tokenize".into(), src.display().to_string()];
+        let mut v: Vec<String> = vec![
+            job.head[0].into(),
+            job.head[1].into(),
+            src.display().to_string(),
+        ];
         v.extend(m.iter().cloned());
         v.extend(
             [
@@ -410,8 +455,8 @@ fn killed_runs_resume_to_the_uninterrupted_result(format: &str) {
         differ.is_empty(),
         "files that differ after kill + resume: {differ:?}"
     );
-    let mf = imgseq_shards::Manifest::read(&full.join("manifest.json")).unwrap();
-    let mk = imgseq_shards::Manifest::read(&killed.join("manifest.json")).unwrap();
+    let mf = imgseq_shards::Manifest::read_any(&full.join("manifest.json")).unwrap();
+    let mk = imgseq_shards::Manifest::read_any(&killed.join("manifest.json")).unwrap();
     assert_eq!(mf.shards, mk.shards);
     assert_eq!(mk.samples, 60);
     // No temporary files are left behind.

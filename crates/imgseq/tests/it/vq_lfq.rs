@@ -158,9 +158,74 @@ fn bad_combinations_are_one_line_errors() {
     ]);
     assert!(e.contains("31") && e.contains("multiple of 2"), "{e}");
     assert!(!Path::new(&o).exists());
-    let shards = s(&d.path().join("shards"));
-    let src = s(d.path());
+}
+
+#[test]
+fn tokenize_shards_hold_vq_encodes_tokens_as_int32_and_eval_scores_roundtrips_picture() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("imgs");
+    std::fs::create_dir_all(&src).unwrap();
+    let img = picture(&src);
     let ckpt = s(&fx("tiny.ckpt"));
-    let e = fails(&["vq", "tokenize", &src, "--weights", &ckpt, "-o", &shards]);
-    assert!(e.contains("encode, decode and roundtrip only"), "{e}");
+    let want = library_tokens(&img, WeightSet::Default);
+    for format in ["wds", "parquet"] {
+        let out = d.path().join(format);
+        ok(&[
+            "vq",
+            "tokenize",
+            &s(&src),
+            "--weights",
+            &ckpt,
+            "--format",
+            format,
+            "-o",
+            &s(&out),
+        ]);
+        let m = imgseq_shards::Manifest::read(&out.join("manifest.json")).unwrap();
+        assert_eq!(m.tokenizer.n_codes, 1 << 18);
+        assert_eq!(m.tokenizer.family, imgseq_lfq::FAMILY);
+        let got = imgseq_shards::shard::read_shard(&out.join(&m.shards[0].name)).unwrap();
+        assert_eq!((got[0].key.as_str(), got[0].h, got[0].w), ("a", 16, 16));
+        assert_eq!(got[0].tokens, want, "{format}");
+        assert!(want.iter().any(|&t| t >= 1 << 16), "a token past uint16");
+    }
+    // Detokenizing is the VQGAN's decoder path: refused with one line.
+    let pics = s(&d.path().join("pics"));
+    let e = fails(&[
+        "vq",
+        "detokenize",
+        &s(&d.path().join("wds")),
+        "--weights",
+        &ckpt,
+        "-o",
+        &pics,
+    ]);
+    assert!(e.contains("tokenize and eval only"), "{e}");
+    // The tar member is int32 (2^18 codes do not fit uint16).
+    let tar = std::fs::read(d.path().join("wds/shard-000000.tar")).unwrap();
+    let at = tar.windows(6).position(|w| w == b"\x93NUMPY").unwrap();
+    let header = String::from_utf8_lossy(&tar[at..at + 80]);
+    assert!(header.contains("'<i4'"), "{header}");
+    // `vq eval` of the one picture scores what `vq roundtrip` scores.
+    let rt = ok(&[
+        "vq",
+        "roundtrip",
+        &s(&img),
+        "--weights",
+        &ckpt,
+        "-o",
+        &s(&d.path().join("rt")),
+    ]);
+    let ev = ok(&["vq", "eval", &s(&src), "--weights", &ckpt]);
+    let psnr = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("PSNR: "))
+            .map(|l| l.split_whitespace().nth(1).unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(psnr(&rt), psnr(&ev), "{rt}\n{ev}");
+    assert!(
+        ev.contains("of 262144 codes") && ev.contains("256 tokens per image"),
+        "{ev}"
+    );
 }

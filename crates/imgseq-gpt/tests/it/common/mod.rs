@@ -76,6 +76,7 @@ pub fn write_shards(
             crop: "center".into(),
             upscale: false,
             precision: "f32".into(),
+            latent: None,
         },
         inputs: vec!["synthetic".into()],
         input_samples: n,

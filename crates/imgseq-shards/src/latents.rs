@@ -1,0 +1,387 @@
+//! Latent shards: one float16 array per sample (a continuous-latent VAE's scaled latent
+//! (C, h, w), or its (N, p²·C) patch tokens), written by the same dataset job as token shards.
+//!
+//! * WebDataset `.tar`: `KEY.latent.npy` (`<f2`, C order) + `KEY.json` per sample
+//!   ([`crate::wds::latent_npy`]); [`crate::shard::read_latent_shard`] reads either format.
+//! * Parquet: one row per image with
+//!
+//! | column | type | |
+//! |---|---|---|
+//! | `key` | string | as the WebDataset shards' member names |
+//! | `latent` | binary | the array's float16 values, little-endian, C order (`numpy.frombuffer(b, "<f2")`) |
+//! | `shape` | list<int32> | the array's shape, e.g. [4, 32, 32] or [256, 16] |
+//! | `source` | string | where the image came from |
+//! | `metadata` | string (JSON) | what a WebDataset shard's `KEY.json` holds |
+//!
+//! snappy-compressed, row groups of [`crate::parquet_out::ROW_GROUP_ROWS`] rows, written to a
+//! hidden temporary file, fsynced and renamed into place when complete, as token shards are.
+
+use crate::parquet_in::{Cell, ParquetFile};
+use crate::wds::{f16_bytes, Finished, HashingWriter};
+use imgseq_core::npy::parse_npy;
+use imgseq_core::{Error, Result};
+use parquet::basic::Compression;
+use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The member extension of a sample's latent in a tar shard.
+pub const LATENT_MEMBER: &str = "latent.npy";
+
+/// Most values of one sample's latent (a 2048×2048 grid of 16 channels).
+pub const MAX_LATENT_VALUES: usize = 1 << 26;
+
+/// A sample of a latent shard, its values widened to f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatentSample {
+    pub key: String,
+    pub shape: Vec<usize>,
+    pub values: Vec<f32>,
+    pub json: Value,
+}
+
+const SCHEMA: &str = "message imgseq_latents {
+   required binary key (STRING);
+   required binary latent;
+   required group shape (LIST) { repeated group list { required int32 element; } }
+   required binary source (STRING);
+   required binary metadata (STRING);
+ }";
+
+/// Checks a latent's shape against its value count: non-empty, at most
+/// [`MAX_LATENT_VALUES`] values.
+fn check_shape(key: &str, shape: &[usize], n: usize) -> std::result::Result<(), String> {
+    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    match count {
+        Some(c) if c == n && c > 0 && c <= MAX_LATENT_VALUES && !shape.is_empty() => Ok(()),
+        _ => Err(format!(
+            "{key}: a latent of shape {shape:?} holding {n} values (non-empty, at most \
+             {MAX_LATENT_VALUES})"
+        )),
+    }
+}
+
+struct Row {
+    key: String,
+    latent: Vec<u8>,
+    shape: Vec<i32>,
+    source: String,
+    metadata: String,
+}
+
+/// Writes one Parquet latent shard; nothing is visible at `path` until
+/// [`LatentParquetWriter::finish`].
+pub struct LatentParquetWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    writer: Option<SerializedFileWriter<HashingWriter<BufWriter<File>>>>,
+    rows: Vec<Row>,
+    samples: usize,
+}
+
+impl LatentParquetWriter {
+    pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        imgseq_core::fsutil::check_output(&path)?;
+        let tmp = imgseq_core::fsutil::temp_path(&path)?;
+        let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let sink = HashingWriter {
+            inner: BufWriter::new(f),
+            hash: Sha256::new(),
+            len: 0,
+        };
+        let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_created_by("imgseq".into())
+            .build();
+        let writer = SerializedFileWriter::new(sink, schema, Arc::new(props))
+            .map_err(|e| Error::format(&tmp, e.to_string()))?;
+        Ok(Self {
+            path,
+            tmp,
+            writer: Some(writer),
+            rows: Vec::new(),
+            samples: 0,
+        })
+    }
+
+    /// Appends a sample: its latent of `shape` and JSON record (`source` is taken from it).
+    pub fn append(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        values: &[f32],
+        json: &Value,
+    ) -> Result<()> {
+        check_shape(key, shape, values.len()).map_err(Error::invalid)?;
+        self.rows.push(Row {
+            key: key.to_string(),
+            latent: f16_bytes(values),
+            shape: shape.iter().map(|&d| d as i32).collect(),
+            source: json
+                .get("source")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            metadata: serde_json::to_string(json).expect("JSON values serialise"),
+        });
+        self.samples += 1;
+        if self.rows.len() >= crate::parquet_out::ROW_GROUP_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered rows as a row group.
+    fn flush(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let w = self.writer.as_mut().expect("not finished");
+        let res = (|| -> parquet::errors::Result<()> {
+            let mut rg = w.next_row_group()?;
+            let bytes = |f: fn(&Row) -> &[u8]| -> Vec<ByteArray> {
+                rows.iter()
+                    .map(|r| ByteArray::from(f(r).to_vec()))
+                    .collect()
+            };
+            // Columns in schema order.
+            let cols: [fn(&Row) -> &[u8]; 2] = [|r| r.key.as_bytes(), |r| &r.latent];
+            for f in cols {
+                let mut col = rg.next_column()?.expect("key, latent");
+                col.typed::<ByteArrayType>()
+                    .write_batch(&bytes(f), None, None)?;
+                col.close()?;
+            }
+            let mut col = rg.next_column()?.expect("shape");
+            let (mut vals, mut defs, mut reps) = (Vec::new(), Vec::new(), Vec::new());
+            for r in &rows {
+                vals.extend_from_slice(&r.shape);
+                defs.extend(std::iter::repeat_n(1i16, r.shape.len()));
+                reps.push(0i16);
+                reps.extend(std::iter::repeat_n(1i16, r.shape.len() - 1));
+            }
+            col.typed::<Int32Type>()
+                .write_batch(&vals, Some(&defs), Some(&reps))?;
+            col.close()?;
+            let cols: [fn(&Row) -> &[u8]; 2] = [|r| r.source.as_bytes(), |r| r.metadata.as_bytes()];
+            for f in cols {
+                let mut col = rg.next_column()?.expect("source, metadata");
+                col.typed::<ByteArrayType>()
+                    .write_batch(&bytes(f), None, None)?;
+                col.close()?;
+            }
+            rg.close()?;
+            Ok(())
+        })();
+        res.map_err(|e| Error::format(&self.tmp, format!("cannot write Parquet: {e}")))
+    }
+
+    /// Writes the last row group and the footer, fsyncs and renames the file into place.
+    pub fn finish(mut self) -> Result<Finished> {
+        self.flush()?;
+        let w = self.writer.take().expect("finish once");
+        let sink = w
+            .into_inner()
+            .map_err(|e| Error::format(&self.tmp, format!("cannot write Parquet: {e}")))?;
+        sink.commit(&self.tmp, &self.path, self.samples)
+    }
+}
+
+impl Drop for LatentParquetWriter {
+    fn drop(&mut self) {
+        if self.writer.is_some() {
+            // Not finished: leave nothing behind.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Every sample of a Parquet latent shard, in order ([`crate::shard::read_latent_shard`]
+/// reads either format).
+pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
+    let f = ParquetFile::open(path)?;
+    f.check_codecs()?;
+    let col = |name: &[&str]| {
+        f.leaf(name).ok_or_else(|| {
+            Error::format(
+                path,
+                format!("no {} column: not an imgseq latent shard", name[0]),
+            )
+        })
+    };
+    let keys = f.whole_column(col(&["key"])?)?;
+    let latents = f.whole_column(col(&["latent"])?)?;
+    let shapes = f.whole_int_lists(col(&["shape", "list", "element"])?)?;
+    let metas = f.whole_column(col(&["metadata"])?)?;
+    let mut out = Vec::with_capacity(keys.len());
+    for (row, (((key, latent), shape), meta)) in keys
+        .into_iter()
+        .zip(latents)
+        .zip(shapes)
+        .zip(metas)
+        .enumerate()
+    {
+        let bad = |msg: String| Error::format(path, format!("row {row}: {msg}"));
+        let (Cell::Bytes(key), Cell::Bytes(bytes)) = (key, latent) else {
+            return Err(bad("key or latent is not a byte string".into()));
+        };
+        let key = String::from_utf8_lossy(&key).into_owned();
+        let shape: Vec<usize> = shape
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| usize::try_from(d).unwrap_or(0))
+            .collect();
+        check_shape(&key, &shape, bytes.len() / 2).map_err(bad)?;
+        let json = match meta {
+            Cell::Bytes(b) => serde_json::from_slice(&b)
+                .map_err(|e| bad(format!("{key}: metadata is not JSON: {e}")))?,
+            _ => Value::Null,
+        };
+        let values = bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect();
+        out.push(LatentSample {
+            key,
+            shape,
+            values,
+            json,
+        });
+    }
+    Ok(out)
+}
+
+/// Every sample of a tar latent shard, in order.
+pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
+    let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
+    let mut ar = tar::Archive::new(f);
+    let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
+    let mut out: Vec<LatentSample> = Vec::new();
+    for entry in ar.entries().map_err(bad)? {
+        let mut entry = entry.map_err(bad)?;
+        let name = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+        let Some((key, ext)) = crate::source::split_member(&name) else {
+            continue;
+        };
+        let key = key.to_string();
+        let mut data = Vec::new();
+        entry
+            .by_ref()
+            .take(2 * MAX_LATENT_VALUES as u64 + 4096)
+            .read_to_end(&mut data)
+            .map_err(bad)?;
+        match ext {
+            LATENT_MEMBER => {
+                let a = parse_npy(Path::new(&name), &data)
+                    .map_err(|e| Error::format(path, e.to_string()))?;
+                let values = a.as_f32().map(<[f32]>::to_vec).ok_or_else(|| {
+                    Error::format(path, format!("{name}: the latent is not a float array"))
+                })?;
+                check_shape(&key, &a.shape, values.len()).map_err(|m| Error::format(path, m))?;
+                out.push(LatentSample {
+                    key,
+                    shape: a.shape,
+                    values,
+                    json: Value::Null,
+                });
+            }
+            "json" => {
+                let v: Value = serde_json::from_slice(&data)
+                    .map_err(|e| Error::format(path, format!("{name}: {e}")))?;
+                match out.last_mut() {
+                    Some(s) if s.key == key => s.json = v,
+                    _ => {
+                        return Err(Error::format(
+                            path,
+                            format!("{name} does not follow its {key}.{LATENT_MEMBER}"),
+                        ))
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::read_latent_shard;
+    use crate::wds::{latent_npy, sha256_file, ShardWriter};
+
+    fn values(i: usize, n: usize) -> Vec<f32> {
+        (0..n).map(|k| (k as f32 - 7.0) * 0.37 + i as f32).collect()
+    }
+
+    #[test]
+    fn latent_shards_of_both_formats_read_back_as_float16_and_are_byte_deterministic() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str| {
+            let p = d.path().join(name);
+            let fin = if name.ends_with(".parquet") {
+                let mut w = LatentParquetWriter::create(&p).unwrap();
+                for i in 0..3 {
+                    let j = serde_json::json!({"source": format!("s/{i}.png"), "i": i});
+                    w.append(&format!("k{i}"), &[4, 2, 3], &values(i, 24), &j)
+                        .unwrap();
+                }
+                w.finish().unwrap()
+            } else {
+                let mut w = ShardWriter::create(&p).unwrap();
+                for i in 0..3 {
+                    let j = serde_json::json!({"source": format!("s/{i}.png"), "i": i});
+                    let npy = latent_npy(&[4, 2, 3], &values(i, 24));
+                    w.append_as(&format!("k{i}"), LATENT_MEMBER, &npy, &j)
+                        .unwrap();
+                }
+                w.finish().unwrap()
+            };
+            (p, fin)
+        };
+        for ext in ["tar", "parquet"] {
+            let (p1, f1) = write(&format!("a.{ext}"));
+            let (p2, f2) = write(&format!("b.{ext}"));
+            assert_eq!(f1, f2);
+            assert_eq!(std::fs::read(&p1).unwrap(), std::fs::read(&p2).unwrap());
+            assert_eq!(sha256_file(&p1).unwrap(), f1.sha256);
+            let s = read_latent_shard(&p1).unwrap();
+            assert_eq!(s.len(), 3, "{ext}");
+            assert_eq!(
+                (s[2].key.as_str(), s[2].shape.clone()),
+                ("k2", vec![4, 2, 3])
+            );
+            assert_eq!(s[1].json["i"], 1);
+            for (a, b) in s[2].values.iter().zip(values(2, 24)) {
+                // float16 keeps 11 significant bits.
+                assert!((a - b).abs() <= b.abs() / 1024.0, "{ext}: {a} vs {b}");
+                assert_eq!(*a, half::f16::from_f32(b).to_f32());
+            }
+        }
+    }
+
+    #[test]
+    fn a_latent_whose_shape_does_not_hold_its_values_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = LatentParquetWriter::create(d.path().join("s.parquet")).unwrap();
+        let e = w
+            .append("k", &[4, 2, 2], &values(0, 24), &Value::Null)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("shape [4, 2, 2] holding 24 values"),
+            "{e}"
+        );
+        drop(w);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+}
