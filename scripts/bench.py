@@ -19,6 +19,8 @@ Workloads (issue #4):
   f  SD VAE (diffusers AutoencoderKL, released config, random weights): encode 512² → posterior
      mean, and decode 64² latents → 512², batch 1, one pass each (no warm-up), against
      diffusers' AutoencoderKL f32 eager; peak RSS per process
+  g  workload a at batch 4 (f32 against PyTorch eager), one pass each; also prints imgseq's time
+     per image against batch 1 (row a) — batching must not cost more per image
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -265,7 +267,7 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g")
     ap.add_argument("--markdown", help="append the result table to this file")
     a = ap.parse_args()
     os.environ["BENCH_THREADS"] = str(a.threads)
@@ -318,7 +320,7 @@ def main():
             rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
         row("c ViT inference (candle model)", "batch 256", None, t,
             rust(a.bin, "vit-infer", d, 256, reps * 2, "candle"), unit_imgs=256)
-    agreement = bf16_agreement = None
+    agreement = bf16_agreement = batch1_ms = None
     if "a" in only:
         d = os.path.join(tmp, "vq")
         os.makedirs(d)
@@ -331,6 +333,7 @@ def main():
         rec_err = ((ro["reconstruction"] - to["reconstruction"]).abs().max() /
                    to["reconstruction"].abs().max()).item()
         row("a VQGAN f16-1024 enc+dec 384²", "batch 1", 883e9, t, r)
+        batch1_ms = r["ms"]
         row("a f32, PyTorch channels_last", "batch 1", 883e9, torch_child("vq", d, 1 if a.quick else 2, "cl"), r)
         print(f"   token agreement with PyTorch {100 * agreement:.2f}%, reconstruction max rel diff {rec_err:.2e}")
         # Reduced precision: imgseq bf16 against PyTorch autocast(bf16) + channels_last.
@@ -361,6 +364,19 @@ def main():
         reps = 1 if a.quick else 2
         row("e VQGAN f16-1024 encode 256² (many images)", "batch 8", None,
             torch_child("vq-encode", d, reps), rust(a.bin, "vq-encode", d, reps), unit_imgs=8)
+
+    if "g" in only:
+        # The batched 384² round trip (what `imgseq serve` runs when it batches requests):
+        # per image it should cost no more than batch 1 (row a).
+        d = os.path.join(tmp, "vq-batch")
+        os.makedirs(d)
+        setup_vq(d, 384, 4)
+        r = rust(a.bin, "vq", d, 1)
+        row("g VQGAN f16-1024 enc+dec 384², f32 vs eager", "batch 4", 4 * 883e9,
+            torch_child("vq", d, 1), r, unit_imgs=4)
+        if batch1_ms is not None:
+            print(f"   imgseq per image: batch 4 {r['ms'] / 4:.0f} ms vs batch 1 {batch1_ms:.0f} ms "
+                  f"({r['ms'] / 4 / batch1_ms:.2f}x)")
 
     if "f" in only:
         d = os.path.join(tmp, "kl")

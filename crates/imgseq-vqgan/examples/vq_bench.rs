@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .skip(1)
         .map(|a| a.parse().expect("number"))
         .collect();
+    imgseq_kernels::tune_allocator(); // as the imgseq binary does
     let size = args.first().copied().unwrap_or(384);
     let batch = args.get(1).copied().unwrap_or(1);
     let keys = concat!(
