@@ -297,7 +297,9 @@ impl RenamedWeights {
             return Ok(());
         }
         let model = format!("the {} model", self.inner.family.label());
-        Err(imgseq_core::weights::unexpected_tensors(path, unused, &model))
+        Err(imgseq_core::weights::unexpected_tensors(
+            path, unused, &model,
+        ))
     }
 
     /// The tensors under our (taming) names, for `weights convert`: every model tensor once
