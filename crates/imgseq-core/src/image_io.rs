@@ -99,6 +99,25 @@ pub fn image_dimensions(path: impl AsRef<Path>) -> Result<(u32, u32)> {
         .map_err(|e| decode_error(path, e))
 }
 
+/// Bytes a decode of a `w`×`h` image may hold at once: the decoder's buffer (at most 8 bytes a
+/// pixel, 16-bit RGBA) and its 8-bit RGB copy.
+pub fn decode_bytes(w: u32, h: u32) -> u128 {
+    u128::from(w) * u128::from(h) * (8 + 3)
+}
+
+/// The budget's share ([`crate::budget::reserve`]) for decoding a `w`×`h` image: decodes
+/// running side by side (a batch read by several threads) wait until their sum fits, and an
+/// image whose header declares more than the whole share is refused before decoding (two
+/// 34-byte WebPs declaring 16383² no longer decode at once into 2 GiB each).
+fn reserve_decode(path: &Path, w: u32, h: u32) -> Result<crate::budget::Reserved> {
+    crate::budget::reserve(decode_bytes(w, h)).map_err(|why| {
+        Error::format(
+            path,
+            format!("image is {w}x{h} pixels: decoding it {why}"),
+        )
+    })
+}
+
 /// Decodes an image file, refusing huge images before decoding.
 pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     let path = path.as_ref();
@@ -112,6 +131,7 @@ pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     if w == 0 || h == 0 {
         return Err(Error::format(path, format!("image is empty ({w}x{h})")));
     }
+    let _held = reserve_decode(path, w, h)?;
     let mut limits = Limits::default();
     limits.max_image_width = Some(MAX_SIDE);
     limits.max_image_height = Some(MAX_SIDE);
@@ -150,6 +170,7 @@ pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
     if w == 0 || h == 0 {
         return Err(Error::format(name, format!("image is empty ({w}x{h})")));
     }
+    let _held = reserve_decode(name, w, h)?;
     if format == image::ImageFormat::Jpeg && !jpeg_is_complete(bytes) {
         return Err(Error::format(
             name,
