@@ -113,7 +113,7 @@ fn reserve_decode(path: &Path, w: u32, h: u32) -> Result<crate::budget::Reserved
     crate::budget::reserve(decode_bytes(w, h)).map_err(|why| {
         Error::format(
             path,
-            format!("image is {w}x{h} pixels: decoding it {why}"),
+            format!("image is {w}x{h} pixels, too large to decode: it {why}"),
         )
     })
 }
@@ -874,5 +874,39 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let e = save_png(d.path().join("no/such/dir/x.png"), &s).unwrap_err();
         assert!(matches!(e, Error::Io { .. }));
+    }
+
+    /// A 34-byte lossless WebP declaring `side`×`side` pixels, without image data.
+    fn webp_declaring(side: u32) -> Vec<u8> {
+        let bits = (side - 1) | ((side - 1) << 14);
+        let mut vp8l = vec![0x2f];
+        vp8l.extend(bits.to_le_bytes());
+        vp8l.extend([0u8; 9]);
+        let mut v = b"RIFF".to_vec();
+        v.extend((4 + 8 + vp8l.len() as u32).to_le_bytes());
+        v.extend(b"WEBPVP8L");
+        v.extend((vp8l.len() as u32).to_le_bytes());
+        v.extend(vp8l);
+        v
+    }
+
+    #[test]
+    fn webp_declaring_16383_squared_is_refused_from_its_header_before_decoding() {
+        let b = webp_declaring(16383);
+        assert_eq!(b.len(), 34);
+        let p = Path::new("big.webp");
+        assert_eq!(header_of_bytes(p, &b).unwrap().1, (16383, 16383));
+        let e = decode_rgb_bytes(p, &b).unwrap_err().to_string();
+        assert!(
+            e.contains("big.webp")
+                && e.contains("16383x16383")
+                && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("big.webp");
+        std::fs::write(&f, &b).unwrap();
+        let e = load_dynamic(&f).unwrap_err().to_string();
+        assert!(e.contains("16383x16383"), "{e}");
     }
 }

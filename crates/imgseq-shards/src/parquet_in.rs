@@ -11,9 +11,9 @@
 //! cannot be listed (truncated, corrupt footer, missing column) is an error naming it; a value
 //! that cannot be read (a corrupt page, a null image) fails only its sample.
 
+use crate::parquet_pages::ChunkMemory;
 /// The source adapter's entry point, also at its former path.
 pub use crate::parquet_source::samples;
-use crate::parquet_pages::ChunkMemory;
 use imgseq_core::{Error, Result};
 use parquet::basic::{Compression, ConvertedType, LogicalType, Type as PhysicalType};
 use parquet::column::reader::{get_column_reader, ColumnReader};
@@ -471,7 +471,9 @@ impl ParquetCell {
         let f = &self.file;
         let name = f.leaf_name(self.leaf);
         let local = self.row - f.group_start[self.group];
-        let cut = usize::try_from(limit).unwrap_or(usize::MAX).saturating_add(1);
+        let cut = usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
         let v = f
             .value(self.group, local, self.leaf, cut)
             .map_err(|e| Error::format(&f.path, format!("row {}: column {name}: {e}", self.row)))?;
@@ -509,9 +511,11 @@ impl ParquetRow {
         let local = self.row - f.group_start[self.group];
         let mut m = Map::new();
         for (name, leaf) in self.fields.iter() {
-            let v = f.value(self.group, local, *leaf, MAX_META_BYTES).map_err(|e| {
-                Error::format(&f.path, format!("row {}: column {name}: {e}", self.row))
-            })?;
+            let v = f
+                .value(self.group, local, *leaf, MAX_META_BYTES)
+                .map_err(|e| {
+                    Error::format(&f.path, format!("row {}: column {name}: {e}", self.row))
+                })?;
             m.insert(name.clone(), v.to_json(true));
         }
         Ok(serde_json::to_vec(&Value::Object(m)).expect("JSON values serialise"))

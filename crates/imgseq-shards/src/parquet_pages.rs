@@ -370,7 +370,11 @@ pub(crate) fn check_chunk(
         }
         // What the page holds is bounded by its bytes in the file: no codec inflates more
         // than its ratio (an uncompressed page is its own size).
-        if h.uncompressed > h.compressed.saturating_mul(ratio).saturating_add(INFLATE_SLACK) {
+        if h.uncompressed
+            > h.compressed
+                .saturating_mul(ratio)
+                .saturating_add(INFLATE_SLACK)
+        {
             return Err(at(format!(
                 "{} bytes uncompressed from {} compressed, more than {:?} inflates",
                 h.uncompressed,

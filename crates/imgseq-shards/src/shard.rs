@@ -127,10 +127,9 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
 /// one sample, whatever the shard's size); a Parquet shard is read whole, then handed over.
 pub fn for_each_sample(path: &Path, mut f: impl FnMut(TokenSample) -> Result<()>) -> Result<()> {
     let mut checked = |s: TokenSample| {
-        let n = s
-            .h
-            .checked_mul(s.w)
-            .filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
+        let n =
+            s.h.checked_mul(s.w)
+                .filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
         if n != Some(s.tokens.len()) {
             return Err(Error::format(
                 path,

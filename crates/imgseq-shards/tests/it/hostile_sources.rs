@@ -223,7 +223,10 @@ fn parquet_page_declaring_more_than_its_codec_inflates_its_bytes_to_is_refused()
     let pages = [page(0, 50_000, None, 1, &[2, 0, 0, 0])];
     parquet_file(&p, &pages, false, 1, Compression::UNCOMPRESSED);
     let e = first_sample_error(&p);
-    assert!(e.contains("50000 bytes uncompressed from 4 compressed"), "{e}");
+    assert!(
+        e.contains("50000 bytes uncompressed from 4 compressed"),
+        "{e}"
+    );
 }
 
 /// The `parquet_source` fuzz finding: a file of a few kilobytes whose columns all point at one
