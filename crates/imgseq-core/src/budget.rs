@@ -28,7 +28,7 @@ pub fn memory_limit() -> std::result::Result<u128, String> {
 }
 
 /// `Ok` when an operation that needs about `bytes` of memory fits under [`memory_limit`];
-/// otherwise the reason, e.g. "needs about 17.0 GiB of memory, more than the 8 GiB limit
+/// otherwise the reason, e.g. "needs about 17.0 GiB of memory, more than the 2.0 GiB limit
 /// (IMGSEQ_MAX_MEMORY_GB)", for the caller to put after the setting or file it concerns.
 /// Called before allocating anything sized by a file or a flag, so that an absurd size is a
 /// clean error instead of an aborted allocation.
@@ -37,17 +37,23 @@ pub fn check_memory(bytes: u128) -> std::result::Result<(), String> {
     if bytes <= limit {
         return Ok(());
     }
-    let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
-    let need = gib(bytes);
-    let need = if need >= 1e6 {
-        format!("{need:.2e}")
-    } else {
-        format!("{need:.1}")
-    };
     Err(format!(
-        "needs about {need} GiB of memory, more than the {} GiB limit (IMGSEQ_MAX_MEMORY_GB)",
-        gib(limit)
+        "needs about {} of memory, more than the {} limit (IMGSEQ_MAX_MEMORY_GB)",
+        size_text(bytes),
+        size_text(limit)
     ))
+}
+
+/// `bytes` for people: `2.0 GiB`, `1.52e12 GiB`, or `12.5 MiB` below a tenth of a GiB.
+pub fn size_text(bytes: u128) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    if gib >= 1e6 {
+        format!("{gib:.2e} GiB")
+    } else if gib >= 0.1 {
+        format!("{gib:.1} GiB")
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
 }
 
 /// Bytes held by live [`Reserved`] values, and the condition waiters sleep on.
@@ -73,13 +79,12 @@ impl Drop for Reserved {
 pub fn reserve(bytes: u128) -> std::result::Result<Reserved, String> {
     let share = memory_limit()? / 2;
     if bytes > share {
-        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
         return Err(format!(
-            "needs about {:.1} GiB of memory, more than the {:.1} GiB that work running side by \
-             side may take (half the {} GiB limit, IMGSEQ_MAX_MEMORY_GB)",
-            gib(bytes),
-            gib(share),
-            gib(share * 2)
+            "needs about {} of memory, more than the {} that work running side by side may \
+             take (half the {} limit, IMGSEQ_MAX_MEMORY_GB)",
+            size_text(bytes),
+            size_text(share),
+            size_text(share * 2)
         ));
     }
     let mut used = IN_USE.lock().unwrap_or_else(|e| e.into_inner());
