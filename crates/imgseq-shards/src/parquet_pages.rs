@@ -99,35 +99,9 @@ impl Compact<'_> {
                 let n = self.varint()?;
                 self.skip_bytes(n)
             }
-            9 | 10 => {
-                let h = self.byte()?;
-                let n = match h >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                let et = h & 0x0f;
-                for _ in 0..n {
-                    // A bool in a list takes a byte.
-                    if et == 1 || et == 2 {
-                        self.byte()?;
-                    } else {
-                        self.skip(et, depth + 1)?;
-                    }
-                }
-                Ok(())
-            }
-            11 => {
-                let n = self.varint()?;
-                if n == 0 {
-                    return Ok(());
-                }
-                let kv = self.byte()?;
-                for _ in 0..n {
-                    self.skip(kv >> 4, depth + 1)?;
-                    self.skip(kv & 0x0f, depth + 1)?;
-                }
-                Ok(())
-            }
+            // No list, set or map is part of a page header (the Parquet reader skips a list of
+            // 2³¹ booleans without reading a byte, for minutes): not a page header.
+            9..=11 => Err(Bad::Invalid),
             12 => self.fields(&mut |c, _, t| c.skip(t, depth + 1)),
             _ => Err(Bad::Invalid),
         }
@@ -257,6 +231,9 @@ const VALUE_BYTES: i64 = 8 + 2 + 2;
 pub(crate) struct ChunkMemory {
     /// A cursor reading value by value: dictionary + two pages.
     pub cursor: u64,
+    /// Where the chunk's readable pages end: its end, or the first header that is not a page
+    /// header (the reader is not shown what follows, so its rows fail at once).
+    pub readable_end: u64,
     /// A whole-column read: the cursor's plus every value decoded.
     pub whole: u64,
 }
@@ -316,6 +293,42 @@ fn check_snappy(f: &mut File, pos: u64, len: u64, declared: i64) -> Result<(), S
     }
 }
 
+/// A page's sizes: not negative, inside its chunk (ending at `end`), at most
+/// [`MAX_PAGE_BYTES`] uncompressed and at most what `codec` inflates its bytes to.
+fn check_sizes(h: &PageHeader, body: u64, end: u64, codec: Compression) -> Result<(), String> {
+    if h.compressed < 0 || h.uncompressed < 0 {
+        return Err("negative or missing page size".into());
+    }
+    if body + h.compressed as u64 > end {
+        return Err(format!(
+            "{} bytes declared, past the end of its column chunk",
+            h.compressed
+        ));
+    }
+    if h.uncompressed > MAX_PAGE_BYTES {
+        return Err(format!(
+            "{} bytes uncompressed, more than imgseq reads ({MAX_PAGE_BYTES})",
+            h.uncompressed
+        ));
+    }
+    // What the page holds is bounded by its bytes in the file: no codec inflates more
+    // than its ratio (an uncompressed page is its own size).
+    if h.uncompressed
+        > h.compressed
+            .saturating_mul(max_ratio(codec))
+            .saturating_add(INFLATE_SLACK)
+    {
+        let name = format!("{codec:?}");
+        return Err(format!(
+            "{} bytes uncompressed from {} compressed, more than {} inflates",
+            h.uncompressed,
+            h.compressed,
+            name.split('(').next().unwrap_or(&name)
+        ));
+    }
+    Ok(())
+}
+
 /// Checks every page header of a column chunk of a file of `file_len` bytes (see the module
 /// documentation); what reading it holds at most, or the reason when a page is refused.
 pub(crate) fn check_chunk(
@@ -335,53 +348,25 @@ pub(crate) fn check_chunk(
     let gzip = matches!(chunk.compression(), Compression::GZIP(_));
     let snappy = chunk.compression() == Compression::SNAPPY;
     let compressed_codec = chunk.compression() != Compression::UNCOMPRESSED;
-    let ratio = max_ratio(chunk.compression());
     let (mut dict, mut page, mut values) = (0i64, 0i64, 0i64);
-    let memory = |dict: i64, page: i64, values: i64| {
+    let memory = |dict: i64, page: i64, values: i64, readable_end: u64| {
         let cursor = (dict + page) as u64;
         ChunkMemory {
             cursor,
+            readable_end,
             whole: cursor.saturating_add((values as u64).saturating_mul(VALUE_BYTES as u64)),
         }
     };
     let mut pos = start;
     while pos < end {
-        // A header that does not parse stops the check: the reader fails there too, on the
-        // rows of that page only, before allocating anything it declares.
+        // A header that does not parse stops the check, and the reader is shown the chunk up
+        // to it only: the rows from there fail at once, the others are read.
         let Some((h, hlen)) = read_header(f, pos, end)? else {
-            return Ok(memory(dict, page, values));
+            return Ok(memory(dict, page, values, pos));
         };
         let body = pos + hlen;
         let at = |what: String| format!("page at byte {pos}: {what}");
-        if h.compressed < 0 || h.uncompressed < 0 {
-            return Err(at("negative or missing page size".into()));
-        }
-        if body + h.compressed as u64 > end {
-            return Err(at(format!(
-                "{} bytes declared, past the end of its column chunk",
-                h.compressed
-            )));
-        }
-        if h.uncompressed > MAX_PAGE_BYTES {
-            return Err(at(format!(
-                "{} bytes uncompressed, more than imgseq reads ({MAX_PAGE_BYTES})",
-                h.uncompressed
-            )));
-        }
-        // What the page holds is bounded by its bytes in the file: no codec inflates more
-        // than its ratio (an uncompressed page is its own size).
-        if h.uncompressed
-            > h.compressed
-                .saturating_mul(ratio)
-                .saturating_add(INFLATE_SLACK)
-        {
-            return Err(at(format!(
-                "{} bytes uncompressed from {} compressed, more than {:?} inflates",
-                h.uncompressed,
-                h.compressed,
-                chunk.compression()
-            )));
-        }
+        check_sizes(&h, body, end, chunk.compression()).map_err(at)?;
         imgseq_core::budget::check_memory(h.uncompressed as u128).map_err(at)?;
         if let Some(n) = h.dict_values.filter(|_| h.kind == DICTIONARY_PAGE) {
             let min = min_value_bits(ptype, type_len);
@@ -401,7 +386,7 @@ pub(crate) fn check_chunk(
             values = values.saturating_add(n);
             page = page.max(h.uncompressed.saturating_add(h.compressed));
         }
-        let m = memory(dict, page, values);
+        let m = memory(dict, page, values, end);
         imgseq_core::budget::check_memory(m.cursor as u128).map_err(at)?;
         imgseq_core::budget::check_memory(m.whole as u128).map_err(|e| {
             at(format!(
@@ -435,7 +420,7 @@ pub(crate) fn check_chunk(
         }
         pos = body + h.compressed as u64;
     }
-    Ok(memory(dict, page, values))
+    Ok(memory(dict, page, values, end))
 }
 
 /// Runs the header reader over arbitrary bytes (the fuzz target's body).

@@ -312,6 +312,28 @@ fn parquet_gzip_page_inflating_past_its_declared_size_is_refused() {
     assert!(e.contains("inflates to more than the 100 bytes"), "{e}");
 }
 
+/// The `parquet_source` fuzz timeout: a page header holding a list of 2³¹ booleans, which the
+/// Parquet reader skips one by one without reading a byte (minutes). Page headers hold no
+/// lists: the reader is shown the chunk up to that header only, and the row fails at once.
+#[test]
+fn parquet_page_header_holding_a_list_of_2_31_booleans_fails_its_row_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let p = tmp(&d, "list.parquet");
+    let mut pg = page(0, 4, None, 1, &[2, 0, 0, 0]);
+    // Before the header's stop byte: field 10 (delta 10 from 5), a list of 2³¹ − 1 `true`s.
+    let body = pg.split_off(pg.len() - 4 - 1);
+    pg.push((5 << 4) | 9);
+    pg.push(0xf1);
+    varint((1 << 31) - 1, &mut pg);
+    pg.extend_from_slice(&body);
+    parquet_file(&p, &[pg], false, 1, Compression::UNCOMPRESSED);
+    let t = std::time::Instant::now();
+    let e = first_sample_error(&p);
+    assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
+    assert!(e.contains("list.parquet"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
 #[test]
 fn parquet_row_group_declaring_2_40_rows_is_refused_when_listed() {
     let d = tempfile::tempdir().unwrap();
