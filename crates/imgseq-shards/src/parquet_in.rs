@@ -385,7 +385,7 @@ impl ParquetFile {
                 m
             }
         };
-        let bounded = Bounded {
+        let bounded = crate::parquet_pages::Bounded {
             file: f,
             end: memory.readable_end,
         };
@@ -527,47 +527,6 @@ impl ParquetRow {
             m.insert(name.clone(), v.to_json(true));
         }
         Ok(serde_json::to_vec(&Value::Object(m)).expect("JSON values serialise"))
-    }
-}
-
-/// A file whose bytes from `end` on are not shown to the Parquet reader (they read as the end
-/// of the file): what follows a header [`crate::parquet_pages::check_chunk`] could not read.
-struct Bounded {
-    file: std::fs::File,
-    end: u64,
-}
-
-impl parquet::file::reader::Length for Bounded {
-    fn len(&self) -> u64 {
-        self.end
-    }
-}
-
-impl parquet::file::reader::ChunkReader for Bounded {
-    type T = std::io::BufReader<std::io::Take<std::fs::File>>;
-
-    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        use std::io::{Read, Seek};
-        let mut f = self.file.try_clone()?;
-        f.seek(std::io::SeekFrom::Start(start))?;
-        Ok(std::io::BufReader::new(
-            f.take(self.end.saturating_sub(start)),
-        ))
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
-        use std::io::Read;
-        let mut buf = Vec::with_capacity(length.min(self.end.saturating_sub(start) as usize));
-        self.get_read(start)?
-            .take(length as u64)
-            .read_to_end(&mut buf)?;
-        if buf.len() != length {
-            return Err(ParquetError::EOF(format!(
-                "expected {length} bytes at {start}, the readable chunk holds {}",
-                buf.len()
-            )));
-        }
-        Ok(buf.into())
     }
 }
 

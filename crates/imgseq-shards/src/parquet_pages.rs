@@ -423,6 +423,47 @@ pub(crate) fn check_chunk(
     Ok(memory(dict, page, values, end))
 }
 
+/// A file whose bytes from `end` on are not shown to the Parquet reader (they read as the end
+/// of the file): what follows a header [`crate::parquet_pages::check_chunk`] could not read.
+pub(crate) struct Bounded {
+    pub file: std::fs::File,
+    pub end: u64,
+}
+
+impl parquet::file::reader::Length for Bounded {
+    fn len(&self) -> u64 {
+        self.end
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Bounded {
+    type T = std::io::BufReader<std::io::Take<std::fs::File>>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use std::io::{Read, Seek};
+        let mut f = self.file.try_clone()?;
+        f.seek(std::io::SeekFrom::Start(start))?;
+        Ok(std::io::BufReader::new(
+            f.take(self.end.saturating_sub(start)),
+        ))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        use std::io::Read;
+        let mut buf = Vec::with_capacity(length.min(self.end.saturating_sub(start) as usize));
+        self.get_read(start)?
+            .take(length as u64)
+            .read_to_end(&mut buf)?;
+        if buf.len() != length {
+            return Err(parquet::errors::ParquetError::EOF(format!(
+                "expected {length} bytes at {start}, the readable chunk holds {}",
+                buf.len()
+            )));
+        }
+        Ok(buf.into())
+    }
+}
+
 /// Runs the header reader over arbitrary bytes (the fuzz target's body).
 #[doc(hidden)]
 pub fn fuzz_page_header(data: &[u8]) {
