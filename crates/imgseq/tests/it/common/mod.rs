@@ -43,6 +43,8 @@ pub fn fails(args: &[&str]) -> String {
 /// resident memory: `(exit success, stderr, peak RSS in MiB)`, from the kernel's accounting
 /// of the child (`wait4`'s `ru_maxrss`).
 #[allow(dead_code)]
+// The child is reaped by `wait4` (which also gives its resource usage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 pub fn peak_rss_mib(args: &[&str]) -> (bool, String, f64) {
     let err = tempfile::tempfile().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_imgseq"))
