@@ -1,4 +1,9 @@
 #![no_main]
 //! Fuzz target `tar_source`: the body is a library function, shared with the corpus replay test.
+//! The memory budget is set to 1 GiB, so that everything it bounds (pages, dictionaries,
+//! the cursor pool, whole columns) stays well inside libFuzzer's 2 GiB limit.
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| imgseq_shards::fuzz::fuzz_tar_source(data));
+libfuzzer_sys::fuzz_target!(
+    init: std::env::set_var("IMGSEQ_MAX_MEMORY_GB", "1"),
+    |data: &[u8]| imgseq_shards::fuzz::fuzz_tar_source(data)
+);

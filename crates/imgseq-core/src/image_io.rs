@@ -99,6 +99,25 @@ pub fn image_dimensions(path: impl AsRef<Path>) -> Result<(u32, u32)> {
         .map_err(|e| decode_error(path, e))
 }
 
+/// Bytes a decode of a `w`×`h` image may hold at once: the decoder's buffer (at most 8 bytes a
+/// pixel, 16-bit RGBA) and its 8-bit RGB copy.
+pub fn decode_bytes(w: u32, h: u32) -> u128 {
+    u128::from(w) * u128::from(h) * (8 + 3)
+}
+
+/// The budget's share ([`crate::budget::reserve`]) for decoding a `w`×`h` image: decodes
+/// running side by side (a batch read by several threads) wait until their sum fits, and an
+/// image whose header declares more than the whole share is refused before decoding (two
+/// 34-byte WebPs declaring 16383² no longer decode at once into 2 GiB each).
+fn reserve_decode(path: &Path, w: u32, h: u32) -> Result<crate::budget::Reserved> {
+    crate::budget::reserve(decode_bytes(w, h)).map_err(|why| {
+        Error::format(
+            path,
+            format!("image is {w}x{h} pixels, too large to decode: it {why}"),
+        )
+    })
+}
+
 /// Decodes an image file, refusing huge images before decoding.
 pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     let path = path.as_ref();
@@ -112,6 +131,7 @@ pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     if w == 0 || h == 0 {
         return Err(Error::format(path, format!("image is empty ({w}x{h})")));
     }
+    let _held = reserve_decode(path, w, h)?;
     let mut limits = Limits::default();
     limits.max_image_width = Some(MAX_SIDE);
     limits.max_image_height = Some(MAX_SIDE);
@@ -150,6 +170,7 @@ pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
     if w == 0 || h == 0 {
         return Err(Error::format(name, format!("image is empty ({w}x{h})")));
     }
+    let _held = reserve_decode(name, w, h)?;
     if format == image::ImageFormat::Jpeg && !jpeg_is_complete(bytes) {
         return Err(Error::format(
             name,
@@ -853,5 +874,39 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let e = save_png(d.path().join("no/such/dir/x.png"), &s).unwrap_err();
         assert!(matches!(e, Error::Io { .. }));
+    }
+
+    /// A 34-byte lossless WebP declaring `side`×`side` pixels, without image data.
+    fn webp_declaring(side: u32) -> Vec<u8> {
+        let bits = (side - 1) | ((side - 1) << 14);
+        let mut vp8l = vec![0x2f];
+        vp8l.extend(bits.to_le_bytes());
+        vp8l.extend([0u8; 9]);
+        let mut v = b"RIFF".to_vec();
+        v.extend((4 + 8 + vp8l.len() as u32).to_le_bytes());
+        v.extend(b"WEBPVP8L");
+        v.extend((vp8l.len() as u32).to_le_bytes());
+        v.extend(vp8l);
+        v
+    }
+
+    #[test]
+    fn webp_declaring_16383_squared_is_refused_from_its_header_before_decoding() {
+        let b = webp_declaring(16383);
+        assert_eq!(b.len(), 34);
+        let p = Path::new("big.webp");
+        assert_eq!(header_of_bytes(p, &b).unwrap().1, (16383, 16383));
+        let e = decode_rgb_bytes(p, &b).unwrap_err().to_string();
+        assert!(
+            e.contains("big.webp")
+                && e.contains("16383x16383")
+                && e.contains("IMGSEQ_MAX_MEMORY_GB"),
+            "{e}"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("big.webp");
+        std::fs::write(&f, &b).unwrap();
+        let e = load_dynamic(&f).unwrap_err().to_string();
+        assert!(e.contains("16383x16383"), "{e}");
     }
 }

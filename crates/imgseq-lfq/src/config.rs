@@ -337,9 +337,39 @@ impl LfqConfig {
     }
 }
 
+/// What the `family_config` fuzz target runs in this crate (and the corpus replay test): the
+/// bytes as an Open-MAGVIT2 yaml, read and checked as the loader does, then the sizes derived
+/// from a valid one. Must never panic.
+#[doc(hidden)]
+pub fn fuzz_config_bytes(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(c) = LfqConfig::from_yaml_str(Path::new("fuzz/config.yaml"), text) {
+        let size = c.default_size() as usize;
+        let _ = (
+            c.codebook_size(),
+            c.check_input_size(size),
+            c.check_memory(1, size, size),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed `fuzz/corpus/family_config` inputs, replayed through the yaml reader.
+    #[test]
+    fn family_config_corpus_replays_through_the_lfq_reader_without_panic() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/family_config");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            fuzz_config_bytes(&std::fs::read(e.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n > 0, "{}: empty corpus", dir.display());
+    }
 
     const YAML: &str = "model:
   class_path: open_magvit2.taming.models.lfqgan.VQModel

@@ -4,11 +4,14 @@
 //!
 //! Values are read when a sample is processed, through a small pool of open column cursors
 //! that move forward through a row group: samples taken in order decode each page about once
-//! per thread, and memory holds a page per cursor, not the file. Codecs: uncompressed, snappy
+//! per thread, and memory holds a page per cursor, not the file. The pool is bounded by bytes
+//! too (what [`crate::parquet_pages::check_chunk`] says each cursor holds, at most a quarter of
+//! the memory budget), and a value is copied out at most up to what its reader wants. Codecs: uncompressed, snappy
 //! (pyarrow's default) and gzip; another is refused when the file is listed. A file that
 //! cannot be listed (truncated, corrupt footer, missing column) is an error naming it; a value
 //! that cannot be read (a corrupt page, a null image) fails only its sample.
 
+use crate::parquet_pages::ChunkMemory;
 /// The source adapter's entry point, also at its former path.
 pub use crate::parquet_source::samples;
 use imgseq_core::{Error, Result};
@@ -33,9 +36,9 @@ pub struct ParquetFile {
     /// First row (in the file) of every row group.
     pub(crate) group_start: Vec<usize>,
     /// The file's length when listed, and the (row group, leaf) chunks whose page headers
-    /// passed [`crate::parquet_pages::check_chunk`].
+    /// passed [`crate::parquet_pages::check_chunk`], with what reading each holds.
     len: u64,
-    checked: Mutex<Vec<(usize, usize)>>,
+    checked: Mutex<Vec<((usize, usize), ChunkMemory)>>,
 }
 
 impl std::fmt::Debug for ParquetFile {
@@ -94,6 +97,14 @@ pub(crate) enum Cell {
 }
 
 impl Cell {
+    /// Bytes of a byte array (0 for the others).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Cell::Bytes(b) => b.len(),
+            _ => 0,
+        }
+    }
+
     fn to_json(&self, text: bool) -> Value {
         match self {
             Cell::Null => Value::Null,
@@ -353,23 +364,38 @@ impl ParquetFile {
         let (mut f, _) =
             imgseq_core::fsutil::open_regular_file(&self.path).map_err(|e| e.to_string())?;
         let descr = self.meta.file_metadata().schema_descr().column(leaf);
-        let done = |c: &Vec<(usize, usize)>| c.contains(&(group, leaf));
-        if !done(&self.checked.lock().unwrap_or_else(|e| e.into_inner())) {
-            crate::parquet_pages::check_chunk(
-                &mut f,
-                self.len,
-                rg.column(leaf),
-                descr.physical_type(),
-                descr.type_length(),
-            )?;
-            let mut c = self.checked.lock().unwrap_or_else(|e| e.into_inner());
-            if !done(&c) {
-                c.push((group, leaf));
+        let done = |c: &Vec<((usize, usize), ChunkMemory)>| {
+            c.iter().find(|(k, _)| *k == (group, leaf)).map(|(_, m)| *m)
+        };
+        let known = done(&self.checked.lock().unwrap_or_else(|e| e.into_inner()));
+        let memory = match known {
+            Some(m) => m,
+            None => {
+                let m = crate::parquet_pages::check_chunk(
+                    &mut f,
+                    self.len,
+                    rg.column(leaf),
+                    descr.physical_type(),
+                    descr.type_length(),
+                )?;
+                let mut c = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+                if done(&c).is_none() {
+                    c.push(((group, leaf), m));
+                }
+                m
             }
-        }
-        let pages =
-            SerializedPageReader::new(Arc::new(f), rg.column(leaf), rg.num_rows() as usize, None)
-                .map_err(|e| pq_msg(&e))?;
+        };
+        let bounded = crate::parquet_pages::Bounded {
+            file: f,
+            end: memory.readable_end,
+        };
+        let pages = SerializedPageReader::new(
+            Arc::new(bounded),
+            rg.column(leaf),
+            rg.num_rows() as usize,
+            None,
+        )
+        .map_err(|e| pq_msg(&e))?;
         let unsigned = matches!(
             descr.logical_type_ref(),
             Some(LogicalType::Integer(t)) if !t.is_signed
@@ -384,6 +410,7 @@ impl ParquetFile {
             file_id: self.id,
             group,
             leaf,
+            bytes: memory.cursor,
             next: 0,
             max_def: descr.max_def_level(),
             unsigned,
@@ -391,28 +418,44 @@ impl ParquetFile {
         })
     }
 
-    /// The value of leaf `leaf` at row `row` of row group `group`.
-    fn value(&self, group: usize, row: usize, leaf: usize) -> std::result::Result<Cell, String> {
+    /// The value of leaf `leaf` at row `row` of row group `group`; bytes beyond `limit` are
+    /// not copied (a longer value comes back cut at `limit`).
+    fn value(
+        &self,
+        group: usize,
+        row: usize,
+        leaf: usize,
+        limit: usize,
+    ) -> std::result::Result<Cell, String> {
         guarded(|| {
             let mut c = match take_cursor(self.id, group, leaf, row) {
                 Some(c) => c,
                 None => self.cursor(group, leaf)?,
             };
-            let v = c.read_at(row).map_err(|e| pq_msg(&e))?;
+            let v = c.read_at(row, limit).map_err(|e| pq_msg(&e))?;
             put_cursor(c);
             Ok(v)
         })
     }
 
-    /// Every value of a flat leaf column, row group by row group.
-    pub(crate) fn whole_column(&self, leaf: usize) -> Result<Vec<Cell>> {
+    /// Every value of a flat leaf column, row group by row group, each cut at `limit` bytes
+    /// (a longer one comes back with `limit` bytes); the values together must fit the memory
+    /// budget (a dictionary can repeat one long value in every row).
+    pub(crate) fn whole_column(&self, leaf: usize, limit: usize) -> Result<Vec<Cell>> {
         let mut out = Vec::new();
+        let mut total = 0u128;
         for g in 0..self.meta.num_row_groups() {
             let n = self.meta.row_group(g).num_rows() as usize;
             let vals = guarded(|| {
                 let mut c = self.cursor(g, leaf)?;
                 (0..n)
-                    .map(|r| c.read_at(r).map_err(|e| pq_msg(&e)))
+                    .map(|r| {
+                        let v = c.read_at(r, limit).map_err(|e| pq_msg(&e))?;
+                        total += 48 + v.len() as u128;
+                        imgseq_core::budget::check_memory(total)
+                            .map_err(|e| format!("its values up to row {r} {e}"))?;
+                        Ok(v)
+                    })
                     .collect::<std::result::Result<Vec<_>, _>>()
             })
             .map_err(|e| {
@@ -436,13 +479,16 @@ impl ParquetCell {
         let f = &self.file;
         let name = f.leaf_name(self.leaf);
         let local = self.row - f.group_start[self.group];
+        let cut = usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
         let v = f
-            .value(self.group, local, self.leaf)
+            .value(self.group, local, self.leaf, cut)
             .map_err(|e| Error::format(&f.path, format!("row {}: column {name}: {e}", self.row)))?;
         if v == Cell::Null && self.why_null.is_some() {
             let why = self
                 .why_null
-                .and_then(|l| f.value(self.group, local, l).ok())
+                .and_then(|l| f.value(self.group, local, l, 4096).ok())
                 .filter(|c| *c != Cell::Null)
                 .map(|c| format!(" ({})", String::from_utf8_lossy(&c.into_bytes())))
                 .unwrap_or_default();
@@ -473,20 +519,27 @@ impl ParquetRow {
         let local = self.row - f.group_start[self.group];
         let mut m = Map::new();
         for (name, leaf) in self.fields.iter() {
-            let v = f.value(self.group, local, *leaf).map_err(|e| {
-                Error::format(&f.path, format!("row {}: column {name}: {e}", self.row))
-            })?;
+            let v = f
+                .value(self.group, local, *leaf, MAX_META_BYTES)
+                .map_err(|e| {
+                    Error::format(&f.path, format!("row {}: column {name}: {e}", self.row))
+                })?;
             m.insert(name.clone(), v.to_json(true));
         }
         Ok(serde_json::to_vec(&Value::Object(m)).expect("JSON values serialise"))
     }
 }
 
+/// Most bytes of one metadata value copied into a sample's JSON (a longer one is cut).
+const MAX_META_BYTES: usize = 1 << 20;
+
 /// A reader positioned in one column chunk.
 struct Cursor {
     file_id: u64,
     group: usize,
     leaf: usize,
+    /// What it holds at most ([`ChunkMemory::cursor`]).
+    bytes: u64,
     /// The row the reader is at.
     next: usize,
     max_def: i16,
@@ -495,8 +548,8 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// Moves to `row` (≥ `next`) and reads its value.
-    fn read_at(&mut self, row: usize) -> parquet::errors::Result<Cell> {
+    /// Moves to `row` (≥ `next`) and reads its value, a byte array cut at `limit` bytes.
+    fn read_at(&mut self, row: usize, limit: usize) -> parquet::errors::Result<Cell> {
         let skip = row - self.next;
         let max_def = self.max_def;
         let unsigned = self.unsigned;
@@ -542,12 +595,12 @@ impl Cursor {
             ColumnReader::DoubleColumnReader(r) => one!(r, Cell::Float),
             ColumnReader::ByteArrayColumnReader(r) => {
                 one!(r, |v: parquet::data_type::ByteArray| Cell::Bytes(
-                    v.data().to_vec()
+                    v.data()[..v.len().min(limit)].to_vec()
                 ))
             }
             ColumnReader::FixedLenByteArrayColumnReader(r) => {
                 one!(r, |v: parquet::data_type::FixedLenByteArray| Cell::Bytes(
-                    v.data().to_vec()
+                    v.data()[..v.len().min(limit)].to_vec()
                 ))
             }
         };
@@ -560,6 +613,20 @@ impl Cursor {
 /// order, so a cursor at or before the wanted row is almost always here.
 static CURSORS: Mutex<Vec<Cursor>> = Mutex::new(Vec::new());
 const MAX_CURSORS: usize = 64;
+
+/// Most bytes the pooled cursors may hold together: a quarter of the memory budget (the
+/// oldest go first). Many columns of a small file can point at one large dictionary or page.
+fn max_pool_bytes() -> u64 {
+    imgseq_core::budget::memory_limit().map_or(512 << 20, |l| (l / 4) as u64)
+}
+
+/// Bytes the pooled cursors hold ([`ChunkMemory::cursor`] summed): at most a quarter of the
+/// memory budget.
+#[doc(hidden)]
+pub fn pooled_cursor_bytes() -> u64 {
+    let pool = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
+    pool.iter().map(|c| c.bytes).sum()
+}
 
 fn take_cursor(file_id: u64, group: usize, leaf: usize, row: usize) -> Option<Cursor> {
     let mut pool = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
@@ -577,8 +644,10 @@ fn take_cursor(file_id: u64, group: usize, leaf: usize, row: usize) -> Option<Cu
 fn put_cursor(c: Cursor) {
     let mut pool = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
     pool.push(c);
-    if pool.len() > MAX_CURSORS {
-        pool.remove(0);
+    let cap = max_pool_bytes();
+    let mut held: u64 = pool.iter().map(|c| c.bytes).sum();
+    while pool.len() > MAX_CURSORS || (held > cap && !pool.is_empty()) {
+        held -= pool.remove(0).bytes;
     }
 }
 

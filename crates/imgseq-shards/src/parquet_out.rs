@@ -242,10 +242,12 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
                 "no tokens column (a list of integers): not an imgseq token shard",
             )
         })?;
-    let keys = f.whole_column(col("key")?)?;
-    let hs = f.whole_column(col("height")?)?;
-    let ws = f.whole_column(col("width")?)?;
-    let metas = f.whole_column(col("metadata")?)?;
+    // Keys are at most 200 bytes and metadata a small JSON object: longer values are cut
+    // (and then refused by the checks below) rather than copied whole.
+    let keys = f.whole_column(col("key")?, 4097)?;
+    let hs = f.whole_column(col("height")?, 64)?;
+    let ws = f.whole_column(col("width")?, 64)?;
+    let metas = f.whole_column(col("metadata")?, 1 << 20)?;
     let lists = f.whole_int_lists(tokens_leaf)?;
     let mut out = Vec::with_capacity(keys.len());
     for (row, ((((key, h), w), meta), list)) in keys
@@ -261,6 +263,9 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
             Cell::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
             other => return Err(bad(format!("key {other:?} is not a string"))),
         };
+        if key.len() > 4096 {
+            return Err(bad("a key longer than 4096 bytes".into()));
+        }
         let dim = |c: Cell| match c {
             Cell::Int(v) if v > 0 => Ok(v as usize),
             other => Err(bad(format!(

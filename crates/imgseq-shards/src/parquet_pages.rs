@@ -3,8 +3,12 @@
 //! dictionary's number of values) and inflates gzip pages without a bound, so a file of a few
 //! kilobytes could ask for gigabytes. Every page of a chunk is checked once, before the chunk
 //! is first read: it lies inside the chunk and the file, its uncompressed size is at most
-//! [`MAX_PAGE_BYTES`] and fits [`imgseq_core::budget`], a dictionary's values fit its page, and
-//! a gzip page inflates to no more than it declares (inflated into nothing, counted).
+//! [`MAX_PAGE_BYTES`], at most what its codec can inflate its compressed bytes to (so bounded
+//! by the file's size) and fits [`imgseq_core::budget`], a dictionary's values fit its page, a
+//! gzip page inflates to no more than it declares (inflated into nothing, counted), and the
+//! chunk's values (each page's declared count, summed) fit the budget once decoded. The check
+//! returns what a reader of the chunk holds at most ([`ChunkMemory`]), which the cursor pool
+//! counts.
 
 use parquet::basic::{Compression, Type as PhysicalType};
 use parquet::file::metadata::ColumnChunkMetaData;
@@ -28,6 +32,8 @@ struct PageHeader {
     compressed: i64,
     /// A dictionary page's number of values.
     dict_values: Option<i64>,
+    /// A data page's (v1 or v2) number of values, levels included.
+    num_values: Option<i64>,
     /// A v2 data page's level bytes (stored uncompressed before the values) and whether
     /// its values are compressed.
     v2: Option<(i64, bool)>,
@@ -93,35 +99,9 @@ impl Compact<'_> {
                 let n = self.varint()?;
                 self.skip_bytes(n)
             }
-            9 | 10 => {
-                let h = self.byte()?;
-                let n = match h >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                let et = h & 0x0f;
-                for _ in 0..n {
-                    // A bool in a list takes a byte.
-                    if et == 1 || et == 2 {
-                        self.byte()?;
-                    } else {
-                        self.skip(et, depth + 1)?;
-                    }
-                }
-                Ok(())
-            }
-            11 => {
-                let n = self.varint()?;
-                if n == 0 {
-                    return Ok(());
-                }
-                let kv = self.byte()?;
-                for _ in 0..n {
-                    self.skip(kv >> 4, depth + 1)?;
-                    self.skip(kv & 0x0f, depth + 1)?;
-                }
-                Ok(())
-            }
+            // No list, set or map is part of a page header (the Parquet reader skips a list of
+            // 2³¹ booleans without reading a byte, for minutes): not a page header.
+            9..=11 => Err(Bad::Invalid),
             12 => self.fields(&mut |c, _, t| c.skip(t, depth + 1)),
             _ => Err(Bad::Invalid),
         }
@@ -172,6 +152,15 @@ fn parse_header(b: &[u8]) -> Result<(PageHeader, usize), Bad> {
             1 => h.kind = c.i32_field(t, 1)?.unwrap_or(-1) as i32,
             2 => h.uncompressed = c.i32_field(t, 1)?.unwrap_or(-1),
             3 => h.compressed = c.i32_field(t, 1)?.unwrap_or(-1),
+            5 if t == 12 => {
+                c.fields(&mut |c, id, t| {
+                    match id {
+                        1 => h.num_values = c.i32_field(t, 2)?,
+                        _ => c.skip(t, 2)?,
+                    }
+                    Ok(())
+                })?;
+            }
             7 if t == 12 => {
                 let mut n = None;
                 c.fields(&mut |c, id, t| {
@@ -187,6 +176,7 @@ fn parse_header(b: &[u8]) -> Result<(PageHeader, usize), Bad> {
                 let (mut def, mut rep, mut compressed) = (0, 0, true);
                 c.fields(&mut |c, id, t| {
                     match (id, t) {
+                        (1, _) => h.num_values = c.i32_field(t, 2)?,
                         (5, _) => def = c.i32_field(t, 2)?.unwrap_or(-1),
                         (6, _) => rep = c.i32_field(t, 2)?.unwrap_or(-1),
                         (7, 1 | 2) => compressed = t == 1,
@@ -204,15 +194,48 @@ fn parse_header(b: &[u8]) -> Result<(PageHeader, usize), Bad> {
     Ok((h, c.pos))
 }
 
-/// Bytes a decoded value of `t` takes at least in a page (a byte array: its 4-byte length).
-fn min_value_bytes(t: PhysicalType, type_len: i32) -> i64 {
+/// Bits a plain-encoded value of `t` takes at least in a page (a boolean: one bit; a byte
+/// array: its 4-byte length).
+fn min_value_bits(t: PhysicalType, type_len: i32) -> i64 {
     match t {
         PhysicalType::BOOLEAN => 1,
-        PhysicalType::INT32 | PhysicalType::FLOAT | PhysicalType::BYTE_ARRAY => 4,
-        PhysicalType::INT64 | PhysicalType::DOUBLE => 8,
-        PhysicalType::INT96 => 12,
-        PhysicalType::FIXED_LEN_BYTE_ARRAY => i64::from(type_len.max(1)),
+        PhysicalType::INT32 | PhysicalType::FLOAT | PhysicalType::BYTE_ARRAY => 32,
+        PhysicalType::INT64 | PhysicalType::DOUBLE => 64,
+        PhysicalType::INT96 => 96,
+        PhysicalType::FIXED_LEN_BYTE_ARRAY => 8 * i64::from(type_len.max(1)),
     }
+}
+
+/// Most bytes a codec gives per compressed byte (a little over: snappy's best is a 3-byte copy
+/// of 64 bytes, about 21:1; gzip's about 1,032:1), besides [`INFLATE_SLACK`].
+fn max_ratio(c: Compression) -> i64 {
+    match c {
+        Compression::UNCOMPRESSED => 1,
+        Compression::SNAPPY => 24,
+        _ => 1100,
+    }
+}
+
+/// Bytes a page may inflate to beyond its codec's ratio (room for small pages).
+const INFLATE_SLACK: i64 = 1 << 12;
+
+/// Bytes of memory a decoded dictionary value takes (the reader's `ByteArray`: a `Bytes`
+/// handle into the page) and a decoded value with its two levels in a whole-column read.
+const DICT_VALUE_BYTES: i64 = 32;
+const VALUE_BYTES: i64 = 8 + 2 + 2;
+
+/// What reading a column chunk holds at most: its dictionary (page and decoded values), one
+/// decompressed data page (and the compressed one it came from), and, read whole, every value
+/// with its levels.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ChunkMemory {
+    /// A cursor reading value by value: dictionary + two pages.
+    pub cursor: u64,
+    /// Where the chunk's readable pages end: its end, or the first header that is not a page
+    /// header (the reader is not shown what follows, so its rows fail at once).
+    pub readable_end: u64,
+    /// A whole-column read: the cursor's plus every value decoded.
+    pub whole: u64,
 }
 
 /// Reads the header of the page at `pos` (the chunk ending at `end`).
@@ -270,15 +293,51 @@ fn check_snappy(f: &mut File, pos: u64, len: u64, declared: i64) -> Result<(), S
     }
 }
 
+/// A page's sizes: not negative, inside its chunk (ending at `end`), at most
+/// [`MAX_PAGE_BYTES`] uncompressed and at most what `codec` inflates its bytes to.
+fn check_sizes(h: &PageHeader, body: u64, end: u64, codec: Compression) -> Result<(), String> {
+    if h.compressed < 0 || h.uncompressed < 0 {
+        return Err("negative or missing page size".into());
+    }
+    if body + h.compressed as u64 > end {
+        return Err(format!(
+            "{} bytes declared, past the end of its column chunk",
+            h.compressed
+        ));
+    }
+    if h.uncompressed > MAX_PAGE_BYTES {
+        return Err(format!(
+            "{} bytes uncompressed, more than imgseq reads ({MAX_PAGE_BYTES})",
+            h.uncompressed
+        ));
+    }
+    // What the page holds is bounded by its bytes in the file: no codec inflates more
+    // than its ratio (an uncompressed page is its own size).
+    if h.uncompressed
+        > h.compressed
+            .saturating_mul(max_ratio(codec))
+            .saturating_add(INFLATE_SLACK)
+    {
+        let name = format!("{codec:?}");
+        return Err(format!(
+            "{} bytes uncompressed from {} compressed, more than {} inflates",
+            h.uncompressed,
+            h.compressed,
+            name.split('(').next().unwrap_or(&name)
+        ));
+    }
+    Ok(())
+}
+
 /// Checks every page header of a column chunk of a file of `file_len` bytes (see the module
-/// documentation); the reason when one is refused.
+/// documentation); what reading it holds at most, or the reason when a page is refused.
 pub(crate) fn check_chunk(
     f: &mut File,
     file_len: u64,
     chunk: &ColumnChunkMetaData,
     ptype: PhysicalType,
     type_len: i32,
-) -> Result<(), String> {
+) -> Result<ChunkMemory, String> {
     let (start, len) = chunk.byte_range();
     let end = start
         .checked_add(len)
@@ -289,49 +348,51 @@ pub(crate) fn check_chunk(
     let gzip = matches!(chunk.compression(), Compression::GZIP(_));
     let snappy = chunk.compression() == Compression::SNAPPY;
     let compressed_codec = chunk.compression() != Compression::UNCOMPRESSED;
+    let (mut dict, mut page, mut values) = (0i64, 0i64, 0i64);
+    let memory = |dict: i64, page: i64, values: i64, readable_end: u64| {
+        let cursor = (dict + page) as u64;
+        ChunkMemory {
+            cursor,
+            readable_end,
+            whole: cursor.saturating_add((values as u64).saturating_mul(VALUE_BYTES as u64)),
+        }
+    };
     let mut pos = start;
     while pos < end {
-        // A header that does not parse stops the check: the reader fails there too, on the
-        // rows of that page only, before allocating anything it declares.
+        // A header that does not parse stops the check, and the reader is shown the chunk up
+        // to it only: the rows from there fail at once, the others are read.
         let Some((h, hlen)) = read_header(f, pos, end)? else {
-            return Ok(());
+            return Ok(memory(dict, page, values, pos));
         };
         let body = pos + hlen;
         let at = |what: String| format!("page at byte {pos}: {what}");
-        if h.compressed < 0 || h.uncompressed < 0 {
-            return Err(at("negative or missing page size".into()));
-        }
-        if body + h.compressed as u64 > end {
-            return Err(at(format!(
-                "{} bytes declared, past the end of its column chunk",
-                h.compressed
-            )));
-        }
-        if h.uncompressed > MAX_PAGE_BYTES {
-            return Err(at(format!(
-                "{} bytes uncompressed, more than imgseq reads ({MAX_PAGE_BYTES})",
-                h.uncompressed
-            )));
-        }
-        // No codec imgseq reads inflates more than ~1,032:1 (gzip's limit).
-        if h.uncompressed > h.compressed.saturating_mul(1100).saturating_add(1 << 16) {
-            return Err(at(format!(
-                "{} bytes uncompressed from {} compressed, more than any codec inflates",
-                h.uncompressed, h.compressed
-            )));
-        }
+        check_sizes(&h, body, end, chunk.compression()).map_err(at)?;
         imgseq_core::budget::check_memory(h.uncompressed as u128).map_err(at)?;
         if let Some(n) = h.dict_values.filter(|_| h.kind == DICTIONARY_PAGE) {
-            let min = min_value_bytes(ptype, type_len);
+            let min = min_value_bits(ptype, type_len);
             if n < 0 || n.saturating_mul(min) > h.uncompressed.max(0).saturating_mul(8) {
                 return Err(at(format!(
                     "a dictionary of {n} values in {} bytes",
                     h.uncompressed
                 )));
             }
-            // Each value decoded takes a few words of memory.
-            imgseq_core::budget::check_memory(n as u128 * 32).map_err(at)?;
+            // The dictionary stays while the chunk is read: its page and decoded values.
+            dict = dict.saturating_add(
+                h.uncompressed
+                    .saturating_add(n.saturating_mul(DICT_VALUE_BYTES)),
+            );
+        } else {
+            let n = h.num_values.unwrap_or(0).max(0);
+            values = values.saturating_add(n);
+            page = page.max(h.uncompressed.saturating_add(h.compressed));
         }
+        let m = memory(dict, page, values, end);
+        imgseq_core::budget::check_memory(m.cursor as u128).map_err(at)?;
+        imgseq_core::budget::check_memory(m.whole as u128).map_err(|e| {
+            at(format!(
+                "the column chunk's {values} values read whole (with its dictionary) {e}"
+            ))
+        })?;
         let (levels, values_compressed) = match h.v2.filter(|_| h.kind == DATA_PAGE_V2) {
             Some((levels, _)) if levels < 0 || levels > h.compressed.min(h.uncompressed) => {
                 return Err(at(format!("{levels} bytes of levels")));
@@ -359,7 +420,48 @@ pub(crate) fn check_chunk(
         }
         pos = body + h.compressed as u64;
     }
-    Ok(())
+    Ok(memory(dict, page, values, end))
+}
+
+/// A file whose bytes from `end` on are not shown to the Parquet reader (they read as the end
+/// of the file): what follows a header [`crate::parquet_pages::check_chunk`] could not read.
+pub(crate) struct Bounded {
+    pub file: std::fs::File,
+    pub end: u64,
+}
+
+impl parquet::file::reader::Length for Bounded {
+    fn len(&self) -> u64 {
+        self.end
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Bounded {
+    type T = std::io::BufReader<std::io::Take<std::fs::File>>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use std::io::{Read, Seek};
+        let mut f = self.file.try_clone()?;
+        f.seek(std::io::SeekFrom::Start(start))?;
+        Ok(std::io::BufReader::new(
+            f.take(self.end.saturating_sub(start)),
+        ))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        use std::io::Read;
+        let mut buf = Vec::with_capacity(length.min(self.end.saturating_sub(start) as usize));
+        self.get_read(start)?
+            .take(length as u64)
+            .read_to_end(&mut buf)?;
+        if buf.len() != length {
+            return Err(parquet::errors::ParquetError::EOF(format!(
+                "expected {length} bytes at {start}, the readable chunk holds {}",
+                buf.len()
+            )));
+        }
+        Ok(buf.into())
+    }
 }
 
 /// Runs the header reader over arbitrary bytes (the fuzz target's body).

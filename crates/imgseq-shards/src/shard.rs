@@ -192,11 +192,18 @@ pub const MAX_GRID_TOKENS: usize = 1 << 22;
 /// Every sample of a token shard of either format, in order; each a non-empty grid of at most
 /// [`MAX_GRID_TOKENS`] tokens holding h·w of them.
 pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
-    let samples = match ShardFormat::of_path(path) {
-        ShardFormat::Parquet => parquet_out::read_shard(path)?,
-        ShardFormat::Wds => wds::read_tar(path)?,
-    };
-    for s in &samples {
+    let mut out = Vec::new();
+    for_each_sample(path, |s| {
+        out.push(s);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// [`read_shard`] one sample at a time: a `.tar` shard is read member by member (memory holds
+/// one sample, whatever the shard's size); a Parquet shard is read whole, then handed over.
+pub fn for_each_sample(path: &Path, mut f: impl FnMut(TokenSample) -> Result<()>) -> Result<()> {
+    let mut checked = |s: TokenSample| {
         let n =
             s.h.checked_mul(s.w)
                 .filter(|&n| n > 0 && n <= MAX_GRID_TOKENS);
@@ -213,6 +220,12 @@ pub fn read_shard(path: &Path) -> Result<Vec<TokenSample>> {
                 ),
             ));
         }
+        f(s)
+    };
+    match ShardFormat::of_path(path) {
+        ShardFormat::Parquet => parquet_out::read_shard(path)?
+            .into_iter()
+            .try_for_each(&mut checked),
+        ShardFormat::Wds => wds::for_each_in_tar(path, checked),
     }
-    Ok(samples)
 }

@@ -193,10 +193,21 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Every sample of a WebDataset token shard, in order ([`crate::shard::read_shard`] reads
 /// either format).
 pub fn read_tar(path: &Path) -> Result<Vec<TokenSample>> {
-    let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
-    let mut ar = tar::Archive::new(f);
+    let mut out = Vec::new();
+    for_each_in_tar(path, |s| {
+        out.push(s);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Hands every sample of a WebDataset token shard to `f`, in order, holding one sample (and
+/// one member of at most 64 MiB) at a time, so that memory does not grow with the shard.
+pub fn for_each_in_tar(path: &Path, mut f: impl FnMut(TokenSample) -> Result<()>) -> Result<()> {
+    let (file, _) = imgseq_core::fsutil::open_regular_file(path)?;
+    let mut ar = tar::Archive::new(file);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
-    let mut out: Vec<TokenSample> = Vec::new();
+    let mut pending: Option<TokenSample> = None;
     for entry in ar.entries().map_err(bad)? {
         let mut entry = entry.map_err(bad)?;
         let name = entry.path().map_err(bad)?.to_string_lossy().into_owned();
@@ -204,53 +215,59 @@ pub fn read_tar(path: &Path) -> Result<Vec<TokenSample>> {
             continue;
         };
         let key = key.to_string();
+        if !matches!(ext, "tokens.npy" | "json") {
+            continue;
+        }
         let mut data = Vec::new();
         entry
             .by_ref()
             .take(64 << 20)
             .read_to_end(&mut data)
             .map_err(bad)?;
-        match ext {
-            "tokens.npy" => {
-                let a = parse_npy(Path::new(&name), &data)
-                    .map_err(|e| Error::format(path, e.to_string()))?;
-                let (h, w) = match a.shape.as_slice() {
-                    [h, w] => (*h, *w),
-                    s => {
-                        return Err(Error::format(
-                            path,
-                            format!("{name}: tokens of shape {s:?}, expected (h, w)"),
-                        ))
-                    }
-                };
-                let tokens = a.as_i64().map(<[i64]>::to_vec).ok_or_else(|| {
-                    Error::format(path, format!("{name}: tokens are not integers"))
-                })?;
-                out.push(TokenSample {
-                    key,
-                    h,
-                    w,
-                    tokens,
-                    json: Value::Null,
-                });
-            }
-            "json" => {
-                let v: Value = serde_json::from_slice(&data)
-                    .map_err(|e| Error::format(path, format!("{name}: {e}")))?;
-                match out.last_mut() {
-                    Some(s) if s.key == key => s.json = v,
-                    _ => {
-                        return Err(Error::format(
-                            path,
-                            format!("{name} does not follow its {key}.tokens.npy"),
-                        ))
-                    }
+        if ext == "json" {
+            let v: Value = serde_json::from_slice(&data)
+                .map_err(|e| Error::format(path, format!("{name}: {e}")))?;
+            match pending.as_mut() {
+                Some(s) if s.key == key => s.json = v,
+                _ => {
+                    return Err(Error::format(
+                        path,
+                        format!("{name} does not follow its {key}.tokens.npy"),
+                    ))
                 }
             }
-            _ => {}
+            continue;
+        }
+        let a =
+            parse_npy(Path::new(&name), &data).map_err(|e| Error::format(path, e.to_string()))?;
+        drop(data);
+        let (h, w) = match a.shape.as_slice() {
+            [h, w] => (*h, *w),
+            s => {
+                return Err(Error::format(
+                    path,
+                    format!("{name}: tokens of shape {s:?}, expected (h, w)"),
+                ))
+            }
+        };
+        let tokens = a
+            .as_i64()
+            .map(<[i64]>::to_vec)
+            .ok_or_else(|| Error::format(path, format!("{name}: tokens are not integers")))?;
+        if let Some(s) = pending.replace(TokenSample {
+            key,
+            h,
+            w,
+            tokens,
+            json: Value::Null,
+        }) {
+            f(s)?;
         }
     }
-    Ok(out)
+    match pending {
+        Some(s) => f(s),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

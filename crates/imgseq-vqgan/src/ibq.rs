@@ -25,14 +25,51 @@ pub const EMA_PREFIX: &str = "model_ema.";
 /// A yaml config file: IBQ's LightningCLI layout ([`ibq_config`]) or else taming's
 /// `model.yaml` ([`VqConfig::from_taming_yaml_str`]).
 pub fn yaml_config(path: &Path) -> Result<VqConfig> {
-    let text = read_text(path)?;
-    let ibq = serde_yaml::from_str::<serde_yaml::Value>(&text)
+    yaml_config_str(&read_text(path)?, path)
+}
+
+/// [`yaml_config`] on the file's text (`path` only names it in messages).
+pub fn yaml_config_str(text: &str, path: &Path) -> Result<VqConfig> {
+    let ibq = serde_yaml::from_str::<serde_yaml::Value>(text)
         .ok()
         .and_then(|y| serde_json::to_value(&y).ok())
         .and_then(|v| v.get("model").and_then(init_args).cloned());
     match ibq {
         Some(args) => ibq_config(&args, path),
-        None => VqConfig::from_taming_yaml_str(&text, path),
+        None => VqConfig::from_taming_yaml_str(text, path),
+    }
+}
+
+/// What the `family_config` fuzz target runs in this crate (and the corpus replay test): the
+/// bytes as a diffusers `AutoencoderKL` `config.json`, a Janus `config.json` and an
+/// Open-MAGVIT2/IBQ (or taming) yaml, each read and validated as the loaders do, then the
+/// sizes a loader derives from a valid one. Must never panic.
+#[doc(hidden)]
+pub fn fuzz_family_file_bytes(data: &[u8]) {
+    let p = Path::new("fuzz/config");
+    let check = |c: Result<VqConfig>| {
+        if let Ok(c) = c {
+            let _ = (
+                c.downsample_factor(),
+                c.check_input_size(256),
+                c.weight_count(),
+            );
+        }
+    };
+    if let Ok(v) = serde_json::from_slice::<Value>(data) {
+        if let Ok(kl) = crate::kl::KlConfig::from_diffusers_json(&v, p) {
+            let _ = (
+                kl.downsample_factor(),
+                kl.check_side("size", 256),
+                kl.weight_count(),
+                kl.channel_scaling(),
+                kl.describe(),
+            );
+        }
+        check(crate::janus::janus_config(&v, p));
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        check(yaml_config_str(text, p));
     }
 }
 

@@ -274,6 +274,15 @@ pub fn load_idx_images_centered(path: impl AsRef<Path>, side: usize) -> Result<V
             format!("images are {h}x{w}, larger than the {side}x{side} canvas"),
         ));
     }
+    // Each image grows to the canvas: 3M 1x1 images (3 KB of gzip) would take 3 GB at 32².
+    crate::budget::check_memory((n as u128) * (side * side) as u128 + n as u128 * 64).map_err(
+        |e| {
+            Error::format(
+                path,
+                format!("{n} images on a {side}x{side} canvas: holding them {e}"),
+            )
+        },
+    )?;
     let (oy, ox) = ((side - h) / 2, (side - w) / 2);
     Ok((0..n)
         .map(|i| {

@@ -72,7 +72,8 @@ pub fn stats(dir: &Path, verify: bool) -> Result<(Manifest, CodeStats)> {
     let mut samples = 0usize;
     for p in shards(&m, dir, verify) {
         let p = p?;
-        for s in shard::read_shard(&p)? {
+        // One sample at a time: memory does not grow with the shard's size.
+        shard::for_each_sample(&p, |s| {
             samples += 1;
             if let Some((_, v)) = first_out_of_range(&s.tokens, n) {
                 return Err(outside(&p, &s.key, v, n));
@@ -80,7 +81,8 @@ pub fn stats(dir: &Path, verify: bool) -> Result<(Manifest, CodeStats)> {
             for &t in &s.tokens {
                 counts[t as usize] += 1;
             }
-        }
+            Ok(())
+        })?;
     }
     Ok((m, CodeStats { samples, counts }))
 }

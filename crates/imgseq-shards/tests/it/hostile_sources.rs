@@ -77,8 +77,28 @@ fn page(kind: i64, uncompressed: i64, dict: Option<i64>, values: i64, body: &[u8
 /// A Parquet file of one optional binary `jpg` column, one row group of `rows` rows whose
 /// column chunk is `pages` (the first a dictionary page when `dict`), compressed with `codec`.
 fn parquet_file(path: &Path, pages: &[Vec<u8>], dict: bool, rows: i64, codec: Compression) {
+    shared_chunk_file(
+        path,
+        "message schema { optional binary jpg; }",
+        pages,
+        dict,
+        rows,
+        codec,
+    );
+}
+
+/// [`parquet_file`] with the columns of `schema`, every one of them pointing at the same
+/// column chunk (`pages`).
+fn shared_chunk_file(
+    path: &Path,
+    schema: &str,
+    pages: &[Vec<u8>],
+    dict: bool,
+    rows: i64,
+    codec: Compression,
+) {
     let schema = Arc::new(SchemaDescriptor::new(Arc::new(
-        parse_message_type("message schema { optional binary jpg; }").unwrap(),
+        parse_message_type(schema).unwrap(),
     )));
     let mut bytes = b"PAR1".to_vec();
     let start = bytes.len() as i64;
@@ -91,20 +111,24 @@ fn parquet_file(path: &Path, pages: &[Vec<u8>], dict: bool, rows: i64, codec: Co
     } else {
         start
     };
-    let col = ColumnChunkMetaData::builder(schema.column(0))
-        .set_encodings(vec![Encoding::PLAIN, Encoding::RLE])
-        .set_compression(codec)
-        .set_num_values(rows)
-        .set_total_compressed_size(len)
-        .set_total_uncompressed_size(len)
-        .set_data_page_offset(first_data)
-        .set_dictionary_page_offset(dict.then_some(start))
-        .build()
-        .unwrap();
+    let cols = (0..schema.num_columns())
+        .map(|i| {
+            ColumnChunkMetaData::builder(schema.column(i))
+                .set_encodings(vec![Encoding::PLAIN, Encoding::RLE])
+                .set_compression(codec)
+                .set_num_values(rows)
+                .set_total_compressed_size(len)
+                .set_total_uncompressed_size(len)
+                .set_data_page_offset(first_data)
+                .set_dictionary_page_offset(dict.then_some(start))
+                .build()
+                .unwrap()
+        })
+        .collect();
     let rg = RowGroupMetaData::builder(schema.clone())
         .set_num_rows(rows)
         .set_total_byte_size(len)
-        .set_column_metadata(vec![col])
+        .set_column_metadata(cols)
         .build()
         .unwrap();
     let fm = FileMetaData::new(1, rows, None, None, schema, None);
@@ -175,11 +199,95 @@ fn parquet_page_declaring_2_gib_after_snappy_is_refused_before_reading_it() {
 fn parquet_snappy_page_declaring_more_than_its_stream_holds_is_refused() {
     let d = tempfile::tempdir().unwrap();
     let p = tmp(&d, "snappy.parquet");
-    // A 4-byte snappy stream (length 4, one literal) in a page declaring 60,000 bytes.
+    // A 4-byte snappy stream (length 4, one literal) in a page declaring 4,000 bytes.
+    let pages = [page(0, 4_000, None, 1, &[4, 0x0c, b'a', b'b', b'c', b'd'])];
+    parquet_file(&p, &pages, false, 1, Compression::SNAPPY);
+    let e = first_sample_error(&p);
+    assert!(e.contains("holds 4 bytes but declares 4000"), "{e}");
+}
+
+#[test]
+fn parquet_page_declaring_more_than_its_codec_inflates_its_bytes_to_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    // Snappy gives at most ~21 bytes a byte: 6 bytes cannot hold 60,000.
+    let p = tmp(&d, "snappy-ratio.parquet");
     let pages = [page(0, 60_000, None, 1, &[4, 0x0c, b'a', b'b', b'c', b'd'])];
     parquet_file(&p, &pages, false, 1, Compression::SNAPPY);
     let e = first_sample_error(&p);
-    assert!(e.contains("holds 4 bytes but declares 60000"), "{e}");
+    assert!(
+        e.contains("60000 bytes uncompressed from 6 compressed, more than SNAPPY inflates"),
+        "{e}"
+    );
+    // An uncompressed page is its own size.
+    let p = tmp(&d, "plain-ratio.parquet");
+    let pages = [page(0, 50_000, None, 1, &[2, 0, 0, 0])];
+    parquet_file(&p, &pages, false, 1, Compression::UNCOMPRESSED);
+    let e = first_sample_error(&p);
+    assert!(
+        e.contains("50000 bytes uncompressed from 4 compressed"),
+        "{e}"
+    );
+}
+
+/// The `parquet_source` fuzz finding: a file of a few kilobytes whose columns all point at one
+/// gzip dictionary page inflating to 30 MB of empty strings (7.5M values, ~270 MB decoded): a
+/// row's metadata opens a cursor per column, and the pool kept every one of them (8 × 270 MB).
+/// The pool is bounded by bytes now: a quarter of the budget, whatever the number of columns.
+#[test]
+fn parquet_columns_sharing_one_large_dictionary_keep_the_cursor_pool_within_its_bytes() {
+    use std::io::Write;
+    let d = tempfile::tempdir().unwrap();
+    let p = tmp(&d, "shared-dict.parquet");
+    let gz = |b: &[u8]| {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(b).unwrap();
+        z.finish().unwrap()
+    };
+    let dict_bytes = 30_000_000;
+    let dict = gz(&vec![0u8; dict_bytes]);
+    // One row: definition level 1 (RLE: 4-byte length, run of 1, value 1), index 0 (RLE
+    // dictionary indices: bit width 0, run of 1).
+    let data = gz(&[2, 0, 0, 0, 2, 1, 0, 2, 0]);
+    // A v1 data page of one value, its values RLE_DICTIONARY-encoded (8).
+    let mut data_page = Vec::new();
+    let head = [
+        (1, T::I32(0)),
+        (2, T::I32(9)),
+        (3, T::I32(data.len() as i64)),
+        (
+            5,
+            T::Struct(vec![
+                (1, T::I32(1)),
+                (2, T::I32(8)),
+                (3, T::I32(3)),
+                (4, T::I32(3)),
+            ]),
+        ),
+    ];
+    thrift(&head, &mut data_page);
+    data_page.extend_from_slice(&data);
+    let n = (dict_bytes / 4) as i64;
+    let pages = [page(2, dict_bytes as i64, Some(n), 0, &dict), data_page];
+    let cols: String = (0..8)
+        .map(|i| format!("optional binary c{i} (STRING); "))
+        .collect();
+    shared_chunk_file(
+        &p,
+        &format!("message schema {{ optional binary jpg; {cols}}}"),
+        &pages,
+        true,
+        1,
+        Compression::GZIP(GzipLevel::default()),
+    );
+    assert!(std::fs::metadata(&p).unwrap().len() < 200_000);
+    seed(&p);
+    let idx = index(std::slice::from_ref(&p)).unwrap();
+    let s = idx[0].load().unwrap();
+    let json = &s.meta["json"];
+    assert_eq!(json["c7"], "", "{json}");
+    let cap = imgseq_core::budget::memory_limit().unwrap() / 4;
+    let pooled = imgseq_shards::parquet_in::pooled_cursor_bytes();
+    assert!(pooled as u128 <= cap, "{pooled} bytes pooled, over {cap}");
 }
 
 #[test]
@@ -202,6 +310,28 @@ fn parquet_gzip_page_inflating_past_its_declared_size_is_refused() {
     );
     let e = first_sample_error(&p);
     assert!(e.contains("inflates to more than the 100 bytes"), "{e}");
+}
+
+/// The `parquet_source` fuzz timeout: a page header holding a list of 2³¹ booleans, which the
+/// Parquet reader skips one by one without reading a byte (minutes). Page headers hold no
+/// lists: the reader is shown the chunk up to that header only, and the row fails at once.
+#[test]
+fn parquet_page_header_holding_a_list_of_2_31_booleans_fails_its_row_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let p = tmp(&d, "list.parquet");
+    let mut pg = page(0, 4, None, 1, &[2, 0, 0, 0]);
+    // Before the header's stop byte: field 10 (delta 10 from 5), a list of 2³¹ − 1 `true`s.
+    let body = pg.split_off(pg.len() - 4 - 1);
+    pg.push((5 << 4) | 9);
+    pg.push(0xf1);
+    varint((1 << 31) - 1, &mut pg);
+    pg.extend_from_slice(&body);
+    parquet_file(&p, &[pg], false, 1, Compression::UNCOMPRESSED);
+    let t = std::time::Instant::now();
+    let e = first_sample_error(&p);
+    assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
+    assert!(e.contains("list.parquet"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 #[test]

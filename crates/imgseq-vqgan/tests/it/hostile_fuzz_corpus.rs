@@ -1,4 +1,4 @@
-//! Replays the committed `fuzz/corpus/{vq_config,vq_family_config,safetensors_audited}` inputs
+//! Replays the committed `fuzz/corpus/{vq_config,vq_family_config,family_config,safetensors_audited}` inputs
 //! through the
 //! functions the fuzz targets call (no nightly needed), so past findings stay fixed.
 
@@ -27,6 +27,11 @@ fn vq_family_config_corpus_replays_without_panic() {
         "vq_family_config",
         imgseq_vqgan::family::fuzz_family_config_bytes,
     );
+}
+
+#[test]
+fn family_config_corpus_replays_through_the_kl_janus_and_ibq_readers_without_panic() {
+    replay("family_config", imgseq_vqgan::ibq::fuzz_family_file_bytes);
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn s(p: &Path) -> String {
 
 /// A shard folder of the tiny VQ (32 codes, 16×16 grids): shard `i` holds `keys[i]`, each
 /// grid filled with `token`.
-fn shard_folder(dir: &Path, shards: &[(&[&str], i64)]) {
+pub(crate) fn shard_folder(dir: &Path, shards: &[(&[&str], i64)]) {
     std::fs::create_dir_all(dir).unwrap();
     let mut records = Vec::new();
     for (i, (keys, token)) in shards.iter().enumerate() {

@@ -6,6 +6,7 @@ mod gpt_cli;
 mod hardening_cli;
 mod hostile_dataset_cli;
 mod hostile_parsers;
+mod memory_bounds;
 mod tokenize;
 mod tokenize_parquet;
 mod vae_cli;
