@@ -219,10 +219,12 @@ pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
             )
         })
     };
-    let keys = f.whole_column(col(&["key"])?)?;
-    let latents = f.whole_column(col(&["latent"])?)?;
+    // Keys as the token shards' reader takes them; a latent whole (its length is checked
+    // against its shape below, and all of them together against the memory budget).
+    let keys = f.whole_column(col(&["key"])?, 4097)?;
+    let latents = f.whole_column(col(&["latent"])?, usize::MAX)?;
     let shapes = f.whole_int_lists(col(&["shape", "list", "element"])?)?;
-    let metas = f.whole_column(col(&["metadata"])?)?;
+    let metas = f.whole_column(col(&["metadata"])?, 1 << 20)?;
     let mut out = Vec::with_capacity(keys.len());
     for (row, (((key, latent), shape), meta)) in keys
         .into_iter()

@@ -6,7 +6,9 @@ use crate::model::VqModel;
 use candle_core::Device;
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::input::InputSpec;
 use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{metrics, Error, Result};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -104,43 +106,17 @@ pub fn evaluate(
         .config()
         .check_memory(batch.min(paths.len()), s, s, Some(s))?;
     let spec = model.config().input_spec(size);
-    spec.check_headers(paths, upscale)?;
-    let pb = if progress {
-        imgseq_core::progress::items(paths.len(), "vq eval")
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let mut all_idx: Vec<i64> = Vec::new();
-    let mut per_image = Vec::with_capacity(paths.len());
-    let mut tokens_per_image = 0;
-    for chunk in paths.chunks(batch) {
-        // The family's crop (LlamaGen: ADM's); a gray model's pictures are their luma.
-        let imgs = spec.load_all(chunk, upscale)?;
-        let (tokens, recons) = encode_decode(model, &imgs)?;
-        tokens_per_image = tokens.h * tokens.w;
-        all_idx.extend(tokens.data);
-        for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
-            per_image.push(ImageScore::new(p, img, r)?);
-        }
-        pb.inc(chunk.len() as u64);
-    }
-    pb.finish_and_clear();
-    let n_embed = model.config().n_embed;
-    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
-    let (psnr, ssim, sharpness) = means(&per_image);
-    Ok(EvalReport {
-        images: per_image.len(),
-        size,
-        psnr,
-        ssim,
-        sharpness,
-        codes_used: used,
-        n_embed,
-        usage_percent: 100.0 * used as f64 / n_embed as f64,
-        perplexity,
-        tokens_per_image,
-        per_image,
-    })
+    // The family's crop (LlamaGen: ADM's); a gray model's pictures are their luma.
+    let coder = |imgs: &[RgbImage]| encode_decode(model, imgs);
+    score_files(
+        &spec,
+        paths,
+        upscale,
+        batch,
+        progress,
+        model.config().n_embed,
+        coder,
+    )
 }
 
 /// [`evaluate`] with any discrete tokenizer that decodes (Open-MAGVIT2, ...): every image
@@ -162,7 +138,34 @@ pub fn evaluate_tokenizer<T: Tokenizer>(
             tok.label()
         )));
     };
-    let spec = tok.input();
+    let coder = |imgs: &[RgbImage]| {
+        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
+        let recons = tok.decode(&tokens)?;
+        Ok((tokens, recons))
+    };
+    score_files(
+        &tok.input(),
+        paths,
+        upscale,
+        batch,
+        progress,
+        n_embed,
+        coder,
+    )
+}
+
+/// The scoring loop of [`evaluate`] and [`evaluate_tokenizer`]: every file brought to `spec`'s
+/// input (headers checked first), `batch` at a time through `coder` (pictures → tokens and
+/// reconstructions), each picture scored, the codebook usage over the set.
+fn score_files(
+    spec: &InputSpec,
+    paths: &[PathBuf],
+    upscale: bool,
+    batch: usize,
+    progress: bool,
+    n_embed: usize,
+    mut coder: impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)>,
+) -> Result<EvalReport> {
     spec.check_headers(paths, upscale)?;
     let pb = if progress {
         imgseq_core::progress::items(paths.len(), "vq eval")
@@ -174,8 +177,7 @@ pub fn evaluate_tokenizer<T: Tokenizer>(
     let mut tokens_per_image = 0;
     for chunk in paths.chunks(batch) {
         let imgs = spec.load_all(chunk, upscale)?;
-        let tokens = tok.encode_pictures(&imgs)?.into_tokens()?;
-        let recons = tok.decode(&tokens)?;
+        let (tokens, recons) = coder(&imgs)?;
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
         for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
