@@ -26,7 +26,6 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
@@ -89,14 +88,7 @@ pub struct LatentParquetWriter {
 impl LatentParquetWriter {
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        imgseq_core::fsutil::check_output(&path)?;
-        let tmp = imgseq_core::fsutil::temp_path(&path)?;
-        let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let sink = HashingWriter {
-            inner: BufWriter::new(f),
-            hash: Sha256::new(),
-            len: 0,
-        };
+        let (tmp, sink) = HashingWriter::create(&path)?;
         let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)

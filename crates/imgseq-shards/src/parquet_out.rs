@@ -22,7 +22,6 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -82,15 +81,8 @@ impl ShardWriter {
         group_rows: usize,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        imgseq_core::fsutil::check_output(&path)?;
-        let tmp = imgseq_core::fsutil::temp_path(&path)?;
+        let (tmp, sink) = HashingWriter::create(&path)?;
         let dtype = TokenDtype::for_codebook(n_codes);
-        let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let sink = HashingWriter {
-            inner: BufWriter::new(f),
-            hash: Sha256::new(),
-            len: 0,
-        };
         let schema = Arc::new(parse_message_type(&schema(dtype)).expect("the schema parses"));
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)

@@ -77,6 +77,22 @@ impl<W: Write> Write for HashingWriter<W> {
 }
 
 impl HashingWriter<BufWriter<File>> {
+    /// Starts a shard at `path`: checks that nothing but a regular file sits at its name (never
+    /// rename over a link, device, FIFO or folder), and opens the temporary file beside it that
+    /// [`Self::commit`] renames into place. Returns the temporary path and its writer. The one
+    /// opening step of every shard writer.
+    pub(crate) fn create(path: &Path) -> Result<(PathBuf, Self)> {
+        imgseq_core::fsutil::check_output(path)?;
+        let tmp = imgseq_core::fsutil::temp_path(path)?;
+        let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let sink = HashingWriter {
+            inner: BufWriter::new(f),
+            hash: Sha256::new(),
+            len: 0,
+        };
+        Ok((tmp, sink))
+    }
+
     /// Completes a shard written to `tmp`: flushes, fsyncs, renames it to `path` (so a shard
     /// that exists is whole) and says what it holds. The one commit step of both formats.
     pub(crate) fn commit(self, tmp: &Path, path: &Path, samples: usize) -> Result<Finished> {
@@ -107,15 +123,7 @@ pub struct Finished {
 impl ShardWriter {
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        // Never rename over a link, device, FIFO or folder that sits at the shard's name.
-        imgseq_core::fsutil::check_output(&path)?;
-        let tmp = imgseq_core::fsutil::temp_path(&path)?;
-        let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let hw = HashingWriter {
-            inner: BufWriter::new(f),
-            hash: Sha256::new(),
-            len: 0,
-        };
+        let (tmp, hw) = HashingWriter::create(&path)?;
         let mut builder = tar::Builder::new(hw);
         builder.mode(tar::HeaderMode::Deterministic);
         Ok(Self {
