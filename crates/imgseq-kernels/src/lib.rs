@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod custom;
+mod fused;
 pub mod ops;
 mod padding;
 pub mod precision;

@@ -73,6 +73,46 @@ pub fn group_norm(
     reference::group_norm(x, num_groups, weight, bias, eps, fuse_silu)
 }
 
+/// GroupNorm (+ SiLU when `fuse_silu`) then a conv: [`group_norm`] and [`conv2d`] with the
+/// same arguments, in one op where that is faster. On the CPU in f32, when none of the
+/// tensors tracks a gradient (inference), the normalisation is folded into the conv's input
+/// packing where the conv runs by Winograd, so the normalised map is never written out; the
+/// result has the bits of the two ops. Otherwise it is the two ops (differentiable).
+///
+/// # Shapes
+/// x: (b, c_in, h, w), norm weight/bias: (c_in), weight: (c_out, c_in, kh, kw), bias: (c_out)
+/// → (b, c_out, h', w')
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_conv2d(
+    x: &Tensor,
+    norm: (usize, &Tensor, &Tensor, f64, bool),
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: usize,
+    pad: Padding,
+) -> Result<Tensor> {
+    let (groups, nw, nb, eps, silu) = norm;
+    let mut ts = vec![x, nw, nb, weight];
+    ts.extend(bias);
+    let inference = x.dtype() == DType::F32 && fast(&ts) && ts.iter().all(|t| !t.track_op());
+    if inference && x.rank() == 4 && weight.rank() == 4 && stride > 0 {
+        let op = crate::fused::NormConv2d {
+            groups,
+            eps,
+            silu,
+            norm_weight: nw.contiguous()?,
+            norm_bias: nb.contiguous()?,
+            weight: weight.contiguous()?,
+            bias: bias.map(|b| b.flatten_all()?.contiguous()).transpose()?,
+            stride,
+            pad: (pad.left, pad.right, pad.top, pad.bottom),
+        };
+        return x.contiguous()?.apply_op1_no_bwd(&op);
+    }
+    let h = group_norm(x, groups, nw, nb, eps, silu)?;
+    conv2d(&h, weight, bias, stride, pad)
+}
+
 /// SiLU / swish: x·sigmoid(x).
 pub fn silu(x: &Tensor) -> Result<Tensor> {
     if fast(&[x]) {

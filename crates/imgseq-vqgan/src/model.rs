@@ -75,6 +75,19 @@ impl Conv2d {
             None => ops::conv2d(x, &self.weight, Some(&self.bias), self.stride, self.pad),
         }
     }
+
+    /// `norm` (then swish when `then_swish`) followed by this conv, as one op where the
+    /// kernels fuse them ([`ops::group_norm_conv2d`]: f32 inference).
+    ///
+    /// # Shapes
+    /// x: (b, c_in, h, w) → (b, c_out, h', w')
+    pub fn forward_normed(&self, x: &Tensor, norm: &GroupNorm, then_swish: bool) -> Result<Tensor> {
+        if self.bf16.is_some() {
+            return self.forward(&norm.forward(x, then_swish)?);
+        }
+        let n = (norm.groups, &norm.weight, &norm.bias, GN_EPS, then_swish);
+        ops::group_norm_conv2d(x, n, &self.weight, Some(&self.bias), self.stride, self.pad)
+    }
 }
 
 /// Every conv of a block, for [`VqModel::set_precision`].
@@ -152,10 +165,8 @@ impl ResnetBlock {
     /// # Shapes
     /// x: (b, c_in, h, w) → (b, c_out, h, w)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.norm1.forward(x, true)?; // (b, c_in, h, w)
-        let h = self.conv1.forward(&h)?; // (b, c_out, h, w)
-        let h = self.norm2.forward(&h, true)?;
-        let h = self.conv2.forward(&h)?; // (b, c_out, h, w)
+        let h = self.conv1.forward_normed(x, &self.norm1, true)?; // (b, c_out, h, w)
+        let h = self.conv2.forward_normed(&h, &self.norm2, true)?; // (b, c_out, h, w)
         let x = match &self.nin_shortcut {
             Some(s) => s.forward(x)?, // (b, c_out, h, w)
             None => x.clone(),
@@ -354,8 +365,7 @@ impl Encoder {
             h = a.forward(&h)?;
         }
         let h = self.mid_block_2.forward(&h)?;
-        let h = self.norm_out.forward(&h, true)?;
-        self.conv_out.forward(&h) // (b, z_channels, H/f, W/f)
+        self.conv_out.forward_normed(&h, &self.norm_out, true) // (b, z_channels, H/f, W/f)
     }
 }
 
@@ -487,8 +497,7 @@ impl Decoder {
                 h = u.forward(&h)?; // spatial × 2
             }
         }
-        let h = self.norm_out.forward(&h, true)?;
-        self.conv_out.forward(&h) // (b, out_ch, H, W)
+        self.conv_out.forward_normed(&h, &self.norm_out, true) // (b, out_ch, H, W)
     }
 }
 

@@ -65,6 +65,14 @@ pub fn has_avx2() -> bool {
     features().avx2_fma
 }
 
+/// Whether the `multiversion!` kernels may take their AVX-512 build: AVX-512 F, BW and VL
+/// with AVX2 + FMA (every AVX-512 CPU seen here: Zen 4, Sapphire Rapids).
+#[inline(always)]
+pub fn has_avx512() -> bool {
+    let f = features();
+    f.avx512_full() && f.avx512bw
+}
+
 /// Whether AMX bf16 tiles can run in this process: `IMGSEQ_NO_AMX` is not set, the CPU has
 /// AMX-TILE, AMX-BF16 and AVX512-BF16, and Linux granted the tile state
 /// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, asked on the first call only — a

@@ -28,7 +28,7 @@ pub mod simd;
 pub mod upsample;
 
 pub use conv::winograd;
-pub use features::{features, has_avx2, Features};
+pub use features::{features, has_avx2, has_avx512, Features};
 
 /// Number of lanes used by the manual reductions (one AVX register of f32).
 pub const LANES: usize = 8;
@@ -161,8 +161,9 @@ pub fn fast_exp_f32_fma(x: f32) -> f32 {
     y * exp2_int(fx)
 }
 
-/// Defines `fn name<T: Real>(args) -> ret` whose body is compiled both for AVX2+FMA and for the
-/// baseline target, dispatching at run time.
+/// Defines `fn name<T: Real>(args) -> ret` whose body is compiled for AVX-512, for AVX2+FMA and
+/// for the baseline target, dispatching at run time. The bodies never contract a multiply and
+/// an add (Rust does not), so the three give the same bits; only the vector width differs.
 #[macro_export]
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident<$T:ident>($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
@@ -176,6 +177,15 @@ macro_rules! multiversion {
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             unsafe fn avx2<$T: $crate::cpu::Real>($($arg: $ty),*) $(-> $ret)? { inner::<$T>($($arg),*) }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn avx512<$T: $crate::cpu::Real>($($arg: $ty),*) $(-> $ret)? { inner::<$T>($($arg),*) }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::has_avx512() {
+                // SAFETY: the CPU supports AVX-512 F/BW/VL, AVX2 and FMA (checked just above).
+                return unsafe { avx512::<$T>($($arg),*) };
+            }
             #[cfg(target_arch = "x86_64")]
             if $crate::cpu::has_avx2() {
                 // SAFETY: the CPU supports AVX2 and FMA (checked just above).

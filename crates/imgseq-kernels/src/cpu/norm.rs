@@ -88,28 +88,107 @@ pub fn layer_norm_bwd<T: Real>(x: &[T], w: &[T], g: &[T], eps: f64) -> (Vec<T>, 
     (dx, dw, db)
 }
 
+/// A group's statistics: (mean, 1/√(var + eps)) of its cg·hw values.
+#[inline(always)]
+fn gn_stats<T: Real>(x: &[T], eps: T) -> (T, T) {
+    let n = T::c(x.len() as f64);
+    let mean = sum(x) / n;
+    let var = sum_sq_dev(x, mean) / n;
+    (mean, T::ONE / (var + eps).sqrt())
+}
+
+/// One channel's normalisation: y = (x − mean)·scale + shift, then SiLU when asked, where
+/// scale = rstd·weight and shift = bias of its channel ([`group_norm_coefs`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChannelNorm<T> {
+    pub mean: T,
+    pub scale: T,
+    pub shift: T,
+    pub silu: bool,
+}
+
 multiversion! {
-    /// One (sample, group) slab: `x` is cg·hw values, `w`/`b` the group's cg channels.
-    fn gn_slab<T>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: T, silu: bool) {
-        let n = T::c(x.len() as f64);
-        let mean = sum(x) / n;
-        let var = sum_sq_dev(x, mean) / n;
-        let rstd = T::ONE / (var + eps).sqrt();
-        let hw = x.len() / w.len();
-        for (ci, (x, y)) in x.chunks_exact(hw).zip(y.chunks_exact_mut(hw)).enumerate() {
-            let s = rstd * w[ci];
-            let sh = b[ci];
-            if silu {
-                for (y, x) in y.iter_mut().zip(x) {
-                    let a = (*x - mean) * s + sh;
-                    *y = a / (T::ONE + (-a).exp());
-                }
-            } else {
-                for (y, x) in y.iter_mut().zip(x) {
-                    *y = (*x - mean) * s + sh;
-                }
+    /// [`ChannelNorm`] applied to one run of a channel's values: the GroupNorm's arithmetic,
+    /// owned here for [`group_norm`] and the convolutions that fold it into their input
+    /// packing (`conv::conv2d_normed`), so both give the same bits.
+    pub fn gn_apply<T>(x: &[T], y: &mut [T], n: ChannelNorm<T>) {
+        let (mean, s, sh) = (n.mean, n.scale, n.shift);
+        if n.silu {
+            for (y, x) in y.iter_mut().zip(x) {
+                let a = (*x - mean) * s + sh;
+                *y = a / (T::ONE + (-a).exp());
+            }
+        } else {
+            for (y, x) in y.iter_mut().zip(x) {
+                *y = (*x - mean) * s + sh;
             }
         }
+    }
+}
+
+multiversion! {
+    /// [`gn_slab`] compiled for the CPU's widest path.
+    fn gn_slab_mv<T>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: T, silu: bool) {
+        gn_slab(x, w, b, y, eps, silu)
+    }
+}
+
+/// One (sample, group) slab: `x` is cg·hw values, `w`/`b` the group's cg channels.
+#[inline(always)]
+fn gn_slab<T: Real>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: T, silu: bool) {
+    let (mean, rstd) = gn_stats(x, eps);
+    let hw = x.len() / w.len();
+    for (ci, (x, y)) in x.chunks_exact(hw).zip(y.chunks_exact_mut(hw)).enumerate() {
+        let n = ChannelNorm {
+            mean,
+            scale: rstd * w[ci],
+            shift: b[ci],
+            silu,
+        };
+        gn_apply(x, y, n);
+    }
+}
+
+/// The per-(sample, channel) [`ChannelNorm`]s of a GroupNorm of x (b, c, hw) with `groups`
+/// groups (+ SiLU when `silu`): its statistics, without writing the normalised map.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_coefs<T: Real>(
+    x: &[T],
+    c: usize,
+    hw: usize,
+    groups: usize,
+    w: &[T],
+    b: &[T],
+    eps: f64,
+    silu: bool,
+) -> Vec<ChannelNorm<T>> {
+    let cg = c / groups.max(1);
+    let slab = cg * hw;
+    if slab == 0 {
+        return Vec::new();
+    }
+    let stats: Vec<(T, T)> = x
+        .par_chunks(slab)
+        .map(|x| gn_stats_mv(x, T::c(eps)))
+        .collect();
+    (0..stats.len() * cg)
+        .map(|i| {
+            let (mean, rstd) = stats[i / cg];
+            let ch = i % c;
+            ChannelNorm {
+                mean,
+                scale: rstd * w[ch],
+                shift: b[ch],
+                silu,
+            }
+        })
+        .collect()
+}
+
+multiversion! {
+    /// [`gn_stats`] compiled for the CPU's widest path.
+    fn gn_stats_mv<T>(x: &[T], eps: T) -> (T, T) {
+        gn_stats(x, eps)
     }
 }
 
@@ -178,7 +257,7 @@ pub fn group_norm<T: Real>(
         .for_each(|(i, (y, x))| {
             let g = i % groups;
             let ch = g * cg..(g + 1) * cg;
-            gn_slab(x, &w[ch.clone()], &b[ch], y, T::c(eps), silu);
+            gn_slab_mv(x, &w[ch.clone()], &b[ch], y, T::c(eps), silu);
         });
     y
 }

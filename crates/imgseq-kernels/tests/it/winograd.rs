@@ -256,3 +256,129 @@ fn winograd_training_gradients_match_reference() {
         });
     }
 }
+
+/// GroupNorm's per-channel coefficients for a case's input (32 groups unless ci is smaller).
+fn prenorm_params(ci: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32 + 1.0).collect::<Vec<f32>>();
+    let w = f(vals(ci, seed + 7, 0.5));
+    let b = f(vals(ci, seed + 8, 0.5)).iter().map(|v| v - 1.0).collect();
+    (w, b)
+}
+
+#[test]
+fn group_norm_folded_into_the_winograd_packing_gives_the_bits_of_norm_then_conv() {
+    // Odd sizes (junk tile columns, partial tiles), batch 2, both tiles, every ISA, with and
+    // without the SiLU: the folded GroupNorm must equal group_norm → conv bit for bit.
+    for (b, ci, co, h, w) in [(2, 64, 32, 13, 11), (1, 32, 48, 24, 24), (2, 96, 64, 7, 9)] {
+        let case = Case::new(geom(b, ci, co, h, w, [1, 1, 1, 1]), 40 + ci as u64);
+        let groups = 32.min(ci);
+        let (nw, nb) = prenorm_params(ci, ci as u64);
+        for silu in [true, false] {
+            let coefs = imgseq_kernels::cpu::norm::group_norm_coefs(
+                &case.x,
+                ci,
+                h * w,
+                groups,
+                &nw,
+                &nb,
+                1e-6,
+                silu,
+            );
+            let normed = imgseq_kernels::cpu::norm::group_norm(
+                &case.x,
+                ci,
+                h * w,
+                groups,
+                &nw,
+                &nb,
+                1e-6,
+                silu,
+            );
+            for tile in [Tile::F2, Tile::F4] {
+                for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+                    if !isa.available() {
+                        continue;
+                    }
+                    let want =
+                        winograd::conv2d_isa(&normed, &case.w, Some(&case.b), &case.g, tile, isa);
+                    let got = winograd::conv2d_normed_isa(
+                        &case.x,
+                        Some(&coefs),
+                        &case.w,
+                        Some(&case.b),
+                        &case.g,
+                        tile,
+                        isa,
+                    );
+                    assert_eq!(got.len(), want.len());
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{b}x{ci}->{co} @{h}x{w} {tile:?} {isa:?} silu {silu}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn group_norm_conv2d_op_equals_the_two_ops_and_keeps_their_gradients() {
+    use candle_core::{Device, Var};
+    let dev = Device::Cpu;
+    let (b, ci, co, h, w) = (2, 64, 32, 12, 10);
+    let case = Case::new(geom(b, ci, co, h, w, [1, 1, 1, 1]), 77);
+    let (nw, nb) = prenorm_params(ci, 3);
+    let x = Tensor::from_vec(case.x.clone(), (b, ci, h, w), &dev).unwrap();
+    let nw = Tensor::from_vec(nw, ci, &dev).unwrap();
+    let nb = Tensor::from_vec(nb, ci, &dev).unwrap();
+    let wt = Tensor::from_vec(case.w.clone(), (co, ci, 3, 3), &dev).unwrap();
+    let bt = Tensor::from_vec(case.b.clone(), co, &dev).unwrap();
+    let p = Padding::same(1);
+    // Winograd (auto, ≥ 32 channels) and the direct conv (forced) both take the fused op.
+    for algo in [ConvAlgo::Auto, ConvAlgo::Direct] {
+        with_conv_algo(algo, || {
+            let two = ops::conv2d(
+                &ops::group_norm(&x, 32, &nw, &nb, 1e-6, true).unwrap(),
+                &wt,
+                Some(&bt),
+                1,
+                p,
+            )
+            .unwrap();
+            let one = ops::group_norm_conv2d(&x, (32, &nw, &nb, 1e-6, true), &wt, Some(&bt), 1, p)
+                .unwrap();
+            let (a, e) = (
+                one.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                two.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
+            assert!(
+                a.iter().zip(&e).all(|(a, e)| a.to_bits() == e.to_bits()),
+                "{algo:?}"
+            );
+        });
+    }
+    // Under autograd (a Var among the inputs) it is the two differentiable ops.
+    let xv = Var::from_tensor(&x).unwrap();
+    let y = ops::group_norm_conv2d(
+        xv.as_tensor(),
+        (32, &nw, &nb, 1e-6, true),
+        &wt,
+        Some(&bt),
+        1,
+        p,
+    )
+    .unwrap();
+    let grads = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+    let gx = grads.get(xv.as_tensor()).expect("a gradient for x");
+    assert_eq!(gx.dims(), &[b, ci, h, w]);
+    assert!(
+        gx.abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            > 0.0
+    );
+}

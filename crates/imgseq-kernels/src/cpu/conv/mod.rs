@@ -133,6 +133,46 @@ pub fn conv2d<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geom) -> Vec<T>
     conv2d_direct(x, w, bias, g)
 }
 
+/// The GroupNorm (+ SiLU) in front of a conv ([`conv2d_normed`]): taming's `Normalize` and
+/// the swish after it.
+#[derive(Debug, Clone, Copy)]
+pub struct PreNorm<'a> {
+    pub groups: usize,
+    /// (ci) each
+    pub weight: &'a [f32],
+    pub bias: &'a [f32],
+    pub eps: f64,
+    pub silu: bool,
+}
+
+/// GroupNorm (+ SiLU) of x, then [`conv2d`] — what a ResNet block does before each of its
+/// convs. Where the conv runs by Winograd, only the GroupNorm's statistics are computed
+/// and each channel is normalised while the conv packs its input, so the normalised map (as
+/// large as x) is never written and read back; the bits equal the two steps'. Else the two
+/// steps. x (b, ci, h, w) f32; `norm.groups` divides ci (the caller checks).
+pub fn conv2d_normed(
+    x: &[f32],
+    norm: &PreNorm,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+) -> Vec<f32> {
+    let hw = g.h * g.w;
+    let PreNorm {
+        groups,
+        weight,
+        bias: shift,
+        eps,
+        silu,
+    } = *norm;
+    if let Some(tile) = winograd_tile::<f32>(g) {
+        let coefs = super::norm::group_norm_coefs(x, g.ci, hw, groups, weight, shift, eps, silu);
+        return winograd::conv2d_normed(x, &coefs, w, bias, g, tile);
+    }
+    let h = super::norm::group_norm(x, g.ci, hw, groups, weight, shift, eps, silu);
+    conv2d(&h, w, bias, g)
+}
+
 /// bf16 conv: x (b, ci, h, w) f32 → (b, co, ho, wo) f32, by Winograd F(2×2, 3×3) where the
 /// weights' algorithm takes it ([`bf16::ConvWeights::runs_winograd_on`]), else the direct
 /// conv on AMX tiles or on `kernel`'s micro-kernel. The caller checks that x has `ci` channels

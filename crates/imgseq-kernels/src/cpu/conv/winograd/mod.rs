@@ -27,11 +27,13 @@ mod bf16;
 mod simd;
 mod transform;
 
+pub use crate::cpu::norm::ChannelNorm;
 pub use bf16::{auto_bf16, bf16_candidate, conv2d_bf16, pack_weights_bf16};
 
 use super::Geom;
 use crate::cpu::features::features;
 use crate::cpu::gemm::mm;
+use crate::cpu::norm::gn_apply;
 use crate::cpu::{threads, SyncPtr};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -105,13 +107,45 @@ pub fn conv2d_isa(
     tile: Tile,
     isa: Isa,
 ) -> Vec<f32> {
+    conv2d_normed_isa(x, None, w, bias, g, tile, isa)
+}
+
+/// [`conv2d`] of x with each channel first put through its [`ChannelNorm`] (`norm`: one per
+/// (image, channel), [`crate::cpu::norm::group_norm_coefs`]): GroupNorm (+ SiLU) → conv with
+/// the normalised map never written — it is formed while the input is packed.
+pub fn conv2d_normed(
+    x: &[f32],
+    norm: &[ChannelNorm<f32>],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    tile: Tile,
+) -> Vec<f32> {
+    assert_eq!(
+        norm.len(),
+        g.b * g.ci,
+        "winograd: one norm per (image, channel)"
+    );
+    conv2d_normed_isa(x, Some(norm), w, bias, g, tile, Isa::best())
+}
+
+/// [`conv2d_normed`] (or, without `norm`, [`conv2d`]) on a chosen instruction set.
+pub fn conv2d_normed_isa(
+    x: &[f32],
+    norm: Option<&[ChannelNorm<f32>]>,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    tile: Tile,
+    isa: Isa,
+) -> Vec<f32> {
     assert!(supports(g), "winograd: not a stride-1 3×3 conv: {g:?}");
     assert!(isa.available(), "winograd: this CPU cannot run {isa:?}");
     assert_eq!(x.len(), g.b * g.ci * g.h * g.w, "winograd: input size");
     assert_eq!(w.len(), g.co * g.ci * 9, "winograd: weight size");
     match tile {
-        Tile::F2 => run::<2, 4, F2x3>(x, w, bias, g, isa),
-        Tile::F4 => run::<4, 6, F4x3>(x, w, bias, g, isa),
+        Tile::F2 => run::<2, 4, F2x3>(x, norm, w, bias, g, isa),
+        Tile::F4 => run::<4, 6, F4x3>(x, norm, w, bias, g, isa),
     }
 }
 
@@ -152,19 +186,36 @@ fn plan<const M: usize>(g: &Geom) -> Plan {
     }
 }
 
-/// The zero-padded input in polyphase layout: (b, ci, M, M, pl).
-fn polyphase<const M: usize>(x: &[f32], g: &Geom, p: &Plan) -> Vec<f32> {
-    let mut xp = vec![0.0f32; g.b * g.ci * p.chan];
-    crate::runtime::advise_huge_pages(&mut xp);
+/// The zero-padded input in polyphase layout: (b, ci, M, M, pl); with `norm`, every channel
+/// goes through its [`ChannelNorm`] (GroupNorm's affine + SiLU, the arithmetic of
+/// [`gn_apply`]) on the way, so the normalised map is never written out. Each channel's planes
+/// are zeroed just before they are filled (in cache), not the whole buffer up front.
+fn polyphase<const M: usize>(
+    x: &[f32],
+    g: &Geom,
+    p: &Plan,
+    norm: Option<&[ChannelNorm<f32>]>,
+) -> Vec<f32> {
+    let n = g.b * g.ci * p.chan;
+    let mut xp = Vec::<f32>::with_capacity(n);
+    crate::runtime::advise_huge_pages(xp.spare_capacity_mut());
     let (l, t) = (g.pad.0, g.pad.2);
-    xp.par_chunks_mut(p.chan)
+    xp.spare_capacity_mut()[..n]
+        .par_chunks_mut(p.chan)
         .zip(x.par_chunks(g.h * g.w))
-        .for_each(|(dst, src)| {
+        .enumerate()
+        .for_each(|(ch, (dst, src))| {
+            dst.fill(std::mem::MaybeUninit::new(0.0));
+            // SAFETY: every element of dst was just initialised.
+            let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
             // One padded row (zeros left and right), then split into its M column phases.
             let mut padded = vec![0.0f32; p.w1 * M];
             for (y, row) in src.chunks_exact(g.w).enumerate() {
                 let (ry, yq) = ((y + t) % M, (y + t) / M);
-                padded[l..l + g.w].copy_from_slice(row);
+                match norm {
+                    Some(nm) => gn_apply(row, &mut padded[l..l + g.w], nm[ch]),
+                    None => padded[l..l + g.w].copy_from_slice(row),
+                }
                 let planes = &mut dst[ry * M * p.pl..(ry + 1) * M * p.pl];
                 let mut it = planes.chunks_exact_mut(p.pl);
                 let ph: [&mut [f32]; M] = std::array::from_fn(|_| {
@@ -178,6 +229,8 @@ fn polyphase<const M: usize>(x: &[f32], g: &Geom, p: &Plan) -> Vec<f32> {
                 }
             }
         });
+    // SAFETY: the chunks above initialised all n elements (n = b·ci·chan, x has b·ci chunks).
+    unsafe { xp.set_len(n) };
     xp
 }
 
@@ -306,6 +359,7 @@ struct TaskTiles<'a> {
 /// `col_mult`.
 fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
+    norm: Option<&[ChannelNorm<f32>]>,
     bias: Option<&[f32]>,
     g: &Geom,
     isa: Isa,
@@ -313,15 +367,22 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
     products: impl Fn(&TaskTiles, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let p = plan::<M>(g);
-    let mut out = vec![0.0f32; g.b * g.co * p.ho * p.wo];
-    crate::runtime::advise_huge_pages(&mut out);
-    if out.is_empty() {
-        return out;
+    let n = g.b * g.co * p.ho * p.wo;
+    if n == 0 {
+        return Vec::new();
+    }
+    // Every element is written by the output transform (each task writes whole rows of its
+    // tile rows, every channel); a debug build fills it with NaN first so that a gap shows.
+    let mut out = Vec::<f32>::with_capacity(n);
+    crate::runtime::advise_huge_pages(out.spare_capacity_mut());
+    if cfg!(debug_assertions) {
+        out.resize(n, f32::NAN);
+        out.clear();
     }
     let (ci, co, aa) = (g.ci, g.co, A * A);
     let tasks = Tasks::new(&p, g.b, aa * (ci + rows_mb));
     let tp_max = tasks.max_cols(&p, col_mult);
-    let xp = polyphase::<M>(x, g, &p);
+    let xp = polyphase::<M>(x, g, &p, norm);
     let outp = SyncPtr(out.as_mut_ptr());
     tasks.for_each(|t| {
         let Task { bi, ty0, rows } = tasks.task(t, &p);
@@ -355,11 +416,15 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
             output_tiles::<M, A, K>(o, p, isa, tasks.outer);
         })
     });
+    // SAFETY: the tasks cover every (image, tile row) and write every channel's rows whole
+    // (`OutputJob`), so all n elements are initialised.
+    unsafe { out.set_len(n) };
     out
 }
 
 fn run<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
+    norm: Option<&[ChannelNorm<f32>]>,
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Geom,
@@ -373,7 +438,7 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
     with_scratch(&WEIGHTS, aa * co * ci, |u| {
         transform_weights::<M, A, K>(w, ci, co, u, isa);
         let u: &[f32] = u;
-        drive::<M, A, K>(x, bias, g, isa, (co, MAX_L), |t, mb| {
+        drive::<M, A, K>(x, norm, bias, g, isa, (co, MAX_L), |t, mb| {
             let (cols, tp) = (t.cols, t.tp);
             let mp = SyncPtr(mb.as_mut_ptr());
             let product = |e: usize| {

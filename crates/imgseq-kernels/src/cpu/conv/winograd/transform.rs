@@ -271,18 +271,18 @@ impl<const M: usize, const A: usize, K: Wino<M, A>> Job for OutputJob<'_, M, A, 
                     }
                     let src = |ox: usize| &y[(oy * M + ox) * tp + r * p.w1..][..full + 1];
                     let s: [&[f32]; M] = std::array::from_fn(src);
-                    // SAFETY: row yy of channel o lies inside this image's output; tasks own
-                    // disjoint (channel, tile row) ranges.
-                    let dst = unsafe {
-                        std::slice::from_raw_parts_mut(self.out.0.add((o * p.ho + yy) * p.wo), p.wo)
-                    };
-                    for (tx, d) in dst.chunks_exact_mut(M).enumerate() {
+                    // Written through the pointer (the output may not be initialised yet).
+                    let dst = self.out.0.wrapping_add((o * p.ho + yy) * p.wo);
+                    for tx in 0..full {
                         for ox in 0..M {
-                            d[ox] = s[ox][tx];
+                            // SAFETY: row yy of channel o (wo floats) lies inside this image's
+                            // output; tasks own disjoint (channel, tile row) ranges.
+                            unsafe { dst.add(tx * M + ox).write(s[ox][tx]) };
                         }
                     }
                     for ox in 0..rem {
-                        dst[full * M + ox] = s[ox][full];
+                        // SAFETY: as above, full·M + ox < wo.
+                        unsafe { dst.add(full * M + ox).write(s[ox][full]) };
                     }
                 }
             }
