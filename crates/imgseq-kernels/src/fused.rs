@@ -27,7 +27,10 @@ impl NormConv2d {
         if x.len() != 4 || w.len() != 4 || x[1] != w[1] {
             bail!("conv2d: input {x:?} and weight {w:?} do not match");
         }
-        if self.groups == 0 || x[1] % self.groups != 0 || self.norm_weight.elem_count() != x[1] {
+        if self.groups == 0
+            || !x[1].is_multiple_of(self.groups)
+            || self.norm_weight.elem_count() != x[1]
+        {
             bail!(
                 "group_norm: {} groups and {} weights for {} channels",
                 self.groups,
