@@ -16,6 +16,8 @@ pub struct NormConv2d {
     pub weight: Tensor,
     /// (co)
     pub bias: Option<Tensor>,
+    /// (b, co, ho, wo), added to the output
+    pub residual: Option<Tensor>,
     pub stride: usize,
     /// (left, right, top, bottom)
     pub pad: (usize, usize, usize, usize),
@@ -64,29 +66,63 @@ impl CustomOp1 for NormConv2d {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let g = self.geom(l.dims())?;
         let x = cpu::slice::<f32>(s, l)?;
-        let y = with_data::<f32, _>(&self.norm_weight, |nw| {
-            with_data::<f32, _>(&self.norm_bias, |nb| {
-                with_data::<f32, _>(&self.weight, |w| {
+        let (ho, wo) = g.out_hw();
+        if let Some(r) = &self.residual {
+            if r.dims() != [g.b, g.co, ho, wo] {
+                bail!(
+                    "conv2d: residual {:?} for an output ({}, {}, {ho}, {wo})",
+                    r.dims(),
+                    g.b,
+                    g.co
+                );
+            }
+        }
+        let bias = self.bias.as_ref();
+        let y = with_all(&[&self.norm_weight, &self.norm_bias, &self.weight], |t| {
+            with_opt(bias, |b| {
+                if b.is_some_and(|b| b.len() != g.co) {
+                    bail!("conv2d: bias for {} output channels expected", g.co);
+                }
+                with_opt(self.residual.as_ref(), |r| {
                     let norm = conv::PreNorm {
                         groups: self.groups,
-                        weight: nw,
-                        bias: nb,
+                        weight: t[0],
+                        bias: t[1],
                         eps: self.eps,
                         silu: self.silu,
                     };
-                    match &self.bias {
-                        Some(b) => with_data::<f32, _>(b, |b| {
-                            if b.len() != g.co {
-                                bail!("conv2d: bias of {} for {} output channels", b.len(), g.co);
-                            }
-                            Ok(conv::conv2d_normed(x, &norm, w, Some(b), &g))
-                        }),
-                        None => Ok(conv::conv2d_normed(x, &norm, w, None, &g)),
-                    }
+                    Ok(conv::conv2d_normed(x, &norm, t[2], b, r, &g))
                 })
             })
         })?;
-        let (ho, wo) = g.out_hw();
         Ok((CpuStorage::F32(y), Shape::from((g.b, g.co, ho, wo))))
+    }
+}
+
+/// Runs `f` on the f32 data of every tensor of `ts` (each contiguous, on the CPU).
+fn with_all<R>(ts: &[&Tensor], f: impl FnOnce(&[&[f32]]) -> Result<R>) -> Result<R> {
+    fn go<R>(
+        ts: &[&Tensor],
+        got: &mut Vec<&[f32]>,
+        f: impl FnOnce(&[&[f32]]) -> Result<R>,
+    ) -> Result<R> {
+        match ts.split_first() {
+            None => f(got),
+            Some((t, rest)) => with_data::<f32, _>(t, |d| {
+                // The slices outlive this call only inside `f`, which runs within it.
+                let mut more: Vec<&[f32]> = got.clone();
+                more.push(d);
+                go(rest, &mut more, f)
+            }),
+        }
+    }
+    go(ts, &mut Vec::new(), f)
+}
+
+/// [`with_data`] of an optional tensor.
+fn with_opt<R>(t: Option<&Tensor>, f: impl FnOnce(Option<&[f32]>) -> Result<R>) -> Result<R> {
+    match t {
+        Some(t) => with_data::<f32, _>(t, |d| f(Some(d))),
+        None => f(None),
     }
 }

@@ -73,27 +73,30 @@ pub fn group_norm(
     reference::group_norm(x, num_groups, weight, bias, eps, fuse_silu)
 }
 
-/// GroupNorm (+ SiLU when `fuse_silu`) then a conv: [`group_norm`] and [`conv2d`] with the
-/// same arguments, in one op where that is faster. On the CPU in f32, when none of the
-/// tensors tracks a gradient (inference), the normalisation is folded into the conv's input
-/// packing where the conv runs by Winograd, so the normalised map is never written out; the
-/// result has the bits of the two ops. Otherwise it is the two ops (differentiable).
+/// GroupNorm (+ SiLU when `silu`) then a conv, plus `residual` when given: [`group_norm`],
+/// [`conv2d`] and `residual + conv` with the same arguments, in one op where that is faster.
+/// On the CPU in f32, when none of the tensors tracks a gradient (inference) and the conv runs
+/// by Winograd, the normalisation is folded into the conv's input packing and the residual
+/// into its output, so neither the normalised map nor the conv's own output is written out;
+/// the result has the bits of the separate ops. Otherwise it is the separate ops
+/// (differentiable).
 ///
 /// # Shapes
-/// x: (b, c_in, h, w), norm weight/bias: (c_in), weight: (c_out, c_in, kh, kw), bias: (c_out)
+/// x: (b, c_in, h, w), norm (groups, weight (c_in), bias (c_in), eps, silu),
+/// weight: (c_out, c_in, kh, kw), bias: (c_out), residual: (b, c_out, h', w')
 /// → (b, c_out, h', w')
-#[allow(clippy::too_many_arguments)]
 pub fn group_norm_conv2d(
     x: &Tensor,
     norm: (usize, &Tensor, &Tensor, f64, bool),
-    weight: &Tensor,
-    bias: Option<&Tensor>,
+    (weight, bias): (&Tensor, Option<&Tensor>),
+    residual: Option<&Tensor>,
     stride: usize,
     pad: Padding,
 ) -> Result<Tensor> {
     let (groups, nw, nb, eps, silu) = norm;
     let mut ts = vec![x, nw, nb, weight];
     ts.extend(bias);
+    ts.extend(residual);
     let inference = x.dtype() == DType::F32 && fast(&ts) && ts.iter().all(|t| !t.track_op());
     if inference && x.rank() == 4 && weight.rank() == 4 && stride > 0 {
         let op = crate::fused::NormConv2d {
@@ -104,13 +107,18 @@ pub fn group_norm_conv2d(
             norm_bias: nb.contiguous()?,
             weight: weight.contiguous()?,
             bias: bias.map(|b| b.flatten_all()?.contiguous()).transpose()?,
+            residual: residual.map(|r| r.contiguous()).transpose()?,
             stride,
             pad: (pad.left, pad.right, pad.top, pad.bottom),
         };
         return x.contiguous()?.apply_op1_no_bwd(&op);
     }
     let h = group_norm(x, groups, nw, nb, eps, silu)?;
-    conv2d(&h, weight, bias, stride, pad)
+    let y = conv2d(&h, weight, bias, stride, pad)?;
+    match residual {
+        Some(r) => r + y,
+        None => Ok(y),
+    }
 }
 
 /// SiLU / swish: x·sigmoid(x).

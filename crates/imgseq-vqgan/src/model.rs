@@ -76,17 +76,29 @@ impl Conv2d {
         }
     }
 
-    /// `norm` (then swish when `then_swish`) followed by this conv, as one op where the
-    /// kernels fuse them ([`ops::group_norm_conv2d`]: f32 inference).
+    /// `norm` (then swish when `then_swish`), this conv, then `residual` added (a map of the
+    /// output's shape), as one op where the kernels fuse them ([`ops::group_norm_conv2d`]:
+    /// f32 inference).
     ///
     /// # Shapes
-    /// x: (b, c_in, h, w) → (b, c_out, h', w')
-    pub fn forward_normed(&self, x: &Tensor, norm: &GroupNorm, then_swish: bool) -> Result<Tensor> {
+    /// x: (b, c_in, h, w), residual: (b, c_out, h', w') → (b, c_out, h', w')
+    pub fn forward_normed(
+        &self,
+        x: &Tensor,
+        norm: &GroupNorm,
+        then_swish: bool,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
         if self.bf16.is_some() {
-            return self.forward(&norm.forward(x, then_swish)?);
+            let y = self.forward(&norm.forward(x, then_swish)?)?;
+            return match residual {
+                Some(r) => r + y,
+                None => Ok(y),
+            };
         }
         let n = (norm.groups, &norm.weight, &norm.bias, GN_EPS, then_swish);
-        ops::group_norm_conv2d(x, n, &self.weight, Some(&self.bias), self.stride, self.pad)
+        let conv = (&self.weight, Some(&self.bias));
+        ops::group_norm_conv2d(x, n, conv, residual, self.stride, self.pad)
     }
 }
 
@@ -165,13 +177,13 @@ impl ResnetBlock {
     /// # Shapes
     /// x: (b, c_in, h, w) → (b, c_out, h, w)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.conv1.forward_normed(x, &self.norm1, true)?; // (b, c_out, h, w)
-        let h = self.conv2.forward_normed(&h, &self.norm2, true)?; // (b, c_out, h, w)
+        let h = self.conv1.forward_normed(x, &self.norm1, true, None)?; // (b, c_out, h, w)
         let x = match &self.nin_shortcut {
             Some(s) => s.forward(x)?, // (b, c_out, h, w)
             None => x.clone(),
         };
-        x + h
+        // x + conv2(swish(norm2(h)))
+        self.conv2.forward_normed(&h, &self.norm2, true, Some(&x))
     }
 }
 
@@ -365,7 +377,7 @@ impl Encoder {
             h = a.forward(&h)?;
         }
         let h = self.mid_block_2.forward(&h)?;
-        self.conv_out.forward_normed(&h, &self.norm_out, true) // (b, z_channels, H/f, W/f)
+        self.conv_out.forward_normed(&h, &self.norm_out, true, None) // (b, z_channels, H/f, W/f)
     }
 }
 
@@ -497,7 +509,7 @@ impl Decoder {
                 h = u.forward(&h)?; // spatial × 2
             }
         }
-        self.conv_out.forward_normed(&h, &self.norm_out, true) // (b, out_ch, H, W)
+        self.conv_out.forward_normed(&h, &self.norm_out, true, None) // (b, out_ch, H, W)
     }
 }
 

@@ -301,9 +301,13 @@ fn group_norm_folded_into_the_winograd_packing_gives_the_bits_of_norm_then_conv(
                     }
                     let want =
                         winograd::conv2d_isa(&normed, &case.w, Some(&case.b), &case.g, tile, isa);
-                    let got = winograd::conv2d_normed_isa(
+                    let fold = winograd::Fold {
+                        norm: Some(&coefs),
+                        residual: None,
+                    };
+                    let got = winograd::conv2d_folded_isa(
                         &case.x,
-                        Some(&coefs),
+                        fold,
                         &case.w,
                         Some(&case.b),
                         &case.g,
@@ -323,7 +327,7 @@ fn group_norm_folded_into_the_winograd_packing_gives_the_bits_of_norm_then_conv(
 }
 
 #[test]
-fn group_norm_conv2d_op_equals_the_two_ops_and_keeps_their_gradients() {
+fn group_norm_conv2d_op_equals_the_separate_ops_and_keeps_their_gradients() {
     use candle_core::{Device, Var};
     let dev = Device::Cpu;
     let (b, ci, co, h, w) = (2, 64, 32, 12, 10);
@@ -335,36 +339,50 @@ fn group_norm_conv2d_op_equals_the_two_ops_and_keeps_their_gradients() {
     let wt = Tensor::from_vec(case.w.clone(), (co, ci, 3, 3), &dev).unwrap();
     let bt = Tensor::from_vec(case.b.clone(), co, &dev).unwrap();
     let p = Padding::same(1);
-    // Winograd (auto, ≥ 32 channels) and the direct conv (forced) both take the fused op.
+    let res = Tensor::from_vec(
+        vals(b * co * h * w, 91, 1.0)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect::<Vec<_>>(),
+        (b, co, h, w),
+        &dev,
+    )
+    .unwrap();
+    // Winograd (auto, ≥ 32 channels) and the direct conv (forced) both take the fused op,
+    // with and without the residual.
     for algo in [ConvAlgo::Auto, ConvAlgo::Direct] {
-        with_conv_algo(algo, || {
-            let two = ops::conv2d(
-                &ops::group_norm(&x, 32, &nw, &nb, 1e-6, true).unwrap(),
-                &wt,
-                Some(&bt),
-                1,
-                p,
-            )
-            .unwrap();
-            let one = ops::group_norm_conv2d(&x, (32, &nw, &nb, 1e-6, true), &wt, Some(&bt), 1, p)
+        for r in [None, Some(&res)] {
+            with_conv_algo(algo, || {
+                let two = ops::conv2d(
+                    &ops::group_norm(&x, 32, &nw, &nb, 1e-6, true).unwrap(),
+                    &wt,
+                    Some(&bt),
+                    1,
+                    p,
+                )
                 .unwrap();
-            let (a, e) = (
-                one.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-                two.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            );
-            assert!(
-                a.iter().zip(&e).all(|(a, e)| a.to_bits() == e.to_bits()),
-                "{algo:?}"
-            );
-        });
+                let two = match r {
+                    Some(r) => (r + two).unwrap(),
+                    None => two,
+                };
+                let n = (32, &nw, &nb, 1e-6, true);
+                let one = ops::group_norm_conv2d(&x, n, (&wt, Some(&bt)), r, 1, p).unwrap();
+                let (a, e) = (
+                    one.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    two.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                );
+                let same = a.iter().zip(&e).all(|(a, e)| a.to_bits() == e.to_bits());
+                assert!(same, "{algo:?} residual {}", r.is_some());
+            });
+        }
     }
-    // Under autograd (a Var among the inputs) it is the two differentiable ops.
+    // Under autograd (a Var among the inputs) it is the separate differentiable ops.
     let xv = Var::from_tensor(&x).unwrap();
     let y = ops::group_norm_conv2d(
         xv.as_tensor(),
         (32, &nw, &nb, 1e-6, true),
-        &wt,
-        Some(&bt),
+        (&wt, Some(&bt)),
+        Some(&res),
         1,
         p,
     )

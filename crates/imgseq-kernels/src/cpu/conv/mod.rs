@@ -145,16 +145,19 @@ pub struct PreNorm<'a> {
     pub silu: bool,
 }
 
-/// GroupNorm (+ SiLU) of x, then [`conv2d`] — what a ResNet block does before each of its
-/// convs. Where the conv runs by Winograd, only the GroupNorm's statistics are computed
-/// and each channel is normalised while the conv packs its input, so the normalised map (as
-/// large as x) is never written and read back; the bits equal the two steps'. Else the two
-/// steps. x (b, ci, h, w) f32; `norm.groups` divides ci (the caller checks).
+/// GroupNorm (+ SiLU) of x, then [`conv2d`], then `residual` added (when given: a map of the
+/// output's shape) — what a ResNet block does around each of its convs. Where the conv runs by
+/// Winograd, only the GroupNorm's statistics are computed up front: each channel is
+/// normalised while the conv packs its input and the residual is added as the output is
+/// written ([`winograd::Fold`]), so neither the normalised map nor the conv's own output is
+/// written and read back; the bits equal the separate steps'. Else the separate steps.
+/// x (b, ci, h, w) f32; `norm.groups` divides ci (the caller checks).
 pub fn conv2d_normed(
     x: &[f32],
     norm: &PreNorm,
     w: &[f32],
     bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
     g: &Geom,
 ) -> Vec<f32> {
     let hw = g.h * g.w;
@@ -167,10 +170,19 @@ pub fn conv2d_normed(
     } = *norm;
     if let Some(tile) = winograd_tile::<f32>(g) {
         let coefs = super::norm::group_norm_coefs(x, g.ci, hw, groups, weight, shift, eps, silu);
-        return winograd::conv2d_normed(x, &coefs, w, bias, g, tile);
+        let fold = winograd::Fold {
+            norm: Some(&coefs),
+            residual,
+        };
+        return winograd::conv2d_folded(x, fold, w, bias, g, tile);
     }
     let h = super::norm::group_norm(x, g.ci, hw, groups, weight, shift, eps, silu);
-    conv2d(&h, w, bias, g)
+    let mut y = conv2d(&h, w, bias, g);
+    if let Some(r) = residual {
+        use rayon::prelude::*;
+        y.par_iter_mut().zip(r).for_each(|(y, r)| *y = *r + *y);
+    }
+    y
 }
 
 /// bf16 conv: x (b, ci, h, w) f32 → (b, co, ho, wo) f32, by Winograd F(2×2, 3×3) where the

@@ -97,21 +97,29 @@ fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
     let (ci, aa) = (g.ci, A * A);
     let (ci2, co_pad) = (ci.div_ceil(2), g.co.next_multiple_of(MR));
     // Task blocks as in the f32 conv (f32 bytes of transformed input + products).
-    drive::<M, A, K>(x, None, bias, g, isa, (co_pad, NB), |t, mb| {
-        with_scratch(&WORDS_V, aa * ci2 * t.tp_max, |vw| {
-            pack_tiles(t.v, vw, aa, ci, t.tp, t.outer);
-            let vw: &[u32] = vw;
-            let products = Products {
-                ua,
-                vw,
-                ci2,
-                co_pad,
-                tp: t.tp,
-                kernel,
-            };
-            products.run(mb, aa, t.outer);
-        })
-    })
+    drive::<M, A, K>(
+        x,
+        Default::default(),
+        bias,
+        g,
+        isa,
+        (co_pad, NB),
+        |t, mb| {
+            with_scratch(&WORDS_V, aa * ci2 * t.tp_max, |vw| {
+                pack_tiles(t.v, vw, aa, ci, t.tp, t.outer);
+                let vw: &[u32] = vw;
+                let products = Products {
+                    ua,
+                    vw,
+                    ci2,
+                    co_pad,
+                    tp: t.tp,
+                    kernel,
+                };
+                products.run(mb, aa, t.outer);
+            })
+        },
+    )
 }
 
 /// V (α², ci, tp) f32 as the micro-kernel's B: (α², ⌈ci/2⌉, tp) words, channels paired.

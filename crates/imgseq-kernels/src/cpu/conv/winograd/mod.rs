@@ -107,32 +107,36 @@ pub fn conv2d_isa(
     tile: Tile,
     isa: Isa,
 ) -> Vec<f32> {
-    conv2d_normed_isa(x, None, w, bias, g, tile, isa)
+    conv2d_folded_isa(x, Fold::default(), w, bias, g, tile, isa)
 }
 
-/// [`conv2d`] of x with each channel first put through its [`ChannelNorm`] (`norm`: one per
-/// (image, channel), [`crate::cpu::norm::group_norm_coefs`]): GroupNorm (+ SiLU) → conv with
-/// the normalised map never written — it is formed while the input is packed.
-pub fn conv2d_normed(
+/// What a Winograd conv folds into its packing: each input channel through its
+/// [`ChannelNorm`] (`norm`: one per (image, channel), [`crate::cpu::norm::group_norm_coefs`];
+/// GroupNorm (+ SiLU) → conv with the normalised map never written), and a map of the
+/// output's shape added to the output (`residual`: a ResNet block's skip connection, added
+/// as `residual + (conv + bias)`, the bits of adding it afterwards).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fold<'a> {
+    pub norm: Option<&'a [ChannelNorm<f32>]>,
+    pub residual: Option<&'a [f32]>,
+}
+
+/// [`conv2d`] with a [`Fold`].
+pub fn conv2d_folded(
     x: &[f32],
-    norm: &[ChannelNorm<f32>],
+    fold: Fold,
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Geom,
     tile: Tile,
 ) -> Vec<f32> {
-    assert_eq!(
-        norm.len(),
-        g.b * g.ci,
-        "winograd: one norm per (image, channel)"
-    );
-    conv2d_normed_isa(x, Some(norm), w, bias, g, tile, Isa::best())
+    conv2d_folded_isa(x, fold, w, bias, g, tile, Isa::best())
 }
 
-/// [`conv2d_normed`] (or, without `norm`, [`conv2d`]) on a chosen instruction set.
-pub fn conv2d_normed_isa(
+/// [`conv2d_folded`] on a chosen instruction set.
+pub fn conv2d_folded_isa(
     x: &[f32],
-    norm: Option<&[ChannelNorm<f32>]>,
+    fold: Fold,
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Geom,
@@ -143,9 +147,20 @@ pub fn conv2d_normed_isa(
     assert!(isa.available(), "winograd: this CPU cannot run {isa:?}");
     assert_eq!(x.len(), g.b * g.ci * g.h * g.w, "winograd: input size");
     assert_eq!(w.len(), g.co * g.ci * 9, "winograd: weight size");
+    if let Some(n) = fold.norm {
+        assert_eq!(
+            n.len(),
+            g.b * g.ci,
+            "winograd: one norm per (image, channel)"
+        );
+    }
+    if let Some(r) = fold.residual {
+        let (ho, wo) = g.out_hw();
+        assert_eq!(r.len(), g.b * g.co * ho * wo, "winograd: residual size");
+    }
     match tile {
-        Tile::F2 => run::<2, 4, F2x3>(x, norm, w, bias, g, isa),
-        Tile::F4 => run::<4, 6, F4x3>(x, norm, w, bias, g, isa),
+        Tile::F2 => run::<2, 4, F2x3>(x, fold, w, bias, g, isa),
+        Tile::F4 => run::<4, 6, F4x3>(x, fold, w, bias, g, isa),
     }
 }
 
@@ -353,13 +368,14 @@ struct TaskTiles<'a> {
     outer: bool,
 }
 
-/// The frame of both Winograd convs: the output, the polyphase input, the [`Tasks`], and per
+/// The frame of both Winograd convs: the output, the polyphase input (through `fold.norm`),
+/// the [`Tasks`], and per
 /// task the input transform, `products(task, mb)` writing the α² products M (α², `rows_mb`,
 /// tp) with `rows_mb` ≥ co, and the output transform. Task columns are rounded up to
 /// `col_mult`.
 fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
-    norm: Option<&[ChannelNorm<f32>]>,
+    fold: Fold,
     bias: Option<&[f32]>,
     g: &Geom,
     isa: Isa,
@@ -382,7 +398,7 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
     let (ci, co, aa) = (g.ci, g.co, A * A);
     let tasks = Tasks::new(&p, g.b, aa * (ci + rows_mb));
     let tp_max = tasks.max_cols(&p, col_mult);
-    let xp = polyphase::<M>(x, g, &p, norm);
+    let xp = polyphase::<M>(x, g, &p, fold.norm);
     let outp = SyncPtr(out.as_mut_ptr());
     tasks.for_each(|t| {
         let Task { bi, ty0, rows } = tasks.task(t, &p);
@@ -402,16 +418,18 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
                 outer: tasks.outer,
             };
             products(&tiles, mb);
+            let img_out = co * p.ho * p.wo;
             let o = OutputTiles {
                 mb,
                 bias,
+                residual: fold.residual.map(|r| &r[bi * img_out..(bi + 1) * img_out]),
                 rows_mb,
                 co,
                 tp,
                 ty0,
                 rows,
                 // SAFETY: image bi's output starts there.
-                out: SyncPtr(unsafe { outp.get().add(bi * co * p.ho * p.wo) }),
+                out: SyncPtr(unsafe { outp.get().add(bi * img_out) }),
             };
             output_tiles::<M, A, K>(o, p, isa, tasks.outer);
         })
@@ -424,7 +442,7 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
 
 fn run<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
-    norm: Option<&[ChannelNorm<f32>]>,
+    fold: Fold,
     w: &[f32],
     bias: Option<&[f32]>,
     g: &Geom,
@@ -438,7 +456,7 @@ fn run<const M: usize, const A: usize, K: Wino<M, A>>(
     with_scratch(&WEIGHTS, aa * co * ci, |u| {
         transform_weights::<M, A, K>(w, ci, co, u, isa);
         let u: &[f32] = u;
-        drive::<M, A, K>(x, norm, bias, g, isa, (co, MAX_L), |t, mb| {
+        drive::<M, A, K>(x, fold, bias, g, isa, (co, MAX_L), |t, mb| {
             let (cols, tp) = (t.cols, t.tp);
             let mp = SyncPtr(mb.as_mut_ptr());
             let product = |e: usize| {

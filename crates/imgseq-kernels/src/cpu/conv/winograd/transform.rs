@@ -217,6 +217,8 @@ struct OutputJob<'a, const M: usize, const A: usize, K> {
     /// (α², co, tp)
     mb: &'a [f32],
     bias: Option<&'a [f32]>,
+    /// image bi's residual, (co, ho, wo)
+    residual: Option<&'a [f32]>,
     p: Plan,
     co: usize,
     o0: usize,
@@ -272,17 +274,25 @@ impl<const M: usize, const A: usize, K: Wino<M, A>> Job for OutputJob<'_, M, A, 
                     let src = |ox: usize| &y[(oy * M + ox) * tp + r * p.w1..][..full + 1];
                     let s: [&[f32]; M] = std::array::from_fn(src);
                     // Written through the pointer (the output may not be initialised yet).
-                    let dst = self.out.0.wrapping_add((o * p.ho + yy) * p.wo);
+                    let row0 = (o * p.ho + yy) * p.wo;
+                    let dst = self.out.0.wrapping_add(row0);
+                    let res = self.residual.map(|r| &r[row0..row0 + p.wo]);
+                    let put = |i: usize, v: f32| {
+                        let v = match res {
+                            Some(r) => r[i] + v,
+                            None => v,
+                        };
+                        // SAFETY: row yy of channel o (wo floats) lies inside this image's
+                        // output and i < wo; tasks own disjoint (channel, tile row) ranges.
+                        unsafe { dst.add(i).write(v) };
+                    };
                     for tx in 0..full {
                         for ox in 0..M {
-                            // SAFETY: row yy of channel o (wo floats) lies inside this image's
-                            // output; tasks own disjoint (channel, tile row) ranges.
-                            unsafe { dst.add(tx * M + ox).write(s[ox][tx]) };
+                            put(tx * M + ox, s[ox][tx]);
                         }
                     }
                     for ox in 0..rem {
-                        // SAFETY: as above, full·M + ox < wo.
-                        unsafe { dst.add(full * M + ox).write(s[ox][full]) };
+                        put(full * M + ox, s[ox][full]);
                     }
                 }
             }
@@ -355,6 +365,8 @@ pub(super) fn input_tiles<const M: usize, const A: usize, K: Wino<M, A>>(
 pub(super) struct OutputTiles<'a> {
     pub(super) mb: &'a [f32],
     pub(super) bias: Option<&'a [f32]>,
+    /// added to the output: the image's (co, ho, wo) ([`super::Fold`])
+    pub(super) residual: Option<&'a [f32]>,
     /// rows of mb per transformed element (co, or co rounded up)
     pub(super) rows_mb: usize,
     pub(super) co: usize,
@@ -376,6 +388,7 @@ pub(super) fn output_tiles<const M: usize, const A: usize, K: Wino<M, A>>(
         let job = OutputJob::<M, A, K> {
             mb: o.mb,
             bias: o.bias,
+            residual: o.residual,
             p,
             co: o.rows_mb,
             o0,
