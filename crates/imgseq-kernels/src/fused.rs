@@ -99,6 +99,86 @@ impl CustomOp1 for NormConv2d {
     }
 }
 
+/// GroupNorm (+ SiLU) then a conv on bf16-packed weights, plus a residual
+/// ([`conv::conv2d_bf16_normed`]).
+pub struct NormConv2dBf16 {
+    pub groups: usize,
+    pub eps: f64,
+    pub silu: bool,
+    /// (ci) each
+    pub norm_weight: Tensor,
+    pub norm_bias: Tensor,
+    pub weights: std::sync::Arc<cpu::bf16::ConvWeights>,
+    pub kernel: cpu::bf16::Kernel,
+    /// (b, co, ho, wo), added to the output
+    pub residual: Option<Tensor>,
+}
+
+impl CustomOp1 for NormConv2dBf16 {
+    fn name(&self) -> &'static str {
+        "imgseq-group-norm-conv2d-bf16"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let w = &self.weights;
+        let d = l.dims();
+        if d.len() != 4 || d[1] != w.ci {
+            bail!("conv2d_bf16: input {d:?} for {} input channels", w.ci);
+        }
+        if self.groups == 0
+            || !d[1].is_multiple_of(self.groups)
+            || self.norm_weight.elem_count() != d[1]
+        {
+            bail!(
+                "group_norm: {} groups and {} weights for {} channels",
+                self.groups,
+                self.norm_weight.elem_count(),
+                d[1]
+            );
+        }
+        let (l_, r, t, b) = w.pad;
+        if d[2] + t + b < w.kh || d[3] + l_ + r < w.kw {
+            bail!(
+                "conv2d_bf16: kernel {}x{} larger than padded input {d:?}",
+                w.kh,
+                w.kw
+            );
+        }
+        let (ho, wo) = w.out_hw(d[2], d[3]);
+        if let Some(r) = &self.residual {
+            if r.dims() != [d[0], w.co, ho, wo] {
+                bail!(
+                    "conv2d_bf16: residual {:?} for an output ({}, {}, {ho}, {wo})",
+                    r.dims(),
+                    d[0],
+                    w.co
+                );
+            }
+        }
+        let x = cpu::slice::<f32>(s, l)?;
+        let y = with_all(&[&self.norm_weight, &self.norm_bias], |t| {
+            with_opt(self.residual.as_ref(), |r| {
+                let norm = conv::PreNorm {
+                    groups: self.groups,
+                    weight: t[0],
+                    bias: t[1],
+                    eps: self.eps,
+                    silu: self.silu,
+                };
+                Ok(conv::conv2d_bf16_normed(
+                    x,
+                    Some(&norm),
+                    r,
+                    (d[0], d[2], d[3]),
+                    w,
+                    self.kernel,
+                ))
+            })
+        })?;
+        Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
+    }
+}
+
 /// Runs `f` on the f32 data of every tensor of `ts` (each contiguous, on the CPU).
 fn with_all<R>(ts: &[&Tensor], f: impl FnOnce(&[&[f32]]) -> Result<R>) -> Result<R> {
     fn go<R>(

@@ -371,6 +371,45 @@ pub fn conv2d_bf16(x: &Tensor, w: &Bf16Conv2d) -> Result<Tensor> {
     })
 }
 
+/// [`group_norm_conv2d`] on bf16-packed weights ([`conv2d_bf16`], inference only): GroupNorm
+/// (+ SiLU) in f32, the bf16 conv, then `residual` added; where the conv runs by Winograd the
+/// norm and the residual are folded into its packing, with the bits of the separate steps.
+///
+/// # Shapes
+/// x: (b, c_in, h, w) f32, norm (groups, weight (c_in), bias (c_in), eps, silu),
+/// residual: (b, c_out, h', w') → (b, c_out, h', w') f32
+pub fn group_norm_conv2d_bf16(
+    x: &Tensor,
+    norm: (usize, &Tensor, &Tensor, f64, bool),
+    w: &Bf16Conv2d,
+    residual: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (groups, nw, nb, eps, silu) = norm;
+    let mut ts = vec![x, nw, nb];
+    ts.extend(residual);
+    if !ts
+        .iter()
+        .all(|t| t.device().is_cpu() && t.dtype() == DType::F32)
+    {
+        candle_core::bail!(
+            "conv2d_bf16: needs f32 inputs on the CPU, got {:?} on {:?}",
+            x.dtype(),
+            x.device().location()
+        );
+    }
+    x.contiguous()?
+        .apply_op1_no_bwd(&crate::fused::NormConv2dBf16 {
+            groups,
+            eps,
+            silu,
+            norm_weight: nw.contiguous()?,
+            norm_bias: nb.contiguous()?,
+            weights: w.weights.clone(),
+            kernel: w.kernel,
+            residual: residual.map(|r| r.contiguous()).transpose()?,
+        })
+}
+
 /// A linear layer's weights rounded to bf16 and packed (once, at load) for [`linear_bf16`].
 #[derive(Debug, Clone)]
 pub struct Bf16Linear {

@@ -89,14 +89,10 @@ impl Conv2d {
         then_swish: bool,
         residual: Option<&Tensor>,
     ) -> Result<Tensor> {
-        if self.bf16.is_some() {
-            let y = self.forward(&norm.forward(x, then_swish)?)?;
-            return match residual {
-                Some(r) => r + y,
-                None => Ok(y),
-            };
-        }
         let n = (norm.groups, &norm.weight, &norm.bias, GN_EPS, then_swish);
+        if let Some(p) = &self.bf16 {
+            return ops::group_norm_conv2d_bf16(x, n, p, residual);
+        }
         let conv = (&self.weight, Some(&self.bias));
         ops::group_norm_conv2d(x, n, conv, residual, self.stride, self.pad)
     }

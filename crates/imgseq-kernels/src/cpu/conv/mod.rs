@@ -208,6 +208,42 @@ pub fn conv2d_bf16(
     bf16::conv2d_direct(x, b, h, w, wt, kernel)
 }
 
+/// [`conv2d_normed`] on bf16 weights: GroupNorm (+ SiLU) of x when `norm` is given, the bf16
+/// conv ([`conv2d_bf16`]), then `residual` added. Where the conv runs by Winograd the norm and
+/// the residual are folded into its packing ([`winograd::Fold`]); else the separate steps.
+/// Both give the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bf16_normed(
+    x: &[f32],
+    norm: Option<&PreNorm>,
+    residual: Option<&[f32]>,
+    (b, h, w): (usize, usize, usize),
+    wt: &bf16::ConvWeights,
+    kernel: Kernel,
+) -> Vec<f32> {
+    let hw = h * w;
+    let kernel = kernel.checked();
+    if let Some(ua) = wt.winograd_weights(h, w, kernel) {
+        let g = wt.geom(b, h, w);
+        let coefs = norm.map(|n| {
+            super::norm::group_norm_coefs(x, g.ci, hw, n.groups, n.weight, n.bias, n.eps, n.silu)
+        });
+        let fold = winograd::Fold {
+            norm: coefs.as_deref(),
+            residual,
+        };
+        return winograd::conv2d_bf16_folded(x, fold, ua, Some(wt.bias()), &g, kernel);
+    }
+    let normed = norm
+        .map(|n| super::norm::group_norm(x, wt.ci, hw, n.groups, n.weight, n.bias, n.eps, n.silu));
+    let mut y = conv2d_bf16(normed.as_deref().unwrap_or(x), b, h, w, wt, kernel);
+    if let Some(r) = residual {
+        use rayon::prelude::*;
+        y.par_iter_mut().zip(r).for_each(|(y, r)| *y = *r + *y);
+    }
+    y
+}
+
 /// Shapes and padding of one convolution.
 #[derive(Debug, Clone, Copy)]
 pub struct Geom {

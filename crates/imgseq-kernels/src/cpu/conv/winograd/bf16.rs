@@ -3,7 +3,7 @@
 
 use super::supports;
 use super::transform::{transform_weights, F2x3, Wino};
-use super::{drive, with_scratch, Isa};
+use super::{drive, with_scratch, Fold, Isa};
 use crate::cpu::bf16::{pack_pairs, ukernel, word, Kernel, KC, MR, NB};
 use crate::cpu::conv::Geom;
 use crate::cpu::SyncPtr;
@@ -50,11 +50,25 @@ pub fn conv2d_bf16(
     g: &Geom,
     kernel: Kernel,
 ) -> Vec<f32> {
+    conv2d_bf16_folded(x, Fold::default(), ua, bias, g, kernel)
+}
+
+/// [`conv2d_bf16`] with a [`Fold`] (the input's GroupNorm and the output's residual, in f32
+/// as in [`super::conv2d_folded`]).
+pub fn conv2d_bf16_folded(
+    x: &[f32],
+    fold: Fold,
+    ua: &[u32],
+    bias: Option<&[f32]>,
+    g: &Geom,
+    kernel: Kernel,
+) -> Vec<f32> {
     assert!(supports(g), "winograd: not a stride-1 3×3 conv: {g:?}");
     assert_eq!(x.len(), g.b * g.ci * g.h * g.w, "winograd: input size");
     let words = 16 * g.co.next_multiple_of(MR) * g.ci.div_ceil(2);
     assert_eq!(ua.len(), words, "winograd: packed weight size");
-    run_bf16::<2, 4, F2x3>(x, ua, bias, g, Isa::best(), kernel.checked())
+    fold.check(g);
+    run_bf16::<2, 4, F2x3>(x, fold, ua, bias, g, Isa::best(), kernel.checked())
 }
 
 /// The transformed weights U = G g Gᵀ of F(2×2, 3×3) of w (co, ci, 3, 3), rounded to bf16
@@ -88,6 +102,7 @@ pub fn pack_weights_bf16(w: &[f32], ci: usize, co: usize) -> Vec<u32> {
 
 fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
     x: &[f32],
+    fold: Fold,
     ua: &[u32],
     bias: Option<&[f32]>,
     g: &Geom,
@@ -97,29 +112,21 @@ fn run_bf16<const M: usize, const A: usize, K: Wino<M, A>>(
     let (ci, aa) = (g.ci, A * A);
     let (ci2, co_pad) = (ci.div_ceil(2), g.co.next_multiple_of(MR));
     // Task blocks as in the f32 conv (f32 bytes of transformed input + products).
-    drive::<M, A, K>(
-        x,
-        Default::default(),
-        bias,
-        g,
-        isa,
-        (co_pad, NB),
-        |t, mb| {
-            with_scratch(&WORDS_V, aa * ci2 * t.tp_max, |vw| {
-                pack_tiles(t.v, vw, aa, ci, t.tp, t.outer);
-                let vw: &[u32] = vw;
-                let products = Products {
-                    ua,
-                    vw,
-                    ci2,
-                    co_pad,
-                    tp: t.tp,
-                    kernel,
-                };
-                products.run(mb, aa, t.outer);
-            })
-        },
-    )
+    drive::<M, A, K>(x, fold, bias, g, isa, (co_pad, NB), |t, mb| {
+        with_scratch(&WORDS_V, aa * ci2 * t.tp_max, |vw| {
+            pack_tiles(t.v, vw, aa, ci, t.tp, t.outer);
+            let vw: &[u32] = vw;
+            let products = Products {
+                ua,
+                vw,
+                ci2,
+                co_pad,
+                tp: t.tp,
+                kernel,
+            };
+            products.run(mb, aa, t.outer);
+        })
+    })
 }
 
 /// V (α², ci, tp) f32 as the micro-kernel's B: (α², ⌈ci/2⌉, tp) words, channels paired.

@@ -28,7 +28,7 @@ mod simd;
 mod transform;
 
 pub use crate::cpu::norm::ChannelNorm;
-pub use bf16::{auto_bf16, bf16_candidate, conv2d_bf16, pack_weights_bf16};
+pub use bf16::{auto_bf16, bf16_candidate, conv2d_bf16, conv2d_bf16_folded, pack_weights_bf16};
 
 use super::Geom;
 use crate::cpu::features::features;
@@ -119,6 +119,24 @@ pub fn conv2d_isa(
 pub struct Fold<'a> {
     pub norm: Option<&'a [ChannelNorm<f32>]>,
     pub residual: Option<&'a [f32]>,
+}
+
+impl Fold<'_> {
+    /// Panics unless the sizes fit the conv: one norm per (image, channel in), a residual
+    /// of the output's size.
+    fn check(&self, g: &Geom) {
+        if let Some(n) = self.norm {
+            assert_eq!(
+                n.len(),
+                g.b * g.ci,
+                "winograd: one norm per (image, channel)"
+            );
+        }
+        if let Some(r) = self.residual {
+            let (ho, wo) = g.out_hw();
+            assert_eq!(r.len(), g.b * g.co * ho * wo, "winograd: residual size");
+        }
+    }
 }
 
 /// [`conv2d`] with a [`Fold`].
