@@ -120,7 +120,7 @@ fn wide_sum<T: Real>(a: &[T], f: impl Fn(T) -> T) -> T {
     while w > 1 {
         w /= 2;
         for l in 0..w {
-            acc[l] = acc[l] + acc[l + w];
+            acc[l] += acc[l + w];
         }
     }
     let mut s = T::ZERO;

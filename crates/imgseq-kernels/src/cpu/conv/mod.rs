@@ -178,10 +178,7 @@ pub fn conv2d_normed(
     }
     let h = super::norm::group_norm(x, g.ci, hw, groups, weight, shift, eps, silu);
     let mut y = conv2d(&h, w, bias, g);
-    if let Some(r) = residual {
-        use rayon::prelude::*;
-        y.par_iter_mut().zip(r).for_each(|(y, r)| *y = *r + *y);
-    }
+    add_residual(&mut y, residual);
     y
 }
 
@@ -237,11 +234,17 @@ pub fn conv2d_bf16_normed(
     let normed = norm
         .map(|n| super::norm::group_norm(x, wt.ci, hw, n.groups, n.weight, n.bias, n.eps, n.silu));
     let mut y = conv2d_bf16(normed.as_deref().unwrap_or(x), b, h, w, wt, kernel);
-    if let Some(r) = residual {
-        use rayon::prelude::*;
-        y.par_iter_mut().zip(r).for_each(|(y, r)| *y = *r + *y);
-    }
+    add_residual(&mut y, residual);
     y
+}
+
+/// y += residual (when given), in parallel: the skip connection where a conv cannot fold it
+/// into its output (the same bits as [`winograd::Fold`]'s, addition being commutative).
+fn add_residual(y: &mut [f32], residual: Option<&[f32]>) {
+    use rayon::prelude::*;
+    if let Some(r) = residual {
+        y.par_iter_mut().zip(r).for_each(|(y, r)| *y += *r);
+    }
 }
 
 /// Shapes and padding of one convolution.
