@@ -400,7 +400,7 @@ pub struct Conv2d {
 }
 
 impl Conv2d {
-    fn geom(&self, x: &[usize], w: &[usize]) -> Result<conv::Geom> {
+    pub(crate) fn geom(&self, x: &[usize], w: &[usize]) -> Result<conv::Geom> {
         if x.len() != 4 || w.len() != 4 || x[1] != w[1] {
             bail!("conv2d: input {x:?} and weight {w:?} do not match");
         }
@@ -570,8 +570,15 @@ custom_op!(CustomOp1 for Bf16ConvOp, "imgseq-conv2d-bf16";
     fwd_f32(op; s, l) => bf16_conv_fwd(op, s, l));
 
 fn bf16_conv_fwd(op: &Bf16ConvOp, s: &CpuStorage, l: &Layout) -> Fwd {
-    let w = &op.weights;
-    let d = l.dims();
+    let (w, d) = (&op.weights, l.dims());
+    let (ho, wo) = bf16_out_hw(w, d)?;
+    let x = cpu::slice::<f32>(s, l)?;
+    let y = cpu::bf16::conv2d(x, d[0], d[2], d[3], w, op.kernel);
+    Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
+}
+
+/// The output size of a bf16 conv of input dims `d`, or why the input does not fit.
+pub(crate) fn bf16_out_hw(w: &cpu::bf16::ConvWeights, d: &[usize]) -> Result<(usize, usize)> {
     if d.len() != 4 || d[1] != w.ci {
         bail!(
             "conv2d_bf16: input {d:?} does not match weight ({}, {}, {}, {})",
@@ -589,10 +596,7 @@ fn bf16_conv_fwd(op: &Bf16ConvOp, s: &CpuStorage, l: &Layout) -> Fwd {
             w.kw
         );
     }
-    let x = cpu::slice::<f32>(s, l)?;
-    let (ho, wo) = w.out_hw(d[2], d[3]);
-    let y = cpu::bf16::conv2d(x, d[0], d[2], d[3], w, op.kernel);
-    Ok((CpuStorage::F32(y), Shape::from((d[0], w.co, ho, wo))))
+    Ok(w.out_hw(d[2], d[3]))
 }
 
 /// Linear on bf16-packed weights ([`crate::ops::linear_bf16`]).

@@ -25,37 +25,35 @@ pub struct NormConv2d {
 
 impl NormConv2d {
     fn geom(&self, x: &[usize]) -> Result<conv::Geom> {
-        let w = self.weight.dims();
-        if x.len() != 4 || w.len() != 4 || x[1] != w[1] {
-            bail!("conv2d: input {x:?} and weight {w:?} do not match");
-        }
-        if self.groups == 0
-            || !x[1].is_multiple_of(self.groups)
-            || self.norm_weight.elem_count() != x[1]
-        {
-            bail!(
-                "group_norm: {} groups and {} weights for {} channels",
-                self.groups,
-                self.norm_weight.elem_count(),
-                x[1]
-            );
-        }
-        let (l, r, t, b) = self.pad;
-        if x[2] + t + b < w[2] || x[3] + l + r < w[3] || self.stride == 0 {
-            bail!("conv2d: kernel {w:?} larger than padded input {x:?}");
-        }
-        Ok(conv::Geom {
-            b: x[0],
-            ci: x[1],
-            h: x[2],
-            w: x[3],
-            co: w[0],
-            kh: w[2],
-            kw: w[3],
-            s: self.stride,
+        let conv = crate::custom::Conv2d {
+            stride: self.stride,
             pad: self.pad,
-        })
+        };
+        let g = conv.geom(x, self.weight.dims())?;
+        check_norm(self.groups, &self.norm_weight, g.ci)?;
+        Ok(g)
     }
+}
+
+/// The residual, when given, has the output's dims.
+fn check_residual(residual: Option<&Tensor>, out: [usize; 4]) -> Result<()> {
+    match residual {
+        Some(r) if r.dims() != out => {
+            bail!("conv2d: residual {:?} for an output {out:?}", r.dims())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The GroupNorm's groups and weights fit `c` channels.
+fn check_norm(groups: usize, weight: &Tensor, c: usize) -> Result<()> {
+    if groups == 0 || !c.is_multiple_of(groups) || weight.elem_count() != c {
+        bail!(
+            "group_norm: {groups} groups and {} weights for {c} channels",
+            weight.elem_count()
+        );
+    }
+    Ok(())
 }
 
 impl CustomOp1 for NormConv2d {
@@ -67,16 +65,7 @@ impl CustomOp1 for NormConv2d {
         let g = self.geom(l.dims())?;
         let x = cpu::slice::<f32>(s, l)?;
         let (ho, wo) = g.out_hw();
-        if let Some(r) = &self.residual {
-            if r.dims() != [g.b, g.co, ho, wo] {
-                bail!(
-                    "conv2d: residual {:?} for an output ({}, {}, {ho}, {wo})",
-                    r.dims(),
-                    g.b,
-                    g.co
-                );
-            }
-        }
+        check_residual(self.residual.as_ref(), [g.b, g.co, ho, wo])?;
         let bias = self.bias.as_ref();
         let y = with_all(&[&self.norm_weight, &self.norm_bias, &self.weight], |t| {
             with_opt(bias, |b| {
@@ -120,41 +109,10 @@ impl CustomOp1 for NormConv2dBf16 {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let w = &self.weights;
-        let d = l.dims();
-        if d.len() != 4 || d[1] != w.ci {
-            bail!("conv2d_bf16: input {d:?} for {} input channels", w.ci);
-        }
-        if self.groups == 0
-            || !d[1].is_multiple_of(self.groups)
-            || self.norm_weight.elem_count() != d[1]
-        {
-            bail!(
-                "group_norm: {} groups and {} weights for {} channels",
-                self.groups,
-                self.norm_weight.elem_count(),
-                d[1]
-            );
-        }
-        let (l_, r, t, b) = w.pad;
-        if d[2] + t + b < w.kh || d[3] + l_ + r < w.kw {
-            bail!(
-                "conv2d_bf16: kernel {}x{} larger than padded input {d:?}",
-                w.kh,
-                w.kw
-            );
-        }
-        let (ho, wo) = w.out_hw(d[2], d[3]);
-        if let Some(r) = &self.residual {
-            if r.dims() != [d[0], w.co, ho, wo] {
-                bail!(
-                    "conv2d_bf16: residual {:?} for an output ({}, {}, {ho}, {wo})",
-                    r.dims(),
-                    d[0],
-                    w.co
-                );
-            }
-        }
+        let (w, d) = (&self.weights, l.dims());
+        let (ho, wo) = crate::custom::bf16_out_hw(w, d)?;
+        check_norm(self.groups, &self.norm_weight, d[1])?;
+        check_residual(self.residual.as_ref(), [d[0], w.co, ho, wo])?;
         let x = cpu::slice::<f32>(s, l)?;
         let y = with_all(&[&self.norm_weight, &self.norm_bias], |t| {
             with_opt(self.residual.as_ref(), |r| {

@@ -165,17 +165,7 @@ pub fn conv2d_folded_isa(
     assert!(isa.available(), "winograd: this CPU cannot run {isa:?}");
     assert_eq!(x.len(), g.b * g.ci * g.h * g.w, "winograd: input size");
     assert_eq!(w.len(), g.co * g.ci * 9, "winograd: weight size");
-    if let Some(n) = fold.norm {
-        assert_eq!(
-            n.len(),
-            g.b * g.ci,
-            "winograd: one norm per (image, channel)"
-        );
-    }
-    if let Some(r) = fold.residual {
-        let (ho, wo) = g.out_hw();
-        assert_eq!(r.len(), g.b * g.co * ho * wo, "winograd: residual size");
-    }
+    fold.check(g);
     match tile {
         Tile::F2 => run::<2, 4, F2x3>(x, fold, w, bias, g, isa),
         Tile::F4 => run::<4, 6, F4x3>(x, fold, w, bias, g, isa),
