@@ -229,9 +229,7 @@ multiversion! {
     /// Backward of one slab: writes dx, and the slab's per-channel Σ g'·x̂ / Σ g' into dw / db.
     fn gn_bwd_slab<T>(x: &[T], w: &[T], b: &[T], g: &[T], dx: &mut [T], dw: &mut [T], db: &mut [T], eps: T, silu: bool) {
         let n = T::c(x.len() as f64);
-        let mean = sum(x) / n;
-        let var = sum_sq_dev(x, mean) / n;
-        let rstd = T::ONE / (var + eps).sqrt();
+        let (mean, rstd) = gn_stats(x, eps);
         let hw = x.len() / w.len();
         let mut a_sum = T::ZERO;
         let mut b_sum = T::ZERO;
