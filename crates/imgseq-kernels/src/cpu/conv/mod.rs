@@ -145,6 +145,20 @@ pub struct PreNorm<'a> {
     pub silu: bool,
 }
 
+impl PreNorm<'_> {
+    /// Its per-(image, channel) coefficients for x (b, c, hw), for a conv to fold in.
+    fn coefs(&self, x: &[f32], c: usize, hw: usize) -> Vec<super::norm::ChannelNorm<f32>> {
+        let (w, b) = (self.weight, self.bias);
+        super::norm::group_norm_coefs(x, c, hw, self.groups, w, b, self.eps, self.silu)
+    }
+
+    /// x (b, c, hw) normalised, written out.
+    fn apply(&self, x: &[f32], c: usize, hw: usize) -> Vec<f32> {
+        let (w, b) = (self.weight, self.bias);
+        super::norm::group_norm(x, c, hw, self.groups, w, b, self.eps, self.silu)
+    }
+}
+
 /// GroupNorm (+ SiLU) of x, then [`conv2d`], then `residual` added (when given: a map of the
 /// output's shape) — what a ResNet block does around each of its convs. Where the conv runs by
 /// Winograd, only the GroupNorm's statistics are computed up front: each channel is
@@ -161,22 +175,15 @@ pub fn conv2d_normed(
     g: &Geom,
 ) -> Vec<f32> {
     let hw = g.h * g.w;
-    let PreNorm {
-        groups,
-        weight,
-        bias: shift,
-        eps,
-        silu,
-    } = *norm;
     if let Some(tile) = winograd_tile::<f32>(g) {
-        let coefs = super::norm::group_norm_coefs(x, g.ci, hw, groups, weight, shift, eps, silu);
+        let coefs = norm.coefs(x, g.ci, hw);
         let fold = winograd::Fold {
             norm: Some(&coefs),
             residual,
         };
         return winograd::conv2d_folded(x, fold, w, bias, g, tile);
     }
-    let h = super::norm::group_norm(x, g.ci, hw, groups, weight, shift, eps, silu);
+    let h = norm.apply(x, g.ci, hw);
     let mut y = conv2d(&h, w, bias, g);
     add_residual(&mut y, residual);
     y
@@ -222,17 +229,14 @@ pub fn conv2d_bf16_normed(
     let kernel = kernel.checked();
     if let Some(ua) = wt.winograd_weights(h, w, kernel) {
         let g = wt.geom(b, h, w);
-        let coefs = norm.map(|n| {
-            super::norm::group_norm_coefs(x, g.ci, hw, n.groups, n.weight, n.bias, n.eps, n.silu)
-        });
+        let coefs = norm.map(|n| n.coefs(x, g.ci, hw));
         let fold = winograd::Fold {
             norm: coefs.as_deref(),
             residual,
         };
         return winograd::conv2d_bf16_folded(x, fold, ua, Some(wt.bias()), &g, kernel);
     }
-    let normed = norm
-        .map(|n| super::norm::group_norm(x, wt.ci, hw, n.groups, n.weight, n.bias, n.eps, n.silu));
+    let normed = norm.map(|n| n.apply(x, wt.ci, hw));
     let mut y = conv2d_bf16(normed.as_deref().unwrap_or(x), b, h, w, wt, kernel);
     add_residual(&mut y, residual);
     y
