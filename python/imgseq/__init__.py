@@ -279,9 +279,9 @@ _JSON = ".json"
 _MAX_MEMBER_BYTES = 64 << 20
 
 
-def _tokens_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
-    """The (h, w) integer token grid of a ``.tokens.npy`` member, its header checked against its
-    bytes before anything is allocated; ``ValueError`` otherwise."""
+def _npy_header(shard: Path, name: str, raw: bytes):
+    """A ``.npy`` member's (shape, fortran order, dtype) and a reader positioned at its data;
+    ``ValueError`` naming the shard and member when the header does not parse."""
     f = io.BytesIO(raw)
     try:
         version = np.lib.format.read_magic(f)
@@ -291,6 +291,13 @@ def _tokens_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
     except (ValueError, EOFError, SyntaxError) as e:
         raise ValueError(f"{shard}: {name} is not a .npy array ({e})") from None
+    return shape, fortran, dtype, f
+
+
+def _tokens_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
+    """The (h, w) integer token grid of a ``.tokens.npy`` member, its header checked against its
+    bytes before anything is allocated; ``ValueError`` otherwise."""
+    shape, fortran, dtype, f = _npy_header(shard, name, raw)
     if dtype.kind not in "iu" or dtype.hasobject:
         raise ValueError(f"{shard}: {name} holds {dtype} values, not integer tokens")
     if len(shape) != 2:
@@ -388,15 +395,7 @@ _LATENT = ".latent.npy"
 
 def _latent_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
     """The float16 array of a ``.latent.npy`` member (header checked against its bytes)."""
-    f = io.BytesIO(raw)
-    try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    except (ValueError, EOFError, SyntaxError) as e:
-        raise ValueError(f"{shard}: {name} is not a .npy array ({e})") from None
+    shape, fortran, dtype, f = _npy_header(shard, name, raw)
     if dtype != np.dtype("<f2") or fortran:
         raise ValueError(f"{shard}: {name} holds {dtype} values, not a float16 latent")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
