@@ -375,6 +375,27 @@ impl Encoder {
         let h = self.mid_block_2.forward(&h)?;
         self.conv_out.forward_normed(&h, &self.norm_out, true, None) // (b, z_channels, H/f, W/f)
     }
+
+    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
+        f(&mut self.conv_in)?;
+        for level in &mut self.down {
+            for b in &mut level.block {
+                b.for_each_conv(f)?;
+            }
+            for a in &mut level.attn {
+                a.for_each_conv(f)?;
+            }
+            if let Some(d) = &mut level.downsample {
+                f(&mut d.conv)?;
+            }
+        }
+        self.mid_block_1.for_each_conv(f)?;
+        if let Some(a) = &mut self.mid_attn_1 {
+            a.for_each_conv(f)?;
+        }
+        self.mid_block_2.for_each_conv(f)?;
+        f(&mut self.conv_out)
+    }
 }
 
 /// The middle attention block, unless the variant has none.
@@ -540,9 +561,12 @@ pub struct VqModel {
     quantize: VectorQuantizer,
     post_quant_conv: Conv2d, // 1×1, embed_dim → z_channels
     decoder: Decoder,
-    /// The arithmetic of the decoding convs ([`Self::set_precision`]); the encoder, the
-    /// quantizer's search, the norms and attention's products are f32 either way.
+    /// The arithmetic of the decoding convs ([`Self::set_precision`]); the quantizer's
+    /// search, the norms and attention's products are f32 either way.
     precision: Precision,
+    /// The arithmetic of the encoding convs (the encoder and `quant_conv`): f32 unless the
+    /// user opts in ([`Self::set_encoder_precision`]).
+    encoder_precision: Precision,
     /// The bf16 code path the packed weights were made for.
     bf16_kernel: Bf16Kernel,
 }
@@ -573,6 +597,7 @@ impl VqModel {
             )?,
             decoder: Decoder::new(dd, &cfg.variant, vb.pp("decoder"))?,
             precision: Precision::F32,
+            encoder_precision: Precision::F32,
             bf16_kernel: Bf16Kernel::best(),
         })
     }
@@ -594,6 +619,28 @@ impl VqModel {
         self.set_precision_on(precision, Bf16Kernel::best())
     }
 
+    /// The arithmetic the encoding convs run in.
+    pub fn encoder_precision(&self) -> Precision {
+        self.encoder_precision
+    }
+
+    /// Runs the encoding convs (the encoder and `quant_conv`) in `precision`, on the same
+    /// bf16 code path as the decoding convs — an opt-in: bf16 encoder convs move some latents
+    /// across a codebook boundary, so the tokens are no longer always the f32 tokens
+    /// ([`Self::set_precision`] says how many; [`crate::precision::encoder_token_agreement`]
+    /// measures it on a built-in picture). Norms, attention and the search stay f32.
+    pub fn set_encoder_precision(&mut self, precision: Precision) -> Result<()> {
+        if precision == self.encoder_precision {
+            return Ok(());
+        }
+        let kernel = self.bf16_kernel;
+        let mut set = |c: &mut Conv2d| c.set_precision(precision, kernel);
+        set(&mut self.quant_conv)?;
+        self.encoder.for_each_conv(&mut set)?;
+        self.encoder_precision = precision;
+        Ok(())
+    }
+
     /// [`Self::set_precision`] on a given bf16 code path (tests compare the two).
     pub fn set_precision_on(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
         if precision == self.precision
@@ -605,6 +652,12 @@ impl VqModel {
         set(&mut self.post_quant_conv)?;
         self.decoder.for_each_conv(&mut set)?;
         self.precision = precision;
+        if kernel != self.bf16_kernel && self.encoder_precision == Precision::Bf16 {
+            // The encoder's packed weights follow the code path too.
+            self.quant_conv.set_precision(Precision::Bf16, kernel)?;
+            self.encoder
+                .for_each_conv(&mut |c| c.set_precision(Precision::Bf16, kernel))?;
+        }
         self.bf16_kernel = kernel;
         Ok(())
     }

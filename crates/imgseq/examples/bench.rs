@@ -3,7 +3,7 @@
 //!
 //!   bench vit-train DIR BATCH STEPS    DIR: config.json, model.safetensors, inputs.safetensors
 //!   bench vit-infer DIR BATCH STEPS [candle]   (default: `Classifier::logits`; candle: the model's forward)
-//!   bench vq DIR REPS [f32|bf16]       DIR: config.json, model.safetensors, inputs.safetensors (x)
+//!   bench vq DIR REPS [f32|bf16|bf16-encoder]   DIR: config.json, model.safetensors, inputs.safetensors (x)
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
@@ -106,10 +106,15 @@ fn main() -> anyhow::Result<()> {
                 Some(&dir.join("config.json")),
                 &dev,
             )?;
-            // bf16: the weights are packed here, at load (not timed), as the CLI does.
-            let bf16 = args.get(3).map(String::as_str) == Some("bf16");
+            // bf16: the weights are packed here, at load (not timed), as the CLI does;
+            // bf16-encoder: the encoder's too (the user's opt-in).
+            let mode = args.get(3).map(String::as_str).unwrap_or("f32");
+            let bf16 = mode != "f32";
             if bf16 {
                 model.set_precision(imgseq_kernels::Precision::Bf16)?;
+            }
+            if mode == "bf16-encoder" {
+                model.set_encoder_precision(imgseq_kernels::Precision::Bf16)?;
             }
             let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
             let x = inp["x"].clone();
@@ -125,10 +130,9 @@ fn main() -> anyhow::Result<()> {
                 let mut out = std::collections::HashMap::new();
                 out.insert("indices".to_string(), i.to_dtype(DType::I64)?);
                 out.insert("reconstruction".to_string(), rec);
-                let name = if bf16 {
-                    "rust_out_bf16.safetensors"
-                } else {
-                    "rust_out.safetensors"
+                let name = match mode {
+                    "f32" => "rust_out.safetensors".to_string(),
+                    m => format!("rust_out_{}.safetensors", m.replace('-', "_")),
                 };
                 imgseq_vit::checkpoint::save_tensors(dir.join(name), &out)?;
             }

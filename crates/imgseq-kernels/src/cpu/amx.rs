@@ -76,20 +76,25 @@ impl Drop for TileScope {
     }
 }
 
-/// C (32 × 32 f32, rows `ldc` floats apart) += Σ over `steps` of A (32 × 16 words) · B (16
-/// word-rows × 32 columns), the four 16 × 16 accumulators held in tiles 0–3 throughout.
+/// C (32 × 32 f32, rows `ldc` floats apart) = start + Σ over `steps` of A (32 × 16 words) ·
+/// B (16 word-rows × 32 columns), the four 16 × 16 accumulators held in tiles 0–3 throughout.
+/// `start` is C's own contents, or with `init` a 32 × 16 block (rows 16 floats apart) that
+/// both 16-column halves of C start from (a conv's bias, one value a row: no C buffer to fill).
 ///
 /// Step `s` reads A at `a(s)` (two 16 × 16-word tiles, rows 0–15 then 16–31, each row 16
 /// consecutive words) and B at `b(s)` (16 rows `ldb` words apart, 32 consecutive words each).
 ///
 /// # Safety
-/// A [`TileScope`] is alive on this thread; `c` covers 31·ldc + 32 floats; every `a(s)`
-/// covers 2·[`TILE_WORDS`] words and every `b(s)` covers 15·ldb + 32 words.
+/// A [`TileScope`] is alive on this thread; `c` covers 31·ldc + 32 floats; `init`, when
+/// given, covers 512 floats; every `a(s)` covers 2·[`TILE_WORDS`] words and every `b(s)`
+/// covers 15·ldb + 32 words.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn block_32x32(
     c: *mut f32,
     ldc: usize,
+    init: Option<*const f32>,
     steps: usize,
     ldb: usize,
     mut a: impl FnMut(usize) -> *const u32,
@@ -97,16 +102,24 @@ pub(crate) unsafe fn block_32x32(
 ) {
     use std::arch::asm;
     let sc = ldc * 4;
+    // Where the four accumulators start: C itself, or the init block for both halves.
+    let (start, ss) = match init {
+        Some(p) => ([p, p, p.add(256), p.add(256)], 64),
+        None => {
+            let c = c as *const f32;
+            ([c, c.add(16), c.add(16 * ldc), c.add(16 * ldc + 16)], sc)
+        }
+    };
     asm!(
         "tileloadd tmm0, [{c0} + {s}*1]",
         "tileloadd tmm1, [{c1} + {s}*1]",
         "tileloadd tmm2, [{c2} + {s}*1]",
         "tileloadd tmm3, [{c3} + {s}*1]",
-        c0 = in(reg) c,
-        c1 = in(reg) c.add(16),
-        c2 = in(reg) c.add(16 * ldc),
-        c3 = in(reg) c.add(16 * ldc + 16),
-        s = in(reg) sc,
+        c0 = in(reg) start[0],
+        c1 = in(reg) start[1],
+        c2 = in(reg) start[2],
+        c3 = in(reg) start[3],
+        s = in(reg) ss,
         options(nostack, readonly),
     );
     let sb = ldb * 4;
@@ -145,9 +158,11 @@ pub(crate) unsafe fn block_32x32(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn block_32x32(
     _c: *mut f32,
     _ldc: usize,
+    _init: Option<*const f32>,
     _steps: usize,
     _ldb: usize,
     _a: impl FnMut(usize) -> *const u32,

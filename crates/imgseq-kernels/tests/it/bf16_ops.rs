@@ -442,40 +442,49 @@ fn bf16_ops_refuse_mismatched_inputs() {
     assert!(Bf16Linear::new(&wl, Some(&b), Bf16Kernel::Portable).is_err());
 }
 
-/// `group_norm_conv2d_bf16` (the GroupNorm folded into the bf16 Winograd conv's packing, the
-/// residual into its output) against GroupNorm → bf16 conv → + residual as separate ops: the
-/// same bits, for Winograd and the direct conv, on the portable and the best kernel.
+/// `group_norm_conv2d_bf16` (the GroupNorm folded into the bf16 conv's packing, the residual
+/// into its output) against GroupNorm → bf16 conv → + residual as separate ops: the same bits,
+/// for Winograd and the direct conv (on AMX tiles where the CPU has them), on the portable and
+/// the best kernel, with and without SiLU, an odd channel count and a strided conv.
 #[test]
 fn bf16_group_norm_conv_equals_the_separate_ops() {
-    let (b, ci, co, h, w) = (2, 64, 32, 13, 11);
-    let x = rand(&[b, ci, h, w], 61, 1.0, DType::F32);
-    let cw = rand(
-        &[co, ci, 3, 3],
-        62,
-        (2.0 / (9.0 * ci as f64)).sqrt(),
-        DType::F32,
-    );
-    let cb = rand(&[co], 63, 0.1, DType::F32);
-    let nw = (rand(&[ci], 64, 0.5, DType::F32) + 1.0).unwrap();
-    let nb = rand(&[ci], 65, 0.5, DType::F32);
-    let res = rand(&[b, co, h, w], 66, 1.0, DType::F32);
-    for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
-        for algo in [Bf16ConvAlgo::Winograd, Bf16ConvAlgo::Direct] {
-            let p =
-                Bf16Conv2d::with_algo(&cw, Some(&cb), 1, Padding::same(1), kernel, algo).unwrap();
-            for r in [None, Some(&res)] {
-                let sep =
-                    ops::conv2d_bf16(&ops::group_norm(&x, 32, &nw, &nb, 1e-6, true).unwrap(), &p)
-                        .unwrap();
-                let sep = match r {
-                    Some(r) => (r + sep).unwrap(),
-                    None => sep,
-                };
-                let one =
-                    ops::group_norm_conv2d_bf16(&x, (32, &nw, &nb, 1e-6, true), &p, r).unwrap();
-                let (a, e) = (vec32(&one), vec32(&sep));
-                let same = a.iter().zip(&e).all(|(a, e)| a.to_bits() == e.to_bits());
-                assert!(same, "{kernel:?} {algo:?} residual {}", r.is_some());
+    // (channels in, groups, SiLU, stride)
+    for (ci, groups, silu, stride) in [(64, 32, true, 1), (63, 21, false, 1), (64, 32, true, 2)] {
+        let (b, co, h, w) = (2, 32, 13, 11);
+        let x = rand(&[b, ci, h, w], 61, 1.0, DType::F32);
+        let cw = rand(
+            &[co, ci, 3, 3],
+            62,
+            (2.0 / (9.0 * ci as f64)).sqrt(),
+            DType::F32,
+        );
+        let cb = rand(&[co], 63, 0.1, DType::F32);
+        let nw = (rand(&[ci], 64, 0.5, DType::F32) + 1.0).unwrap();
+        let nb = rand(&[ci], 65, 0.5, DType::F32);
+        let (ho, wo) = ((h + 2 - 3) / stride + 1, (w + 2 - 3) / stride + 1);
+        let res = rand(&[b, co, ho, wo], 66, 1.0, DType::F32);
+        let algos: &[Bf16ConvAlgo] = match stride {
+            1 => &[Bf16ConvAlgo::Winograd, Bf16ConvAlgo::Direct],
+            _ => &[Bf16ConvAlgo::Direct],
+        };
+        for kernel in [Bf16Kernel::Portable, Bf16Kernel::best()] {
+            for &algo in algos {
+                let pad = Padding::same(1);
+                let p = Bf16Conv2d::with_algo(&cw, Some(&cb), stride, pad, kernel, algo).unwrap();
+                let normed = ops::group_norm(&x, groups, &nw, &nb, 1e-6, silu).unwrap();
+                for r in [None, Some(&res)] {
+                    let sep = ops::conv2d_bf16(&normed, &p).unwrap();
+                    let sep = match r {
+                        Some(r) => (r + sep).unwrap(),
+                        None => sep,
+                    };
+                    let gn = (groups, &nw, &nb, 1e-6, silu);
+                    let one = ops::group_norm_conv2d_bf16(&x, gn, &p, r).unwrap();
+                    let (a, e) = (vec32(&one), vec32(&sep));
+                    let same = a.iter().zip(&e).all(|(a, e)| a.to_bits() == e.to_bits());
+                    let case = format!("ci {ci} silu {silu} stride {stride}");
+                    assert!(same, "{kernel:?} {algo:?} {case} residual {}", r.is_some());
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 //! every tap and reduction block ([`amx::block_32x32`]).
 
 use super::bf16::{direct_conv, ConvWeights};
+use super::winograd::Fold;
 use crate::cpu::amx;
 use crate::cpu::bf16::{round_up, MR};
 
@@ -33,31 +34,40 @@ fn tiles(wt: &ConvWeights) -> &[u32] {
 
 /// The direct bf16 conv on AMX tiles (only where [`amx::available`]: the caller,
 /// [`super::conv2d_bf16`], runs it for a checked [`crate::cpu::bf16::Kernel::Amx`]).
-pub(super) fn conv2d(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) -> Vec<f32> {
+pub(super) fn conv2d(
+    x: &[f32],
+    fold: Fold,
+    bhw: (usize, usize, usize),
+    wt: &ConvWeights,
+) -> Vec<f32> {
     const BLK: usize = 32; // C block: rows (channels) and columns (p-space)
     let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
     let tiles_a = tiles(wt);
     let a_block = kk * kb * 2 * amx::TILE_WORDS;
     direct_conv(
         x,
-        b,
-        h,
-        w,
+        fold,
+        bhw,
         wt,
         kb * amx::TK,
-        BLK,
-        BLK,
-        24,
+        (BLK, BLK, 24),
+        false,
         |cbuf, t, img, g| {
             let off = |tap: usize| g.off(tap / wt.kw, tap % wt.kw);
             let img = img.as_ptr();
+            // Each row block's C starts at the bias: 32 rows of 16 copies of its channel's.
+            let starts: Vec<f32> = (t.blk0 * BLK..t.blk1 * BLK)
+                .flat_map(|o| [wt.bias.get(o).copied().unwrap_or(0.0); amx::TK])
+                .collect();
             // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
             let _scope = unsafe { amx::TileScope::new() };
             for nb in (0..t.len).step_by(BLK) {
                 for blk in t.blk0..t.blk1 {
                     let c = cbuf[(blk - t.blk0) * BLK * t.len + nb..].as_mut_ptr();
+                    let init = starts[(blk - t.blk0) * BLK * amx::TK..].as_ptr();
                     let a = tiles_a[blk * a_block..].as_ptr();
-                    // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32);
+                    // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32),
+                    // written whole; init is this block's 32 × 16 floats of `starts`;
                     // step s = (tap, pair block) reads 2 tiles of this block's packed weights and
                     // 16 planes of this image at the tap's offset: inside the packed input, whose
                     // slack covers the columns read past the last plane.
@@ -65,6 +75,7 @@ pub(super) fn conv2d(x: &[f32], b: usize, h: usize, w: usize, wt: &ConvWeights) 
                         amx::block_32x32(
                             c,
                             t.len,
+                            Some(init),
                             kk * kb,
                             g.plane,
                             |s| a.add(s * 2 * amx::TILE_WORDS),

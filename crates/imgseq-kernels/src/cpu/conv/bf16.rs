@@ -4,8 +4,10 @@
 //! [`crate::cpu::bf16`] (the arithmetic and layout are described there). [`direct_conv`] is
 //! the frame both direct convs share; the AMX one ([`super::amx`]) brings its own products.
 
-use super::{winograd, Geom, Plan};
+use super::winograd::{self, Fold};
+use super::{Geom, Plan};
 use crate::cpu::bf16::{pack_pairs, padded_bias, round_up, ukernel, word, Kernel, KC, MR, NB};
+use crate::cpu::norm::{gn_apply, ChannelNorm};
 use crate::cpu::{threads, SyncPtr};
 use rayon::prelude::*;
 
@@ -24,7 +26,7 @@ pub struct ConvWeights {
     /// `[co rounded up to MR / MR][tap][pair][MR]` words.
     pub(super) data: Vec<u32>,
     /// (co rounded up to MR)
-    bias: Vec<f32>,
+    pub(super) bias: Vec<f32>,
     /// The transformed weights of Winograd F(2×2, 3×3)
     /// ([`super::winograd::pack_weights_bf16`]), where `algo` may run it.
     wino: Option<Vec<u32>>,
@@ -167,8 +169,16 @@ impl ConvWeights {
 
 /// The input as words: (b, planes, plane), zero-padded (planes ≥ ⌈ci / 2⌉: the ones past
 /// the channels are zero), plus NB words of slack at the end (the last micro-tile reads past
-/// p-space; those columns are dropped).
-fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u32> {
+/// p-space; those columns are dropped). With `norm` (one per (image, channel)) each row is
+/// normalised on its way in ([`gn_apply`], the bits of GroupNorm run first).
+fn pack_input(
+    x: &[f32],
+    b: usize,
+    ci: usize,
+    planes: usize,
+    g: &Plan,
+    norm: Option<&[ChannelNorm<f32>]>,
+) -> Vec<u32> {
     let ci2 = ci.div_ceil(2);
     let hw = g.h * g.w;
     let mut xp = vec![0u32; b * planes * g.plane + NB];
@@ -184,11 +194,22 @@ fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u3
             let ch = |c: usize| &x[(bi * ci + c) * hw..(bi * ci + c + 1) * hw];
             let lo = ch(2 * k);
             let hi = (2 * k + 1 < ci).then(|| ch(2 * k + 1));
-            fn row(c: &[f32], y: usize, w: usize) -> &[f32] {
-                &c[y * w..(y + 1) * w]
-            }
+            let coef = |c: usize| norm.filter(|_| c < ci).map(|nm| nm[bi * ci + c]);
+            let (nlo, nhi) = (coef(2 * k), coef(2 * k + 1));
+            // The normalised rows (only with a norm).
+            let mut rows = vec![0f32; if norm.is_some() { 2 * g.w } else { 0 }];
             for y in 0..g.h {
-                let (rl, rh) = (row(lo, y, g.w), hi.map(|c| row(c, y, g.w)));
+                let mut rl = &lo[y * g.w..(y + 1) * g.w];
+                let mut rh = hi.map(|c| &c[y * g.w..(y + 1) * g.w]);
+                if let Some(nl) = nlo {
+                    let (bl, bh) = rows.split_at_mut(g.w);
+                    gn_apply(rl, bl, nl);
+                    rl = bl;
+                    if let (Some(r), Some(nh)) = (rh, nhi) {
+                        gn_apply(r, bh, nh);
+                        rh = Some(bh);
+                    }
+                }
                 if g.s == 1 {
                     let d0 = g.index(y, 0);
                     pack_pairs(&mut dst[d0..d0 + g.w], rl, rh);
@@ -206,60 +227,79 @@ fn pack_input(x: &[f32], b: usize, ci: usize, planes: usize, g: &Plan) -> Vec<u3
 /// the caller, [`super::conv2d_bf16`]).
 pub(super) fn conv2d_direct(
     x: &[f32],
-    b: usize,
-    h: usize,
-    w: usize,
+    fold: Fold,
+    (b, h, w): (usize, usize, usize),
     wt: &ConvWeights,
     kernel: Kernel,
 ) -> Vec<f32> {
     let (kk, ci2) = (wt.kh * wt.kw, wt.ci2);
-    direct_conv(x, b, h, w, wt, ci2, MR, NB, 16, |cbuf, t, img, g| {
-        let len = t.len;
-        for tap in 0..kk {
-            let off = g.off(tap / wt.kw, tap % wt.kw);
-            for k0 in (0..ci2).step_by(KC) {
-                let kc = KC.min(ci2 - k0);
-                for nb in (0..len).step_by(NB) {
-                    let bptr = img[k0 * g.plane + off + t.p0 + nb..].as_ptr();
-                    for blk in t.blk0..t.blk1 {
-                        let a = wt.data[((blk * kk + tap) * ci2 + k0) * MR..].as_ptr();
-                        let c = cbuf[(blk - t.blk0) * MR * len + nb..].as_mut_ptr();
-                        // SAFETY: a covers kc·MR words of the packed weights; b's rows are
-                        // inside the packed input (NB words of slack past the last plane); c
-                        // is a MR × NB corner of cbuf (len is a multiple of NB).
-                        unsafe { ukernel(kernel, kc, a, bptr, g.plane, c, len) };
+    let grid = (MR, NB, 16);
+    direct_conv(
+        x,
+        fold,
+        (b, h, w),
+        wt,
+        ci2,
+        grid,
+        true,
+        |cbuf, t, img, g| {
+            let len = t.len;
+            for tap in 0..kk {
+                let off = g.off(tap / wt.kw, tap % wt.kw);
+                for k0 in (0..ci2).step_by(KC) {
+                    let kc = KC.min(ci2 - k0);
+                    for nb in (0..len).step_by(NB) {
+                        let bptr = img[k0 * g.plane + off + t.p0 + nb..].as_ptr();
+                        for blk in t.blk0..t.blk1 {
+                            let a = wt.data[((blk * kk + tap) * ci2 + k0) * MR..].as_ptr();
+                            let c = cbuf[(blk - t.blk0) * MR * len + nb..].as_mut_ptr();
+                            // SAFETY: a covers kc·MR words of the packed weights; b's rows are
+                            // inside the packed input (NB words of slack past the last plane); c
+                            // is a MR × NB corner of cbuf (len is a multiple of NB).
+                            unsafe { ukernel(kernel, kc, a, bptr, g.plane, c, len) };
+                        }
                     }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
 /// The frame of both direct convs (`vdpbf16ps`/portable and AMX): the output, the input packed
-/// to `planes` planes per image, the [`TaskGrid`] of `row_blk` × `col_blk` blocks, each task's
-/// C buffer started at the bias, `products(cbuf, task, image's packed planes, plan)` adding
-/// the sums, and the copy into the output.
+/// to `planes` planes per image (normalised on the way in with `fold.norm`), the [`TaskGrid`]
+/// of `row_blk` × `col_blk` blocks (at most `max_col_blks` a tile), each task's C buffer
+/// (started at the bias when `fill_bias`; else `products` writes every element of it, bias
+/// included), `products(cbuf, task, image's packed planes, plan)` adding the sums, and the
+/// copy into the output (`fold.residual` added on the way out).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn direct_conv(
     x: &[f32],
-    b: usize,
-    h: usize,
-    w: usize,
+    fold: Fold,
+    (b, h, w): (usize, usize, usize),
     wt: &ConvWeights,
     planes: usize,
-    row_blk: usize,
-    col_blk: usize,
-    max_col_blks: usize,
+    (row_blk, col_blk, max_col_blks): (usize, usize, usize),
+    fill_bias: bool,
     products: impl Fn(&mut [f32], &Task, &[u32], &Plan) + Sync,
 ) -> Vec<f32> {
-    let g = wt.geom(b, h, w).plan();
-    let mut out = vec![0f32; b * wt.co * g.ho * g.wo];
-    if out.is_empty() {
-        return out;
+    let geom = wt.geom(b, h, w);
+    fold.check(&geom);
+    let g = geom.plan();
+    let n = b * wt.co * g.ho * g.wo;
+    if n == 0 {
+        return Vec::new();
     }
-    // Fresh pages: at 384² their faults took as long as the AMX tile products (measured).
-    crate::runtime::advise_huge_pages(&mut out);
-    let xp = pack_input(x, b, wt.ci, planes, &g);
+    // Every element is written by `scatter_rows` (the tasks cover every channel and all of
+    // p-space, which holds every output pixel); a debug build fills it with NaN first so
+    // that a gap shows. Fresh pages: at 384² their faults took as long as the AMX tile
+    // products (measured), hence the huge-page hint.
+    let mut out = Vec::<f32>::with_capacity(n);
+    crate::runtime::advise_huge_pages(out.spare_capacity_mut());
+    if cfg!(debug_assertions) {
+        out.resize(n, f32::NAN);
+        out.clear();
+    }
+    let xp = pack_input(x, b, wt.ci, planes, &g, fold.norm);
     let grid = TaskGrid::new(
         b,
         g.np,
@@ -272,25 +312,22 @@ pub(super) fn direct_conv(
     let run = |cbuf: &mut Vec<f32>, task: usize| {
         let t = grid.task(task);
         let rows = (t.blk1 - t.blk0) * row_blk;
-        let bias = wt.bias.get(t.blk0 * row_blk..).unwrap_or(&[]);
-        start_at_bias(cbuf, t.len, bias, rows);
+        if fill_bias {
+            let bias = wt.bias.get(t.blk0 * row_blk..).unwrap_or(&[]);
+            start_at_bias(cbuf, t.len, bias, rows);
+        } else {
+            cbuf.resize(rows * t.len, 0.0);
+        }
         products(cbuf, &t, &xp[t.bi * planes * g.plane..], &g);
         let co0 = t.blk0 * row_blk;
-        scatter_rows(
-            cbuf,
-            t.len,
-            rows.min(wt.co - co0),
-            t.bi,
-            co0,
-            t.p0,
-            wt.co,
-            &g,
-            outp,
-        );
+        let block = (rows.min(wt.co - co0), t.bi, co0, t.p0);
+        scatter_rows(cbuf, t.len, block, wt.co, &g, fold.residual, outp);
     };
     (0..grid.tasks)
         .into_par_iter()
         .for_each_init(Vec::new, |buf, task| run(buf, task));
+    // SAFETY: the tasks wrote all n elements (see above).
+    unsafe { out.set_len(n) };
     out
 }
 
@@ -375,17 +412,15 @@ fn start_at_bias(cbuf: &mut Vec<f32>, len: usize, bias: &[f32], rows: usize) {
 
 /// Copies the first `rows` rows of a task's C buffer (rows of `len` p-space columns from
 /// `p0`, output channels from `co0` of image `bi`) into the (b, co, ho, wo) output, dropping
-/// the columns past the output width and past p-space.
-#[allow(clippy::too_many_arguments)]
+/// the columns past the output width and past p-space; with `residual` (the output's shape)
+/// its values are added on the way (`residual + sum`, the bits of adding it afterwards).
 fn scatter_rows(
     cbuf: &[f32],
     len: usize,
-    rows: usize,
-    bi: usize,
-    co0: usize,
-    p0: usize,
+    (rows, bi, co0, p0): (usize, usize, usize, usize),
     co: usize,
     g: &Plan,
+    residual: Option<&[f32]>,
     out: SyncPtr<f32>,
 ) {
     let o = out.get();
@@ -400,11 +435,21 @@ fn scatter_rows(
             let end = (q - x0 + g.wq).min(end_all);
             if x0 < g.wo {
                 let n = (g.wo - x0).min(end - q);
+                let at = (bi * co + c) * out_plane + y * g.wo + x0;
+                let src = &row[q - p0..q - p0 + n];
                 // SAFETY: (bi, c, y, x0..x0 + n) is inside out; tasks own disjoint (image,
                 // p-range, channel) blocks.
                 unsafe {
-                    let dst = o.add((bi * co + c) * out_plane + y * g.wo + x0);
-                    std::ptr::copy_nonoverlapping(row[q - p0..].as_ptr(), dst, n);
+                    let dst = o.add(at);
+                    match residual {
+                        Some(r) => {
+                            let dst = std::slice::from_raw_parts_mut(dst, n);
+                            for ((d, s), r) in dst.iter_mut().zip(src).zip(&r[at..at + n]) {
+                                *d = *r + *s;
+                            }
+                        }
+                        None => std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n),
+                    }
                 }
             }
             q = end;

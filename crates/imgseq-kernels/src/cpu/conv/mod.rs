@@ -201,22 +201,14 @@ pub fn conv2d_bf16(
     wt: &bf16::ConvWeights,
     kernel: Kernel,
 ) -> Vec<f32> {
-    let kernel = kernel.checked();
-    if let Some(ua) = wt.winograd_weights(h, w, kernel) {
-        let g = wt.geom(b, h, w);
-        return winograd::conv2d_bf16(x, ua, Some(wt.bias()), &g, kernel);
-    }
-    if kernel == Kernel::Amx {
-        return amx::conv2d(x, b, h, w, wt);
-    }
-    bf16::conv2d_direct(x, b, h, w, wt, kernel)
+    conv2d_bf16_folded(x, winograd::Fold::default(), (b, h, w), wt, kernel)
 }
 
 /// [`conv2d_normed`] on bf16 weights: GroupNorm (+ SiLU) of x when `norm` is given, the bf16
-/// conv ([`conv2d_bf16`]), then `residual` added. Where the conv runs by Winograd the norm and
-/// the residual are folded into its packing ([`winograd::Fold`]); else the separate steps.
-/// Both give the same bits.
-#[allow(clippy::too_many_arguments)]
+/// conv ([`conv2d_bf16`]), then `residual` added. Only the GroupNorm's statistics are
+/// computed up front: every algorithm (Winograd, the direct conv on AMX tiles or on the
+/// micro-kernel) normalises each channel while it packs its input and adds the residual as it
+/// writes its output ([`winograd::Fold`]); the bits equal the separate steps'.
 pub fn conv2d_bf16_normed(
     x: &[f32],
     norm: Option<&PreNorm>,
@@ -225,21 +217,31 @@ pub fn conv2d_bf16_normed(
     wt: &bf16::ConvWeights,
     kernel: Kernel,
 ) -> Vec<f32> {
-    let hw = h * w;
+    let coefs = norm.map(|n| n.coefs(x, wt.ci, h * w));
+    let fold = winograd::Fold {
+        norm: coefs.as_deref(),
+        residual,
+    };
+    conv2d_bf16_folded(x, fold, (b, h, w), wt, kernel)
+}
+
+/// [`conv2d_bf16`] with a [`winograd::Fold`], on whichever algorithm runs.
+fn conv2d_bf16_folded(
+    x: &[f32],
+    fold: winograd::Fold,
+    (b, h, w): (usize, usize, usize),
+    wt: &bf16::ConvWeights,
+    kernel: Kernel,
+) -> Vec<f32> {
     let kernel = kernel.checked();
     if let Some(ua) = wt.winograd_weights(h, w, kernel) {
         let g = wt.geom(b, h, w);
-        let coefs = norm.map(|n| n.coefs(x, g.ci, hw));
-        let fold = winograd::Fold {
-            norm: coefs.as_deref(),
-            residual,
-        };
         return winograd::conv2d_bf16_folded(x, fold, ua, Some(wt.bias()), &g, kernel);
     }
-    let normed = norm.map(|n| n.apply(x, wt.ci, hw));
-    let mut y = conv2d_bf16(normed.as_deref().unwrap_or(x), b, h, w, wt, kernel);
-    add_residual(&mut y, residual);
-    y
+    if kernel == Kernel::Amx {
+        return amx::conv2d(x, fold, (b, h, w), wt);
+    }
+    bf16::conv2d_direct(x, fold, (b, h, w), wt, kernel)
 }
 
 /// y += residual (when given), in parallel: the skip connection where a conv cannot fold it

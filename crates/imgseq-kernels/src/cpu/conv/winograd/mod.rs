@@ -124,17 +124,13 @@ pub struct Fold<'a> {
 impl Fold<'_> {
     /// Panics unless the sizes fit the conv: one norm per (image, channel in), a residual
     /// of the output's size.
-    fn check(&self, g: &Geom) {
+    pub(in crate::cpu::conv) fn check(&self, g: &Geom) {
         if let Some(n) = self.norm {
-            assert_eq!(
-                n.len(),
-                g.b * g.ci,
-                "winograd: one norm per (image, channel)"
-            );
+            assert_eq!(n.len(), g.b * g.ci, "conv: one norm per (image, channel)");
         }
         if let Some(r) = self.residual {
             let (ho, wo) = g.out_hw();
-            assert_eq!(r.len(), g.b * g.co * ho * wo, "winograd: residual size");
+            assert_eq!(r.len(), g.b * g.co * ho * wo, "conv: residual size");
         }
     }
 }
