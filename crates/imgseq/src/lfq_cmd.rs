@@ -31,6 +31,12 @@ pub fn load(m: &ModelArgs, size: Option<u32>, outs: &mut Outputs) -> Result<LfqT
             imgseq_lfq::FAMILY
         );
     }
+    if m.bf16_encoder {
+        anyhow::bail!(
+            "--bf16-encoder: {} models run in f32 only",
+            imgseq_lfq::FAMILY
+        );
+    }
     let config = m
         .config
         .clone()

@@ -6,7 +6,7 @@ use candle_core::Device;
 use clap::Args;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
-use imgseq_kernels::PrecisionChoice;
+use imgseq_kernels::{Precision, PrecisionChoice};
 use imgseq_vqgan::load::default_config_path;
 use imgseq_vqgan::{load_model, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
@@ -28,6 +28,11 @@ pub struct ModelArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub precision: PrecisionArg,
+    /// Run the encoder's convs in bf16 too (opt-in; AMX or AVX512-BF16 where the CPU has
+    /// them): faster, but some tokens differ from the f32 encoder's — says on stderr how many
+    /// of a built-in picture's tokens still agree.
+    #[arg(long)]
+    pub bf16_encoder: bool,
     /// Open-MAGVIT2 checkpoints: run the raw weights instead of their EMA copies.
     #[arg(long)]
     pub raw: bool,
@@ -164,5 +169,17 @@ pub fn load_choosing(
         .choose_precision(m.precision.precision)
         .with_context(|| format!("{}: cannot set precision", file.display()))?;
     m.precision.report(&choice);
+    if m.bf16_encoder {
+        let cannot = || format!("{}: cannot run the encoder in bf16", file.display());
+        let (equal, of) = model.encoder_token_agreement().with_context(cannot)?;
+        model
+            .set_encoder_precision(Precision::Bf16)
+            .with_context(cannot)?;
+        eprintln!(
+            "encoder: bf16 (--bf16-encoder): {equal} of {of} tokens of the built-in check \
+             picture equal the f32 encoder's ({:.1}%)",
+            100.0 * equal as f64 / of.max(1) as f64
+        );
+    }
     Ok((model, weights, choice))
 }

@@ -97,6 +97,34 @@ fn roundtrip_writes_tokens_recon_and_metrics() {
     assert_eq!(read_png(&png), read_png(&out.join("recon.png")));
 }
 
+/// `--bf16-encoder` is an opt-in that says on stderr how many of the check picture's tokens
+/// the bf16 encoder keeps; its tokens are valid codes and its run writes every output.
+#[test]
+fn bf16_encoder_opt_in_says_how_many_tokens_agree_with_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("in.png");
+    picture(&img, 48, 40);
+    let o = dir.path().join("rt");
+    let m = model_args();
+    let mut args = vec!["vq", "roundtrip", img.to_str().unwrap()];
+    args.extend(m.iter().map(|s| s.as_str()));
+    args.extend(["--bf16-encoder", "-o", o.to_str().unwrap()]);
+    let out = common::imgseq(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The tiny model is f = 2: the 16 × 16-token check picture is 32² pixels.
+    let said = err
+        .lines()
+        .find(|l| l.starts_with("encoder: bf16 (--bf16-encoder): "))
+        .unwrap_or_else(|| panic!("no agreement line in: {err}"));
+    let equal: usize = said.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(said.contains("of 256 tokens") && equal <= 256, "{said}");
+    let (shape, toks) = npy::read_npy_i64(o.join("tokens.npy")).unwrap();
+    assert_eq!(shape, vec![16, 16]);
+    assert!(toks.iter().all(|&t| (0..32).contains(&t)));
+    assert!(o.join("recon.png").is_file() && o.join("side_by_side.png").is_file());
+}
+
 #[test]
 fn several_images_are_one_batched_token_file() {
     let dir = tempfile::tempdir().unwrap();

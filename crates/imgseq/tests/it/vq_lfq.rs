@@ -157,6 +157,21 @@ fn bad_combinations_are_one_line_errors() {
         &o,
     ]);
     assert!(e.contains("31") && e.contains("multiple of 2"), "{e}");
+    let lfq = s(&fx("tiny.ckpt"));
+    let e = fails(&[
+        "vq",
+        "encode",
+        &img,
+        "--weights",
+        &lfq,
+        "--bf16-encoder",
+        "-o",
+        &o,
+    ]);
+    assert!(
+        e.contains("--bf16-encoder") && e.contains("f32 only"),
+        "{e}"
+    );
     assert!(!Path::new(&o).exists());
 }
 
