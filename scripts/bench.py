@@ -14,8 +14,10 @@ Workloads (issue #4):
   c  seed ViT inference, batch 256
   d  conv 3x3 128->128 at 96x96, batch 1
   a bf16: workload a in reduced precision: imgseq --precision bf16 (bf16 weights packed at load,
-     vdpbf16ps with f32 sums) against PyTorch `torch.autocast("cpu", torch.bfloat16)` with
-     channels_last model and input (oneDNN; AMX where the CPU has it)
+     vdpbf16ps or AMX tiles with f32 sums; the encoder f32, so the tokens are f32's) against
+     PyTorch `torch.autocast("cpu", torch.bfloat16)` with channels_last model and input (oneDNN;
+     AMX where the CPU has it); then imgseq with --bf16-encoder (the encoder's convs in bf16
+     too, the user's opt-in) against the same, with its token agreement with f32
   f  SD VAE (diffusers AutoencoderKL, released config, random weights): encode 512² → posterior
      mean, and decode 64² latents → 512², batch 1, one pass each (no warm-up), against
      diffusers' AutoencoderKL f32 eager; peak RSS per process
@@ -320,7 +322,7 @@ def main():
             rust(a.bin, "vit-infer", d, 256, reps * 2), unit_imgs=256)
         row("c ViT inference (candle model)", "batch 256", None, t,
             rust(a.bin, "vit-infer", d, 256, reps * 2, "candle"), unit_imgs=256)
-    agreement = bf16_agreement = batch1_ms = None
+    agreement = bf16_agreement = bf16_encoder_agreement = batch1_ms = None
     if "a" in only:
         d = os.path.join(tmp, "vq")
         os.makedirs(d)
@@ -356,6 +358,14 @@ def main():
         print(f"   bf16 tokens equal to the same side's f32 tokens: imgseq {100 * bf16_agreement[0]:.2f}%, "
               f"PyTorch {100 * bf16_agreement[1]:.2f}%; bf16 decode vs the same side's f32 decode: "
               f"imgseq {bf16_agreement[2]:.1f} dB, PyTorch {bf16_agreement[3]:.1f} dB")
+        # The user's opt-in: the encoder's convs in bf16 too (`--bf16-encoder`).
+        re16 = rust(a.bin, "vq", d, 1 if a.quick else 2, "bf16-encoder")
+        roe = load_file(os.path.join(d, "rust_out_bf16_encoder.safetensors"))
+        bf16_encoder_agreement = same(roe, ro)
+        row("a bf16 encoder too (--bf16-encoder, opt-in) vs PyTorch autocast(bf16)+channels_last",
+            "batch 1", 883e9, t16, re16)
+        print(f"   --bf16-encoder tokens equal to imgseq's f32 tokens: {100 * bf16_encoder_agreement:.2f}% "
+              f"(PyTorch autocast: {100 * bf16_agreement[1]:.2f}% of its f32 tokens)")
 
     if "e" in only:
         d = os.path.join(tmp, "vq-encode")
@@ -408,6 +418,8 @@ def main():
                      f"PyTorch autocast {100 * bf16_agreement[1]:.2f}% of 576; bf16 decode against the same "
                      f"side's f32 decode (random weights, peak = the f32 decode's range): imgseq "
                      f"{bf16_agreement[2]:.1f} dB, PyTorch autocast {bf16_agreement[3]:.1f} dB.")
+    if bf16_encoder_agreement is not None:
+        lines.append(f"--bf16-encoder tokens equal to imgseq's f32 tokens: {100 * bf16_encoder_agreement:.2f}% of 576.")
     text = "\n".join(lines)
     print(text)
     if a.markdown:

@@ -102,6 +102,9 @@ class VQTokenizer:
             sums; the encoder stays f32, so tokens are f32's. ``auto``: bf16 where the CPU runs
             AVX512-BF16 faster than f32 (AMD Zen 4; not Intel without AMX, where bf16 is
             slower) and the model's check agrees, else f32 (no timing decides it).
+        bf16_encoder: run the encoder's convs in bf16 too, as the CLI's ``--bf16-encoder``:
+            faster where the CPU has AMX or AVX512-BF16, but some tokens differ from the f32
+            encoder's (the shipped model keeps 571 of the coffee picture's 576); off by default.
 
     Raises:
         FileNotFoundError / OSError: a file cannot be read.
@@ -115,6 +118,7 @@ class VQTokenizer:
         config: Optional[PathLike] = None,
         size: int = 384,
         precision: str = "auto",
+        bf16_encoder: bool = False,
     ) -> None:
         if weights is None:
             weights = _default_file(DEFAULT_VQGAN, "model.safetensors")
@@ -125,7 +129,18 @@ class VQTokenizer:
             None if config is None else os.fspath(config),
             int(size),
             str(precision),
+            bool(bf16_encoder),
         )
+
+    @property
+    def precision(self) -> str:
+        """The arithmetic of the decoding convs: ``"f32"`` or ``"bf16"``."""
+        return self._m.precision
+
+    @property
+    def encoder_precision(self) -> str:
+        """The arithmetic of the encoding convs: ``"f32"`` unless ``bf16_encoder=True``."""
+        return self._m.encoder_precision
 
     @property
     def n_codes(self) -> int:

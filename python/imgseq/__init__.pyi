@@ -33,7 +33,14 @@ class VQTokenizer:
         config: Optional[PathLike] = None,
         size: int = 384,
         precision: str = "auto",
+        bf16_encoder: bool = False,
     ) -> None: ...
+    @property
+    def precision(self) -> str:
+        """Arithmetic of the decoding convs ("f32" or "bf16")."""
+    @property
+    def encoder_precision(self) -> str:
+        """Arithmetic of the encoding convs ("f32" unless bf16_encoder=True)."""
     @property
     def n_codes(self) -> int:
         """Codebook entries (0 ≤ token < n_codes)."""

@@ -202,19 +202,23 @@ impl VQTokenizer {
 #[pymethods]
 impl VQTokenizer {
     #[new]
-    #[pyo3(signature = (weights, config=None, size=384, precision="auto"))]
+    #[pyo3(signature = (weights, config=None, size=384, precision="auto", bf16_encoder=false))]
     fn new(
         py: Python<'_>,
         weights: PathBuf,
         config: Option<PathBuf>,
         size: u32,
         precision: &str,
+        bf16_encoder: bool,
     ) -> PyResult<Self> {
         let request = precision_request(precision)?;
         let model = py
             .detach(|| -> imgseq_core::Result<VqModel> {
                 let mut m = imgseq_vqgan::load_model(&weights, config.as_deref(), &Device::Cpu)?;
                 m.choose_precision(request)?;
+                if bf16_encoder {
+                    m.set_encoder_precision(imgseq_kernels::Precision::Bf16)?;
+                }
                 Ok(m)
             })
             .map_err(to_py)?;
@@ -226,6 +230,18 @@ impl VQTokenizer {
     #[getter]
     fn n_codes(&self) -> usize {
         self.tok.model.config().n_embed
+    }
+
+    /// The arithmetic of the decoding convs (`f32` or `bf16`).
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.tok.model.precision().name()
+    }
+
+    /// The arithmetic of the encoding convs (`f32` unless `bf16_encoder=True`).
+    #[getter]
+    fn encoder_precision(&self) -> &'static str {
+        self.tok.model.encoder_precision().name()
     }
 
     /// The square input side images are resized and cropped to.

@@ -47,6 +47,18 @@ def test_properties(tokenizer256):
         t.grid(100)
 
 
+def test_bf16_encoder_is_an_opt_in_that_keeps_most_tokens(tokenizer256):
+    assert tokenizer256.encoder_precision == "f32"
+    assert tokenizer256.precision in ("f32", "bf16")
+    t = imgseq.VQTokenizer(size=256, bf16_encoder=True)
+    assert t.encoder_precision == "bf16"
+    img = make_image(7, 256, 256)
+    a, b = tokenizer256.encode(img), t.encode(img)
+    assert a.shape == b.shape and a.shape[-2:] == (16, 16) and a.dtype == b.dtype
+    assert ((b >= 0) & (b < 1024)).all()
+    assert (a == b).mean() >= 0.9, (a == b).mean()
+
+
 def test_encode_decode_shapes_and_dtypes(tokenizer256):
     imgs = np.stack([make_image(i, 260, 300) for i in range(2)])
     tok = tokenizer256.encode(imgs)
