@@ -38,6 +38,7 @@ use crate::cpu::{threads, SyncPtr};
 use gemm::Parallelism;
 use rayon::prelude::*;
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use transform::{input_tiles, output_tiles, transform_weights, F2x3, F4x3, OutputTiles, Wino};
 
 /// Output tile size: F(2×2, 3×3) (4×4 input tiles) or F(4×4, 3×3) (6×6 input tiles).
@@ -207,8 +208,8 @@ fn plan<const M: usize>(g: &Geom) -> Plan {
 
 /// The zero-padded input in polyphase layout: (b, ci, M, M, pl); with `norm`, every channel
 /// goes through its [`ChannelNorm`] (GroupNorm's affine + SiLU, the arithmetic of
-/// [`gn_apply`]) on the way, so the normalised map is never written out. Each channel's planes
-/// are zeroed just before they are filled (in cache), not the whole buffer up front.
+/// [`gn_apply`]) on the way, so the normalised map is never written out. Only the plane rows
+/// that no input row fills (the zero padding) and the slack are zeroed.
 fn polyphase<const M: usize>(
     x: &[f32],
     g: &Geom,
@@ -218,16 +219,29 @@ fn polyphase<const M: usize>(
     let n = g.b * g.ci * p.chan;
     let mut xp = Vec::<f32>::with_capacity(n);
     crate::runtime::advise_huge_pages(xp.spare_capacity_mut());
+    if cfg!(debug_assertions) {
+        xp.resize(n, f32::NAN); // a gap left unwritten shows as NaN in the conv's output
+        xp.clear();
+    }
     let (l, t) = (g.pad.0, g.pad.2);
     xp.spare_capacity_mut()[..n]
         .par_chunks_mut(p.chan)
         .zip(x.par_chunks(g.h * g.w))
         .enumerate()
         .for_each(|(ch, (dst, src))| {
-            dst.fill(std::mem::MaybeUninit::new(0.0));
-            // SAFETY: every element of dst was just initialised.
-            let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
-            // One padded row (zeros left and right), then split into its M column phases.
+            let zero = MaybeUninit::new(0.0f32);
+            // Zeros only where the rows below leave a gap: the plane rows no input row lands
+            // on (the padding above and below the picture) and the slack after the rows.
+            let lands =
+                |ry: usize, yq: usize| (yq * M + ry).checked_sub(t).is_some_and(|y| y < g.h);
+            for (i, plane) in dst.chunks_exact_mut(p.pl).enumerate() {
+                for yq in (0..=p.nty).filter(|&yq| !lands(i / M, yq)) {
+                    plane[yq * p.w1..][..p.w1].fill(zero);
+                }
+                plane[(p.nty + 1) * p.w1..].fill(zero);
+            }
+            // One padded row (zeros left and right), then split into its M column phases:
+            // every column of the row's plane rows.
             let mut padded = vec![0.0f32; p.w1 * M];
             for (y, row) in src.chunks_exact(g.w).enumerate() {
                 let (ry, yq) = ((y + t) % M, (y + t) / M);
@@ -237,18 +251,19 @@ fn polyphase<const M: usize>(
                 }
                 let planes = &mut dst[ry * M * p.pl..(ry + 1) * M * p.pl];
                 let mut it = planes.chunks_exact_mut(p.pl);
-                let ph: [&mut [f32]; M] = std::array::from_fn(|_| {
+                let ph: [&mut [MaybeUninit<f32>]; M] = std::array::from_fn(|_| {
                     let pl = it.next().expect("M planes");
                     &mut pl[yq * p.w1..(yq + 1) * p.w1]
                 });
                 for (q, px) in padded.chunks_exact(M).enumerate() {
                     for rx in 0..M {
-                        ph[rx][q] = px[rx];
+                        ph[rx][q] = MaybeUninit::new(px[rx]);
                     }
                 }
             }
         });
-    // SAFETY: the chunks above initialised all n elements (n = b·ci·chan, x has b·ci chunks).
+    // SAFETY: the chunks above initialised all n elements (n = b·ci·chan, x has b·ci chunks;
+    // in each, every plane row is a landed input row or zeroed, and so is the slack).
     unsafe { xp.set_len(n) };
     xp
 }
