@@ -10,6 +10,7 @@ use crate::cpu::bf16::{pack_pairs, padded_bias, round_up, ukernel, word, Kernel,
 use crate::cpu::norm::{gn_apply, ChannelNorm};
 use crate::cpu::{threads, SyncPtr};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Conv weights rounded to bf16 and packed for the micro-kernel, with the conv's geometry.
 #[derive(Debug, Clone)]
@@ -181,23 +182,39 @@ fn pack_input(
 ) -> Vec<u32> {
     let ci2 = ci.div_ceil(2);
     let hw = g.h * g.w;
-    let mut xp = vec![0u32; b * planes * g.plane + NB];
-    crate::runtime::advise_huge_pages(&mut xp);
-    xp[..b * planes * g.plane]
-        .par_chunks_mut(g.plane)
+    let n = b * planes * g.plane + NB;
+    let mut xp = Vec::<u32>::with_capacity(n);
+    crate::runtime::advise_huge_pages(xp.spare_capacity_mut());
+    if cfg!(debug_assertions) {
+        xp.resize(n, 0x7fc0_7fc0); // bf16 NaN pairs: a gap left unwritten shows
+        xp.clear();
+    }
+    let zero = MaybeUninit::new(0u32);
+    let (body, slack) = xp.spare_capacity_mut()[..n].split_at_mut(n - NB);
+    slack.fill(zero);
+    body.par_chunks_mut(g.plane)
         .enumerate()
         .for_each(|(n, dst)| {
             let (bi, k) = (n / planes, n % planes);
             if k >= ci2 {
+                dst.fill(zero);
                 return;
+            }
+            // Stride 1: only the padding around the rows is zeroed; a strided layout's phases
+            // interleave, so its plane starts all zero.
+            if g.s == 1 {
+                zero_padding(dst, g);
+            } else {
+                dst.fill(zero);
             }
             let ch = |c: usize| &x[(bi * ci + c) * hw..(bi * ci + c + 1) * hw];
             let lo = ch(2 * k);
             let hi = (2 * k + 1 < ci).then(|| ch(2 * k + 1));
             let coef = |c: usize| norm.filter(|_| c < ci).map(|nm| nm[bi * ci + c]);
             let (nlo, nhi) = (coef(2 * k), coef(2 * k + 1));
-            // The normalised rows (only with a norm).
+            // The normalised rows (only with a norm) and one packed row.
             let mut rows = vec![0f32; if norm.is_some() { 2 * g.w } else { 0 }];
+            let mut packed = vec![0u32; g.w];
             for y in 0..g.h {
                 let mut rl = &lo[y * g.w..(y + 1) * g.w];
                 let mut rh = hi.map(|c| &c[y * g.w..(y + 1) * g.w]);
@@ -211,16 +228,36 @@ fn pack_input(
                     }
                 }
                 if g.s == 1 {
+                    pack_pairs(&mut packed, rl, rh);
                     let d0 = g.index(y, 0);
-                    pack_pairs(&mut dst[d0..d0 + g.w], rl, rh);
+                    for (d, v) in dst[d0..d0 + g.w].iter_mut().zip(&packed) {
+                        *d = MaybeUninit::new(*v);
+                    }
                 } else {
                     for x in 0..g.w {
-                        dst[g.index(y, x)] = word(rl[x], rh.map_or(0.0, |r| r[x]));
+                        dst[g.index(y, x)] =
+                            MaybeUninit::new(word(rl[x], rh.map_or(0.0, |r| r[x])));
                     }
                 }
             }
         });
+    // SAFETY: every plane was written whole (zeroed where no pixel lands: the padding, the
+    // planes past the channels) and so was the slack.
+    unsafe { xp.set_len(n) };
     xp
+}
+
+/// Zeroes what a stride-1 plane's rows leave unwritten: everything before the first row,
+/// between consecutive rows (right and left padding) and after the last.
+fn zero_padding(plane: &mut [MaybeUninit<u32>], g: &Plan) {
+    debug_assert_eq!(g.s, 1);
+    let mut from = 0;
+    for y in 0..g.h {
+        let start = g.index(y, 0);
+        plane[from..start].fill(MaybeUninit::new(0));
+        from = start + g.w;
+    }
+    plane[from..].fill(MaybeUninit::new(0));
 }
 
 /// The direct bf16 conv on `kernel`'s micro-kernel (`vdpbf16ps` or portable; checked by
