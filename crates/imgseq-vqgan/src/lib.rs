@@ -40,6 +40,7 @@ pub mod ibq;
 pub mod inference;
 pub mod janus;
 pub mod kl;
+pub mod layers;
 pub mod load;
 pub mod loss;
 pub mod lpips;

@@ -1,5 +1,6 @@
-//! The taming-transformers VQGAN, top to bottom: conv / norm helpers, ResnetBlock, AttnBlock,
-//! Downsample, Upsample, Encoder, Decoder, and the VQModel that ties them to the quantizer.
+//! The taming-transformers VQGAN, top to bottom: Encoder, Decoder, and the VQModel that ties
+//! them to the quantizer (their layers — Conv2d, GroupNorm, ResnetBlock, AttnBlock, Downsample,
+//! Upsample — are in [`crate::layers`]).
 //!
 //! Every block is built by `fn new(cfg, vb)` whose `vb.pp(..)` chain spells the taming
 //! state-dict names (`encoder.down.0.block.0.norm1.weight`, `encoder.mid.attn_1.q.weight`,
@@ -10,269 +11,13 @@
 
 use crate::config::{DdConfig, VqConfig};
 use crate::family::{Range, Variant};
+use crate::layers::ConvVisitor;
+pub use crate::layers::{AttnBlock, Conv2d, Downsample, GroupNorm, ResnetBlock, Upsample};
 use crate::quantize::{Quantized, VectorQuantizer};
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
-use imgseq_kernels::ops::{self, Bf16Conv2d, Bf16Kernel, Padding};
+use imgseq_kernels::ops::{Bf16Kernel, Padding};
 use imgseq_kernels::Precision;
-
-/// taming's `Normalize`: GroupNorm with 32 groups (diffusers: `norm_num_groups`), eps 1e-6,
-/// affine.
-const GN_EPS: f64 = 1e-6;
-
-/// A PyTorch `nn.Conv2d` (weight `[c_out, c_in, k, k]`, bias `[c_out]`).
-#[derive(Debug, Clone)]
-pub struct Conv2d {
-    weight: Tensor, // (c_out, c_in, k, k)
-    bias: Tensor,   // (c_out)
-    stride: usize,
-    pad: Padding,
-    /// The weights packed for [`Precision::Bf16`] inference; `None`: f32.
-    bf16: Option<Bf16Conv2d>,
-}
-
-impl Conv2d {
-    pub fn new(
-        c_in: usize,
-        c_out: usize,
-        k: usize,
-        stride: usize,
-        pad: Padding,
-        vb: VarBuilder,
-    ) -> Result<Self> {
-        let weight = vb.get((c_out, c_in, k, k), "weight")?;
-        let bias = vb.get(c_out, "bias")?;
-        Ok(Self {
-            weight,
-            bias,
-            stride,
-            pad,
-            bf16: None,
-        })
-    }
-
-    /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
-    /// the packed copy.
-    pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
-        self.bf16 = match precision {
-            Precision::F32 => None,
-            Precision::Bf16 => Some(Bf16Conv2d::new(
-                &self.weight,
-                Some(&self.bias),
-                self.stride,
-                self.pad,
-                kernel,
-            )?),
-        };
-        Ok(())
-    }
-
-    /// # Shapes
-    /// x: (b, c_in, h, w) → (b, c_out, h', w')
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match &self.bf16 {
-            Some(p) => ops::conv2d_bf16(x, p),
-            None => ops::conv2d(x, &self.weight, Some(&self.bias), self.stride, self.pad),
-        }
-    }
-
-    /// `norm` (then swish when `then_swish`), this conv, then `residual` added (a map of the
-    /// output's shape), as one op where the kernels fuse them ([`ops::group_norm_conv2d`]:
-    /// f32 inference).
-    ///
-    /// # Shapes
-    /// x: (b, c_in, h, w), residual: (b, c_out, h', w') → (b, c_out, h', w')
-    pub fn forward_normed(
-        &self,
-        x: &Tensor,
-        norm: &GroupNorm,
-        then_swish: bool,
-        residual: Option<&Tensor>,
-    ) -> Result<Tensor> {
-        let n = (norm.groups, &norm.weight, &norm.bias, GN_EPS, then_swish);
-        if let Some(p) = &self.bf16 {
-            return ops::group_norm_conv2d_bf16(x, n, p, residual);
-        }
-        let conv = (&self.weight, Some(&self.bias));
-        ops::group_norm_conv2d(x, n, conv, residual, self.stride, self.pad)
-    }
-}
-
-/// Every conv of a block, for [`VqModel::set_precision`].
-type ConvVisitor<'a> = dyn FnMut(&mut Conv2d) -> Result<()> + 'a;
-
-/// taming's `Normalize(c)` = `GroupNorm(32, c, eps=1e-6, affine=True)` (`groups` groups for
-/// diffusers), optionally fused with the swish that follows it almost everywhere.
-#[derive(Debug, Clone)]
-pub struct GroupNorm {
-    weight: Tensor, // (c)
-    bias: Tensor,   // (c)
-    groups: usize,
-}
-
-impl GroupNorm {
-    pub fn new(c: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
-        Ok(Self {
-            weight: vb.get(c, "weight")?,
-            bias: vb.get(c, "bias")?,
-            groups,
-        })
-    }
-
-    /// # Shapes
-    /// x: (b, c, h, w) → (b, c, h, w)
-    pub fn forward(&self, x: &Tensor, then_swish: bool) -> Result<Tensor> {
-        ops::group_norm(x, self.groups, &self.weight, &self.bias, GN_EPS, then_swish)
-    }
-}
-
-/// norm1 → swish → conv1 → norm2 → swish → (dropout) → conv2, plus the shortcut.
-/// taming's Encoder/Decoder build it with `temb_channels=0`, so there is no `temb_proj`;
-/// dropout is a no-op at inference.
-#[derive(Debug, Clone)]
-pub struct ResnetBlock {
-    norm1: GroupNorm,
-    conv1: Conv2d, // 3×3, c_in → c_out
-    norm2: GroupNorm,
-    conv2: Conv2d, // 3×3, c_out → c_out
-    /// `nin_shortcut`, a 1×1 conv, only when the channel count changes (taming's default
-    /// `conv_shortcut=False`; the 3×3 `conv_shortcut` variant is never used by VQGAN).
-    nin_shortcut: Option<Conv2d>,
-}
-
-impl ResnetBlock {
-    pub fn new(c_in: usize, c_out: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
-        let p1 = Padding::same(1);
-        let nin_shortcut = if c_in != c_out {
-            Some(Conv2d::new(
-                c_in,
-                c_out,
-                1,
-                1,
-                Padding::same(0),
-                vb.pp("nin_shortcut"),
-            )?)
-        } else {
-            None
-        };
-        Ok(Self {
-            norm1: GroupNorm::new(c_in, groups, vb.pp("norm1"))?,
-            conv1: Conv2d::new(c_in, c_out, 3, 1, p1, vb.pp("conv1"))?,
-            norm2: GroupNorm::new(c_out, groups, vb.pp("norm2"))?,
-            conv2: Conv2d::new(c_out, c_out, 3, 1, p1, vb.pp("conv2"))?,
-            nin_shortcut,
-        })
-    }
-
-    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
-        f(&mut self.conv1)?;
-        f(&mut self.conv2)?;
-        self.nin_shortcut.iter_mut().try_for_each(f)
-    }
-
-    /// # Shapes
-    /// x: (b, c_in, h, w) → (b, c_out, h, w)
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = self.conv1.forward_normed(x, &self.norm1, true, None)?; // (b, c_out, h, w)
-        let x = match &self.nin_shortcut {
-            Some(s) => s.forward(x)?, // (b, c_out, h, w)
-            None => x.clone(),
-        };
-        // x + conv2(swish(norm2(h)))
-        self.conv2.forward_normed(&h, &self.norm2, true, Some(&x))
-    }
-}
-
-/// Single-head self-attention over the h·w positions, with 1×1 convs for q, k, v and the
-/// output projection, and a residual connection.
-#[derive(Debug, Clone)]
-pub struct AttnBlock {
-    norm: GroupNorm,
-    q: Conv2d,        // 1×1, c → c
-    k: Conv2d,        // 1×1, c → c
-    v: Conv2d,        // 1×1, c → c
-    proj_out: Conv2d, // 1×1, c → c
-}
-
-impl AttnBlock {
-    pub fn new(c: usize, groups: usize, vb: VarBuilder) -> Result<Self> {
-        let p0 = Padding::same(0);
-        Ok(Self {
-            norm: GroupNorm::new(c, groups, vb.pp("norm"))?,
-            q: Conv2d::new(c, c, 1, 1, p0, vb.pp("q"))?,
-            k: Conv2d::new(c, c, 1, 1, p0, vb.pp("k"))?,
-            v: Conv2d::new(c, c, 1, 1, p0, vb.pp("v"))?,
-            proj_out: Conv2d::new(c, c, 1, 1, p0, vb.pp("proj_out"))?,
-        })
-    }
-
-    fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
-        [&mut self.q, &mut self.k, &mut self.v, &mut self.proj_out]
-            .into_iter()
-            .try_for_each(f)
-    }
-
-    /// # Shapes
-    /// x: (b, c, h, w) → (b, c, h, w)
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, c, h, w) = x.dims4()?;
-        let hn = self.norm.forward(x, false)?; // no swish before attention
-                                               // (b, c, h, w) → (b, 1, h·w, c): one head, positions in raster order.
-        let seq = |t: Tensor| -> Result<Tensor> {
-            t.reshape((b, c, h * w))?.transpose(1, 2)?.unsqueeze(1)
-        };
-        let q = seq(self.q.forward(&hn)?)?; // (b, 1, hw, c)
-        let k = seq(self.k.forward(&hn)?)?; // (b, 1, hw, c)
-        let v = seq(self.v.forward(&hn)?)?; // (b, 1, hw, c)
-        let a = ops::attention(&q, &k, &v, (c as f64).powf(-0.5))?; // (b, 1, hw, c)
-        let a = a.squeeze(1)?.transpose(1, 2)?.reshape((b, c, h, w))?; // (b, c, h, w)
-        x + self.proj_out.forward(&a)?
-    }
-}
-
-/// Halves h and w with a stride-2 3×3 conv.
-#[derive(Debug, Clone)]
-pub struct Downsample {
-    conv: Conv2d, // 3×3 stride 2, c → c
-}
-
-impl Downsample {
-    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
-        // Asymmetric padding: taming pads with `F.pad(x, (0, 1, 0, 1))` — one zero column on
-        // the right and one zero row at the bottom, nothing left/top — and then convolves with
-        // padding 0 ("no asymmetric padding in torch conv, must do it ourselves"). A symmetric
-        // padding of 1 would shift every output pixel by one input pixel.
-        let conv = Conv2d::new(c, c, 3, 2, Padding::TAMING_DOWN, vb.pp("conv"))?;
-        Ok(Self { conv })
-    }
-
-    /// # Shapes
-    /// x: (b, c, h, w) → (b, c, h/2, w/2) for even h, w
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.conv.forward(x)
-    }
-}
-
-/// Doubles h and w: nearest-neighbour ×2, then a 3×3 conv.
-#[derive(Debug, Clone)]
-pub struct Upsample {
-    conv: Conv2d, // 3×3, c → c
-}
-
-impl Upsample {
-    pub fn new(c: usize, vb: VarBuilder) -> Result<Self> {
-        Ok(Self {
-            conv: Conv2d::new(c, c, 3, 1, Padding::same(1), vb.pp("conv"))?,
-        })
-    }
-
-    /// # Shapes
-    /// x: (b, c, h, w) → (b, c, 2h, 2w)
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = ops::upsample_nearest2x(x)?; // (b, c, 2h, 2w)
-        self.conv.forward(&x)
-    }
-}
 
 /// One resolution level of the encoder (`encoder.down.i`).
 #[derive(Debug, Clone)]
@@ -378,24 +123,47 @@ impl Encoder {
 
     fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
         f(&mut self.conv_in)?;
-        for level in &mut self.down {
-            for b in &mut level.block {
-                b.for_each_conv(f)?;
-            }
-            for a in &mut level.attn {
-                a.for_each_conv(f)?;
-            }
-            if let Some(d) = &mut level.downsample {
-                f(&mut d.conv)?;
-            }
+        for l in &mut self.down {
+            level_convs(
+                &mut l.block,
+                &mut l.attn,
+                l.downsample.as_mut().map(|d| &mut d.conv),
+                f,
+            )?;
         }
-        self.mid_block_1.for_each_conv(f)?;
-        if let Some(a) = &mut self.mid_attn_1 {
-            a.for_each_conv(f)?;
-        }
-        self.mid_block_2.for_each_conv(f)?;
+        mid_convs(
+            (
+                &mut self.mid_block_1,
+                self.mid_attn_1.as_mut(),
+                &mut self.mid_block_2,
+            ),
+            f,
+        )?;
         f(&mut self.conv_out)
     }
+}
+
+/// Every conv of one resolution level — its ResNet blocks, attention blocks and resampling
+/// conv — in the order [`VqModel::set_convs`] visits them (encoder and decoder alike).
+fn level_convs(
+    block: &mut [ResnetBlock],
+    attn: &mut [AttnBlock],
+    resample: Option<&mut Conv2d>,
+    f: &mut ConvVisitor,
+) -> Result<()> {
+    block.iter_mut().try_for_each(|b| b.for_each_conv(f))?;
+    attn.iter_mut().try_for_each(|a| a.for_each_conv(f))?;
+    resample.map_or(Ok(()), f)
+}
+
+/// Every conv of the middle: block 1, the attention (when there is one), block 2.
+fn mid_convs(
+    (b1, attn, b2): (&mut ResnetBlock, Option<&mut AttnBlock>, &mut ResnetBlock),
+    f: &mut ConvVisitor,
+) -> Result<()> {
+    b1.for_each_conv(f)?;
+    attn.map_or(Ok(()), |a| a.for_each_conv(f))?;
+    b2.for_each_conv(f)
 }
 
 /// The middle attention block, unless the variant has none.
@@ -487,21 +255,21 @@ impl Decoder {
 
     fn for_each_conv(&mut self, f: &mut ConvVisitor) -> Result<()> {
         f(&mut self.conv_in)?;
-        self.mid_block_1.for_each_conv(f)?;
-        if let Some(a) = &mut self.mid_attn_1 {
-            a.for_each_conv(f)?;
-        }
-        self.mid_block_2.for_each_conv(f)?;
-        for level in &mut self.up {
-            for b in &mut level.block {
-                b.for_each_conv(f)?;
-            }
-            for a in &mut level.attn {
-                a.for_each_conv(f)?;
-            }
-            if let Some(u) = &mut level.upsample {
-                f(&mut u.conv)?;
-            }
+        mid_convs(
+            (
+                &mut self.mid_block_1,
+                self.mid_attn_1.as_mut(),
+                &mut self.mid_block_2,
+            ),
+            f,
+        )?;
+        for l in &mut self.up {
+            level_convs(
+                &mut l.block,
+                &mut l.attn,
+                l.upsample.as_mut().map(|u| &mut u.conv),
+                f,
+            )?;
         }
         f(&mut self.conv_out)
     }
@@ -551,6 +319,14 @@ pub struct Forward {
     pub reconstruction: Tensor,
 }
 
+/// One half of a [`VqModel`]'s convs: encoding (the encoder and `quant_conv`) or decoding
+/// (`post_quant_conv` and the decoder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Half {
+    Encoding,
+    Decoding,
+}
+
 /// taming's `VQModel` (inference part): encoder → quant_conv → quantize → post_quant_conv →
 /// decoder.
 #[derive(Debug, Clone)]
@@ -563,12 +339,12 @@ pub struct VqModel {
     decoder: Decoder,
     /// The arithmetic of the decoding convs ([`Self::set_precision`]); the quantizer's
     /// search, the norms and attention's products are f32 either way.
-    precision: Precision,
+    pub(crate) precision: Precision,
     /// The arithmetic of the encoding convs (the encoder and `quant_conv`): f32 unless the
     /// user opts in ([`Self::set_encoder_precision`]).
-    encoder_precision: Precision,
+    pub(crate) encoder_precision: Precision,
     /// The bf16 code path the packed weights were made for.
-    bf16_kernel: Bf16Kernel,
+    pub(crate) bf16_kernel: Bf16Kernel,
 }
 
 impl VqModel {
@@ -602,64 +378,25 @@ impl VqModel {
         })
     }
 
-    /// The arithmetic the decoding convs run in.
-    pub fn precision(&self) -> Precision {
-        self.precision
-    }
-
-    /// Runs the decoding convs (`post_quant_conv` and the decoder) in `precision` (bf16:
-    /// weights packed once, here; inference only — no gradients flow through bf16 layers), on
-    /// the best bf16 code path of this CPU.
-    ///
-    /// The encoder and `quant_conv` stay f32, so the tokens are the f32 path's: with bf16
-    /// encoder convs only 98.7% of the tokens of the shipped model on the held-out photos
-    /// (99.5% on `assets/coffee.png`) equalled f32's, below the 99.5% bar, while the bf16
-    /// decoder is at 57–59 dB PSNR against the f32 decode.
-    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
-        self.set_precision_on(precision, Bf16Kernel::best())
-    }
-
-    /// The arithmetic the encoding convs run in.
-    pub fn encoder_precision(&self) -> Precision {
-        self.encoder_precision
-    }
-
-    /// Runs the encoding convs (the encoder and `quant_conv`) in `precision`, on the same
-    /// bf16 code path as the decoding convs — an opt-in: bf16 encoder convs move some latents
-    /// across a codebook boundary, so the tokens are no longer always the f32 tokens
-    /// ([`Self::set_precision`] says how many; [`crate::precision::encoder_token_agreement`]
-    /// measures it on a built-in picture). Norms, attention and the search stay f32.
-    pub fn set_encoder_precision(&mut self, precision: Precision) -> Result<()> {
-        if precision == self.encoder_precision {
-            return Ok(());
-        }
-        let kernel = self.bf16_kernel;
+    /// Sets the convs of one half of the model to `precision` on `kernel` (bf16: weights
+    /// packed once, here). [`crate::precision`] owns the rules of which half runs in what.
+    pub(crate) fn set_convs(
+        &mut self,
+        half: Half,
+        precision: Precision,
+        kernel: Bf16Kernel,
+    ) -> Result<()> {
         let mut set = |c: &mut Conv2d| c.set_precision(precision, kernel);
-        set(&mut self.quant_conv)?;
-        self.encoder.for_each_conv(&mut set)?;
-        self.encoder_precision = precision;
-        Ok(())
-    }
-
-    /// [`Self::set_precision`] on a given bf16 code path (tests compare the two).
-    pub fn set_precision_on(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
-        if precision == self.precision
-            && (precision == Precision::F32 || kernel == self.bf16_kernel)
-        {
-            return Ok(()); // already packed (or not needed)
+        match half {
+            Half::Encoding => {
+                set(&mut self.quant_conv)?;
+                self.encoder.for_each_conv(&mut set)
+            }
+            Half::Decoding => {
+                set(&mut self.post_quant_conv)?;
+                self.decoder.for_each_conv(&mut set)
+            }
         }
-        let mut set = |c: &mut Conv2d| c.set_precision(precision, kernel);
-        set(&mut self.post_quant_conv)?;
-        self.decoder.for_each_conv(&mut set)?;
-        self.precision = precision;
-        if kernel != self.bf16_kernel && self.encoder_precision == Precision::Bf16 {
-            // The encoder's packed weights follow the code path too.
-            self.quant_conv.set_precision(Precision::Bf16, kernel)?;
-            self.encoder
-                .for_each_conv(&mut |c| c.set_precision(Precision::Bf16, kernel))?;
-        }
-        self.bf16_kernel = kernel;
-        Ok(())
     }
 
     pub fn config(&self) -> &VqConfig {
