@@ -80,6 +80,20 @@ pub fn advise_huge_pages<T>(buf: &mut [T]) {
     let _ = buf;
 }
 
+/// An empty Vec with room for `n` elements, for a caller that writes all of them and then
+/// calls `set_len(n)`: 2 MiB pages advised ([`advise_huge_pages`]), and in debug builds the
+/// room filled with `poison` first, so that an element left unwritten shows (NaN through a
+/// conv's output) instead of reading whatever the allocator returned.
+pub(crate) fn unfilled<T: Copy>(n: usize, poison: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advise_huge_pages(v.spare_capacity_mut());
+    if cfg!(debug_assertions) {
+        v.resize(n, poison);
+        v.clear();
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::{advise_huge_pages, thread_count_to_set};

@@ -183,12 +183,7 @@ fn pack_input(
     let ci2 = ci.div_ceil(2);
     let hw = g.h * g.w;
     let n = b * planes * g.plane + NB;
-    let mut xp = Vec::<u32>::with_capacity(n);
-    crate::runtime::advise_huge_pages(xp.spare_capacity_mut());
-    if cfg!(debug_assertions) {
-        xp.resize(n, 0x7fc0_7fc0); // bf16 NaN pairs: a gap left unwritten shows
-        xp.clear();
-    }
+    let mut xp = crate::runtime::unfilled(n, 0x7fc0_7fc0u32); // poison: bf16 NaN pairs
     let zero = MaybeUninit::new(0u32);
     let (body, slack) = xp.spare_capacity_mut()[..n].split_at_mut(n - NB);
     slack.fill(zero);
@@ -327,15 +322,9 @@ pub(super) fn direct_conv(
         return Vec::new();
     }
     // Every element is written by `scatter_rows` (the tasks cover every channel and all of
-    // p-space, which holds every output pixel); a debug build fills it with NaN first so
-    // that a gap shows. Fresh pages: at 384² their faults took as long as the AMX tile
-    // products (measured), hence the huge-page hint.
-    let mut out = Vec::<f32>::with_capacity(n);
-    crate::runtime::advise_huge_pages(out.spare_capacity_mut());
-    if cfg!(debug_assertions) {
-        out.resize(n, f32::NAN);
-        out.clear();
-    }
+    // p-space, which holds every output pixel). Fresh pages: at 384² their faults took as
+    // long as the AMX tile products (measured), hence `unfilled`'s huge-page hint.
+    let mut out = crate::runtime::unfilled(n, f32::NAN);
     let xp = pack_input(x, b, wt.ci, planes, &g, fold.norm);
     let grid = TaskGrid::new(
         b,

@@ -217,12 +217,7 @@ fn polyphase<const M: usize>(
     norm: Option<&[ChannelNorm<f32>]>,
 ) -> Vec<f32> {
     let n = g.b * g.ci * p.chan;
-    let mut xp = Vec::<f32>::with_capacity(n);
-    crate::runtime::advise_huge_pages(xp.spare_capacity_mut());
-    if cfg!(debug_assertions) {
-        xp.resize(n, f32::NAN); // a gap left unwritten shows as NaN in the conv's output
-        xp.clear();
-    }
+    let mut xp = crate::runtime::unfilled(n, f32::NAN);
     let (l, t) = (g.pad.0, g.pad.2);
     xp.spare_capacity_mut()[..n]
         .par_chunks_mut(p.chan)
@@ -407,13 +402,8 @@ fn drive<const M: usize, const A: usize, K: Wino<M, A>>(
         return Vec::new();
     }
     // Every element is written by the output transform (each task writes whole rows of its
-    // tile rows, every channel); a debug build fills it with NaN first so that a gap shows.
-    let mut out = Vec::<f32>::with_capacity(n);
-    crate::runtime::advise_huge_pages(out.spare_capacity_mut());
-    if cfg!(debug_assertions) {
-        out.resize(n, f32::NAN);
-        out.clear();
-    }
+    // tile rows, every channel).
+    let mut out = crate::runtime::unfilled(n, f32::NAN);
     let (ci, co, aa) = (g.ci, g.co, A * A);
     let tasks = Tasks::new(&p, g.b, aa * (ci + rows_mb));
     let tp_max = tasks.max_cols(&p, col_mult);
