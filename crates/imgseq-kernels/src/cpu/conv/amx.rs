@@ -44,6 +44,11 @@ pub(super) fn conv2d(
     let (kk, kb) = (wt.kh * wt.kw, wt.ci2.div_ceil(amx::TK));
     let tiles_a = tiles(wt);
     let a_block = kk * kb * 2 * amx::TILE_WORDS;
+    // Where each row block's C starts, for every task alike: the bias, 16 copies of each
+    // channel's (32 rows a block, 0 past co).
+    let starts: Vec<f32> = (0..round_up(wt.co, BLK))
+        .flat_map(|o| [wt.bias.get(o).copied().unwrap_or(0.0); amx::TK])
+        .collect();
     direct_conv(
         x,
         fold,
@@ -55,16 +60,12 @@ pub(super) fn conv2d(
         |cbuf, t, img, g| {
             let off = |tap: usize| g.off(tap / wt.kw, tap % wt.kw);
             let img = img.as_ptr();
-            // Each row block's C starts at the bias: 32 rows of 16 copies of its channel's.
-            let starts: Vec<f32> = (t.blk0 * BLK..t.blk1 * BLK)
-                .flat_map(|o| [wt.bias.get(o).copied().unwrap_or(0.0); amx::TK])
-                .collect();
             // SAFETY: amx::available() (the caller's kernel was checked to be Amx).
             let _scope = unsafe { amx::TileScope::new() };
             for nb in (0..t.len).step_by(BLK) {
                 for blk in t.blk0..t.blk1 {
                     let c = cbuf[(blk - t.blk0) * BLK * t.len + nb..].as_mut_ptr();
-                    let init = starts[(blk - t.blk0) * BLK * amx::TK..].as_ptr();
+                    let init = starts[blk * BLK * amx::TK..].as_ptr();
                     let a = tiles_a[blk * a_block..].as_ptr();
                     // SAFETY: c is a 32 × 32 corner of cbuf (rows and len are multiples of 32),
                     // written whole; init is this block's 32 × 16 floats of `starts`;

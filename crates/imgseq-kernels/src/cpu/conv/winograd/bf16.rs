@@ -15,13 +15,13 @@ thread_local! {
     static WORDS_V: Cell<Vec<u32>> = const { Cell::new(Vec::new()) };
 }
 
-/// Whether `auto` may run a bf16 conv of these channels and kernel by [`conv2d_bf16`] (its
+/// Whether `auto` may run a bf16 conv of these channels and kernel by [`conv2d_bf16_folded`] (its
 /// weights are then packed for both algorithms): 3×3, stride 1, ≥ 128 channels in and out.
 pub fn bf16_candidate(ci: usize, co: usize, kh: usize, kw: usize, stride: usize) -> bool {
     kh == 3 && kw == 3 && stride == 1 && ci >= 128 && co >= 128
 }
 
-/// Whether `auto` runs this bf16 conv by [`conv2d_bf16`]: a [`bf16_candidate`] with at least
+/// Whether `auto` runs this bf16 conv by [`conv2d_bf16_folded`]: a [`bf16_candidate`] with at least
 /// 2²⁹ multiply-adds per image. Measured against the direct bf16 conv (`bf16_bench`, AMD EPYC
 /// Zen 4, 2 threads): faster at 128 ch from 64² (3.05 vs 3.38 ms) to 384² (125 vs 131 ms),
 /// 256 ch at 48² (5.8 vs 7.3), 512 ch at 24² (6.7 vs 7.6); slower below the threshold (128 ch
@@ -43,18 +43,9 @@ pub fn auto_bf16(g: &Geom) -> bool {
 /// Only F(2,3): its transforms add and subtract (and halve the weights), so bf16 rounding of
 /// the transformed operands costs about twice the direct bf16 conv's error (4.6e-3 vs 2.3e-3
 /// relative, 64 channels at 24²); F(4,3)'s (×4, ×5, ×8, 1/24) made it 7.5e-2.
-pub fn conv2d_bf16(
-    x: &[f32],
-    ua: &[u32],
-    bias: Option<&[f32]>,
-    g: &Geom,
-    kernel: Kernel,
-) -> Vec<f32> {
-    conv2d_bf16_folded(x, Fold::default(), ua, bias, g, kernel)
-}
-
-/// [`conv2d_bf16`] with a [`Fold`] (the input's GroupNorm and the output's residual, in f32
-/// as in [`super::conv2d_folded`]).
+///
+/// With a [`Fold`]: the input's GroupNorm and the output's residual, in f32 as in
+/// [`super::conv2d_folded`] (`Fold::default()` for neither).
 pub fn conv2d_bf16_folded(
     x: &[f32],
     fold: Fold,

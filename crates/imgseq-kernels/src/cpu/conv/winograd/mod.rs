@@ -28,7 +28,7 @@ mod simd;
 mod transform;
 
 pub use crate::cpu::norm::ChannelNorm;
-pub use bf16::{auto_bf16, bf16_candidate, conv2d_bf16, conv2d_bf16_folded, pack_weights_bf16};
+pub use bf16::{auto_bf16, bf16_candidate, conv2d_bf16_folded, pack_weights_bf16};
 
 use super::Geom;
 use crate::cpu::features::features;
