@@ -67,9 +67,7 @@ impl VqModel {
     pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
         Bf16Model::choose_precision(self, request)
     }
-}
 
-impl VqModel {
     /// The arithmetic the decoding convs run in.
     pub fn precision(&self) -> Precision {
         self.precision
@@ -126,33 +124,38 @@ impl VqModel {
         self.encoder_precision = precision;
         Ok(())
     }
-}
 
-/// Side of the picture [`VqModel::encoder_token_agreement`] encodes, in tokens: 16 × 16 = 256
-/// tokens (256² pixels for an f16 model).
-pub const ENCODER_CHECK_GRID: usize = 16;
-
-impl VqModel {
     /// How many tokens of the built-in check picture ([`check_image`], [`ENCODER_CHECK_GRID`]²
     /// tokens) the bf16 encoder gives as the f32 encoder does: (equal, of). For the user who
     /// opts in to [`VqModel::set_encoder_precision`]; the model keeps its encoder precision.
     pub fn encoder_token_agreement(&mut self) -> Result<(usize, usize)> {
+        let kept = self.encoder_precision();
+        let agreement = self.use_bf16_encoder()?;
+        self.set_encoder_precision(kept)?;
+        Ok(agreement)
+    }
+
+    /// Switches the encoder to bf16 (the user's opt-in) and says how far its tokens are from
+    /// f32's, as [`Self::encoder_token_agreement`] measures, packing the weights once.
+    pub fn use_bf16_encoder(&mut self) -> Result<(usize, usize)> {
         let side = ENCODER_CHECK_GRID * self.config().downsample_factor();
         let img = check_image(side as u32);
         let x = data::to_input(&[img], self.config().ddconfig.in_channels)?;
-        let kept = self.encoder_precision();
         let tokens = |m: &mut VqModel, p: Precision| -> Result<Vec<u32>> {
             m.set_encoder_precision(p)?;
             let t = m.encode(&x)?.indices.flatten_all()?;
             Ok(t.to_dtype(candle_core::DType::U32)?.to_vec1::<u32>()?)
         };
         let t32 = tokens(self, Precision::F32)?;
-        let t16 = tokens(self, Precision::Bf16)?;
-        self.set_encoder_precision(kept)?;
+        let t16 = tokens(self, Precision::Bf16)?; // left in bf16
         let equal = t32.iter().zip(&t16).filter(|(a, b)| a == b).count();
         Ok((equal, t32.len()))
     }
 }
+
+/// Side of the picture [`VqModel::encoder_token_agreement`] encodes, in tokens: 16 × 16 = 256
+/// tokens (256² pixels for an f16 model).
+pub const ENCODER_CHECK_GRID: usize = 16;
 
 impl Bf16Model for VqModel {
     type Error = imgseq_core::Error;

@@ -6,7 +6,7 @@ use candle_core::Device;
 use clap::Args;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
-use imgseq_kernels::{Precision, PrecisionChoice};
+use imgseq_kernels::PrecisionChoice;
 use imgseq_vqgan::load::default_config_path;
 use imgseq_vqgan::{load_model, VqConfig, VqModel};
 use std::path::{Path, PathBuf};
@@ -171,10 +171,7 @@ pub fn load_choosing(
     m.precision.report(&choice);
     if m.bf16_encoder {
         let cannot = || format!("{}: cannot run the encoder in bf16", file.display());
-        let (equal, of) = model.encoder_token_agreement().with_context(cannot)?;
-        model
-            .set_encoder_precision(Precision::Bf16)
-            .with_context(cannot)?;
+        let (equal, of) = model.use_bf16_encoder().with_context(cannot)?;
         eprintln!(
             "encoder: bf16 (--bf16-encoder): {equal} of {of} tokens of the built-in check \
              picture equal the f32 encoder's ({:.1}%)",
