@@ -9,6 +9,10 @@
 3. No library source file over 700 lines (tests, examples, benches and generated code aside)
    and no function over 100 lines.
 4. A light tree: no tracked file over 10 MB, no optimizer state, no unfinished training run.
+5. Families are plug-ins: no source file outside the family layer (the family crates in
+   FAMILY_CRATES and the loader, imgseq-models) names a family crate; the CLI, the service,
+   the dataset job and the Python package reach every family through
+   `imgseq_models::open` and the `Tokenizer` contract.
 
     python3 scripts/check_layering.py            # check, print a summary
     python3 scripts/check_layering.py --report   # also list every module edge and the largest files
@@ -39,10 +43,14 @@ LAYERS = {
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
     "imgseq-lfq": 2,
-    "imgseq-serve": 3,
-    "imgseq": 4,
-    "imgseq-py": 3,
+    "imgseq-models": 3,
+    "imgseq-serve": 4,
+    "imgseq": 5,
+    "imgseq-py": 4,
 }
+# The tokenizer families' crates, and the crates that may name them (the family layer).
+FAMILY_CRATES = ["imgseq-vqgan", "imgseq-lfq"]
+FAMILY_LAYER = set(FAMILY_CRATES) | {"imgseq-models"}
 MAX_FILE_LINES = 700
 MAX_FN_LINES = 100
 MAX_TRACKED_BYTES = 10 * 1024 * 1024
@@ -272,7 +280,9 @@ def check_sizes(dirs) -> tuple[list[str], list[tuple[int, Path]]]:
         if text.startswith("// @generated"):
             continue
         # Unit tests at a file's end are tests, not library code.
-        code = re.split(r"\n#\[cfg\(test\)\]\s*\nmod\s+tests", text)[0]
+        # (an inline `mod tests { ... }` block; `mod tests;` declares a file of its own and
+        # the code after it is still library code).
+        code = re.split(r"\n#\[cfg\(test\)\]\s*\nmod\s+tests\s*\{", text)[0]
         n = code.count("\n") + 1
         sizes.append((n, f))
         rel = f.relative_to(ROOT)
@@ -283,6 +293,27 @@ def check_sizes(dirs) -> tuple[list[str], list[tuple[int, Path]]]:
             if line <= n:
                 errors.append((f"{rel}:{line}: fn {name} is {length} lines (at most {MAX_FN_LINES})", f"fn {rel}::{name}"))
     return errors, sorted(sizes, reverse=True)
+
+
+def check_families(dirs) -> list[tuple[str, str]]:
+    """Library files outside the family layer that name a family crate."""
+    names = [c.replace("-", "_") for c in FAMILY_CRATES]
+    pattern = re.compile(r"\b(" + "|".join(names) + r")\s*::")
+    errors = []
+    for crate, d in dirs.items():
+        if crate in FAMILY_LAYER:
+            continue
+        for f in sorted((d / "src").rglob("*.rs")):
+            text = strip_comments_and_strings(f.read_text())
+            found = sorted(set(pattern.findall(text)))
+            if found:
+                rel = f.relative_to(ROOT)
+                errors.append((
+                    f"{rel}: names the family crate(s) {', '.join(found)} outside the family "
+                    f"layer (open models with imgseq_models::open and use the Tokenizer contract)",
+                    f"family {rel}",
+                ))
+    return errors
 
 
 def check_tree() -> list[str]:
@@ -300,12 +331,15 @@ def check_tree() -> list[str]:
     return errors
 
 
+ALL_CHECKS = ["deps", "cycles", "sizes", "tree", "families"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--report", action="store_true", help="print module edges and the largest files")
-    ap.add_argument("--only", choices=["deps", "cycles", "sizes", "tree"], action="append")
+    ap.add_argument("--only", choices=ALL_CHECKS, action="append")
     args = ap.parse_args()
-    only = set(args.only or ["deps", "cycles", "sizes", "tree"])
+    only = set(args.only or ALL_CHECKS)
     dirs = crate_dirs()
     errors: list[tuple[str, str]] = []
     if "deps" in only:
@@ -330,6 +364,8 @@ def main() -> int:
                 print(f"{n:6d} {f.relative_to(ROOT)}")
     if "tree" in only:
         errors += check_tree()
+    if "families" in only:
+        errors += check_families(dirs)
     debt = set()
     if DEBT_FILE.exists():
         for line in DEBT_FILE.read_text().splitlines():
@@ -339,7 +375,7 @@ def main() -> int:
     failing, known = [], []
     for msg, key in errors:
         (known if key in debt else failing).append((msg, key))
-    stale = sorted(debt - {k for _, k in errors}) if only == {"deps", "cycles", "sizes", "tree"} else []
+    stale = sorted(debt - {k for _, k in errors}) if only == set(ALL_CHECKS) else []
     for msg, key in known:
         print(f"known debt: {msg}")
     for msg, key in failing:

@@ -32,15 +32,25 @@ pub const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "bmp"];
 pub type Image8<P> = ImageBuffer<P, Vec<u8>>;
 
 /// How pixel values map to tensor values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PixelRange {
     /// `x / 255`, in `[0, 1]`.
+    #[serde(rename = "[0, 1]")]
     ZeroOne,
     /// `x / 127.5 - 1`, in `[-1, 1]` (taming-transformers).
+    #[serde(rename = "[-1, 1]")]
     MinusOneOne,
 }
 
 impl PixelRange {
+    /// The 8-bit → tensor rule in words (`pixels/127.5 - 1`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            PixelRange::ZeroOne => "pixels/255",
+            PixelRange::MinusOneOne => "pixels/127.5 - 1",
+        }
+    }
+
     /// Converts one 8-bit value.
     #[inline]
     pub fn to_f32(self, x: u8) -> f32 {

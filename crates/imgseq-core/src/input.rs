@@ -46,6 +46,22 @@ impl Crop {
             Crop::PadToSquare => "pad_to_square",
         }
     }
+
+    /// The rule in words, as manifests record it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Crop::ShorterSide => "shorter side resized to size (Catmull-Rom), centre crop",
+            Crop::AdmCenterCrop => {
+                "ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x \
+                 size, bicubic to size, centre crop)"
+            }
+            Crop::Letterbox => "fitted inside size x size keeping its aspect ratio, black around",
+            Crop::PadToSquare => {
+                "longer side resized to size (Pillow bicubic), padded to a square with grey \
+                 (127, 127, 127)"
+            }
+        }
+    }
 }
 
 /// What a tokenizer reads: `size`×`size` pictures cropped by `crop`, with `channels` channels

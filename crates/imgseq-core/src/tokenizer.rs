@@ -3,16 +3,95 @@
 //! A [`Tokenizer`] says what it reads as data ([`InputSpec`]: side, crop rule, channels, value
 //! range), turns a batch of prepared pictures into discrete tokens ([`TokenGrid`]) or
 //! continuous embeddings ([`Embeddings`]), and, where the family can, tokens back into
-//! pictures. The VQ families (taming, LlamaGen, diffusers `VQModel`) and the ViT implement it;
-//! a new family (a continuous-latent VAE, an LFQ tokenizer) only adds an implementation, and
-//! the CLI, eval, the dataset job and the Python package work with it unchanged.
+//! pictures. Every tokenizer also says what it is ([`Tokenizer::describe`] → a
+//! [`Description`]: family, architecture, preprocessing, what it outputs, the precision of the
+//! arithmetic that makes its tokens), which manifests, `run.json`, the service's `/v1/models`,
+//! `weights inspect` and Python print as they get it.
+//!
+//! The family implementations live in the model crates; `imgseq-models` opens any of them
+//! from files (`imgseq_models::open`), and the surfaces above it see only this trait.
 
-use crate::input::InputSpec;
+use crate::image_io::PixelRange;
+use crate::input::{Crop, InputSpec};
 use crate::tokens::TokenGrid;
 use crate::{Error, Result};
 use candle_core::Tensor;
 use image::RgbImage;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+
+/// What a tokenizer gives for one image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// Codebook indices (shape: the token grid, e.g. (h, w)).
+    Codes,
+    /// A continuous latent map (C, h, w).
+    Latents,
+    /// A sequence of continuous vectors (tokens, dim).
+    Embeddings,
+}
+
+/// One image's output: its kind, array shape and (discrete tokenizers) codebook size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSpec {
+    pub kind: OutputKind,
+    pub shape: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codebook_size: Option<usize>,
+}
+
+/// How pictures are brought to the model's input ([`InputSpec`], serialisable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preprocessing {
+    pub size: u32,
+    pub crop: Crop,
+    pub channels: usize,
+    /// `[-1, 1]` or `[0, 1]`.
+    pub range: PixelRange,
+}
+
+impl From<InputSpec> for Preprocessing {
+    fn from(s: InputSpec) -> Self {
+        Self {
+            size: s.size,
+            crop: s.crop,
+            channels: s.channels,
+            range: s.range,
+        }
+    }
+}
+
+/// The weights a tokenizer was opened from: the source as given and the file's SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightsRef {
+    pub source: String,
+    pub sha256: String,
+}
+
+/// A tokenizer's account of itself: what manifests, `run.json`, `/v1/models`, `weights
+/// inspect` and Python's `repr` print.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Description {
+    /// The family's registry name (`taming`, `llamagen`, `open_magvit2`, `autoencoder_kl`).
+    pub family: String,
+    /// Its name as users read it (`LlamaGen VQ`).
+    pub label: String,
+    /// The architecture config, in the family's config form.
+    pub config: Value,
+    /// The weights' source and hash (set by the loader, which knows the files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightsRef>,
+    pub input: Preprocessing,
+    pub output: OutputSpec,
+    /// The arithmetic that makes the tokens (the encoder's): `f32`, `bf16`, with what else
+    /// changes them (`f32, EMA weights`).
+    pub precision: String,
+    /// The decoder's, where the family decodes and it differs from [`Self::precision`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_precision: Option<String>,
+}
 
 /// Continuous tokens of `n` images: `tokens` vectors of `dim` values each.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +101,23 @@ pub struct Embeddings {
     pub dim: usize,
     /// n·tokens·dim values, image after image, token after token.
     pub data: Vec<f32>,
+}
+
+impl Description {
+    /// A description with no config, weights or decoder precision, computing in f32 (tests'
+    /// stand-in models, families without a config of their own).
+    pub fn basic(family: &str, label: &str, input: InputSpec, output: OutputSpec) -> Self {
+        Self {
+            family: family.into(),
+            label: label.into(),
+            config: Value::Null,
+            weights: None,
+            input: input.into(),
+            output,
+            precision: "f32".into(),
+            decoder_precision: None,
+        }
+    }
 }
 
 /// What a tokenizer makes of a batch of images.
@@ -47,9 +143,19 @@ impl Encoded {
 
 /// An image tokenizer: pictures → tokens or embeddings, and (where the family can) tokens →
 /// pictures.
-pub trait Tokenizer {
+pub trait Tokenizer: Send + Sync {
     /// The family's name as users see it (`taming VQGAN`, `ViT`).
     fn label(&self) -> String;
+
+    /// What the tokenizer is ([`Description`]; its `weights` are the loader's to fill).
+    fn describe(&self) -> Description;
+
+    /// Refuses a batch of `n` inputs whose forward pass would not fit the memory budget
+    /// (checked before any image is read).
+    fn check_batch(&self, n: usize) -> Result<()> {
+        let _ = n;
+        Ok(())
+    }
 
     /// What the tokenizer reads.
     fn input(&self) -> InputSpec;

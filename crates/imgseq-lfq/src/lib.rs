@@ -29,3 +29,5 @@ pub use tokenizer::LfqTokenizer;
 
 /// The family's name as users see it.
 pub const FAMILY: &str = "Open-MAGVIT2 LFQ";
+/// The family's registry name (manifests, descriptions).
+pub const NAME: &str = "open_magvit2";

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Description, Encoded, OutputKind, OutputSpec, Tokenizer};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{progress, Result};
 
@@ -72,6 +72,31 @@ impl LfqTokenizer {
 impl Tokenizer for LfqTokenizer {
     fn label(&self) -> String {
         crate::FAMILY.to_string()
+    }
+
+    fn describe(&self) -> Description {
+        let c = self.model.config();
+        let g = self.size as usize / c.downsample_factor();
+        Description {
+            family: crate::NAME.into(),
+            label: self.label(),
+            config: c.to_json(),
+            weights: None,
+            input: self.input().into(),
+            output: OutputSpec {
+                kind: OutputKind::Codes,
+                shape: vec![g, g],
+                codebook_size: Some(c.codebook_size()),
+            },
+            // Which weight set runs changes the tokens as much as the arithmetic does.
+            precision: format!("f32, {} weights", if self.model.ema { "EMA" } else { "raw" }),
+            decoder_precision: None,
+        }
+    }
+
+    fn check_batch(&self, n: usize) -> Result<()> {
+        let s = self.size as usize;
+        self.model.config().check_memory(n, s, s)
     }
 
     fn input(&self) -> InputSpec {

@@ -3,6 +3,7 @@
 //! `manifest-I-of-N.json`; [`merge`] checks the `N` parts against each other and joins them.
 
 use imgseq_core::fsutil::{read_json, write_json};
+use imgseq_core::tokenizer::{Description, Preprocessing, WeightsRef};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -71,6 +72,52 @@ pub struct TokenizerInfo {
     /// Set for a latent shard set (format [`LATENT_FORMAT`]; `n_codes` is 0 there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latent: Option<LatentInfo>,
+}
+
+/// The manifest's account of the resize and crop `p` names (`pad`: small images centred on a
+/// zero canvas instead, as the job's `--pad` does).
+pub fn crop_text(pad: bool, p: &Preprocessing) -> String {
+    format!(
+        "{}{}; {}{}",
+        if pad {
+            "images no larger than size centred on a zero size x size canvas; others: "
+        } else {
+            ""
+        },
+        p.crop.describe(),
+        if p.channels == 1 { "ITU-R 601 luma; " } else { "" },
+        p.range.describe()
+    )
+}
+
+impl TokenizerInfo {
+    /// What a discrete tokenizer's [`Description`] says, as a token manifest records it (the
+    /// loader's weights source and hash; `upscale` and `pad`: the job's own options).
+    pub fn from_description(d: &Description, upscale: bool, pad: bool) -> Result<Self> {
+        let (Some(n_codes), &[h, w]) = (d.output.codebook_size, &d.output.shape[..]) else {
+            return Err(Error::invalid(format!(
+                "token shards hold a grid of codebook tokens; a {} gives {:?} of shape {:?}",
+                d.label, d.output.kind, d.output.shape
+            )));
+        };
+        let w_ref = d.weights.clone().unwrap_or_else(|| WeightsRef {
+            source: String::new(),
+            sha256: String::new(),
+        });
+        Ok(Self {
+            family: d.family.clone(),
+            weights: w_ref.source,
+            weights_sha256: w_ref.sha256,
+            config: d.config.clone(),
+            n_codes,
+            size: d.input.size,
+            grid: [h, w],
+            crop: crop_text(pad, &d.input),
+            upscale,
+            precision: d.precision.clone(),
+            latent: None,
+        })
+    }
 }
 
 /// One finished shard.

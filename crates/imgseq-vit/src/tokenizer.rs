@@ -8,13 +8,32 @@ use candle_core::Tensor;
 use image::{DynamicImage, RgbImage};
 use imgseq_core::image_io::{rgb_to_gray, PixelRange};
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Description, Embeddings, Encoded, OutputKind, OutputSpec, Tokenizer};
 use imgseq_core::Result;
 use std::path::Path;
 
 impl Tokenizer for Classifier {
     fn label(&self) -> String {
         "ViT".into()
+    }
+
+    fn describe(&self) -> Description {
+        let c = &self.cfg;
+        let patches = (c.image_size / c.patch_size).pow(2);
+        Description {
+            family: "vit".into(),
+            label: self.label(),
+            config: serde_json::to_value(c).unwrap_or_default(),
+            weights: None,
+            input: self.input().into(),
+            output: OutputSpec {
+                kind: OutputKind::Embeddings,
+                shape: vec![1 + patches, c.hidden_size],
+                codebook_size: None,
+            },
+            precision: "f32".into(),
+            decoder_precision: None,
+        }
     }
 
     /// The model's canvas, letterboxed content, its channels; values x/255 before the

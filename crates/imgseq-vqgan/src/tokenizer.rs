@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::InputSpec;
-use imgseq_core::tokenizer::{Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Description, Encoded, OutputKind, OutputSpec, Tokenizer};
 use imgseq_core::Result;
 
 impl VqConfig {
@@ -41,6 +41,31 @@ impl VqTokenizer {
 impl Tokenizer for VqTokenizer {
     fn label(&self) -> String {
         self.model.config().variant.family.label().to_string()
+    }
+
+    fn describe(&self) -> Description {
+        let cfg = self.model.config();
+        let g = self.size as usize / cfg.downsample_factor();
+        let (enc, dec) = (self.model.encoder_precision(), self.model.precision());
+        Description {
+            family: cfg.variant.family.name().into(),
+            label: self.label(),
+            config: serde_json::from_str(&cfg.to_json_string()).unwrap_or_default(),
+            weights: None,
+            input: self.input().into(),
+            output: OutputSpec {
+                kind: OutputKind::Codes,
+                shape: vec![g, g],
+                codebook_size: Some(cfg.n_embed),
+            },
+            precision: enc.name().into(),
+            decoder_precision: (dec != enc).then(|| dec.name().into()),
+        }
+    }
+
+    fn check_batch(&self, n: usize) -> Result<()> {
+        let s = self.size as usize;
+        self.model.config().check_memory(n, s, s, Some(s))
     }
 
     fn input(&self) -> InputSpec {

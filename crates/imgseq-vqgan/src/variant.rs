@@ -27,6 +27,18 @@ pub enum Family {
 }
 
 impl Family {
+    /// The registry name (manifests, descriptions): `taming`, `llamagen`, `diffusers`,
+    /// `janus`, `ibq`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Taming => "taming",
+            Family::Llamagen => "llamagen",
+            Family::Diffusers => "diffusers",
+            Family::Janus => "janus",
+            Family::Ibq => "ibq",
+        }
+    }
+
     /// The name users see (`weights inspect`, messages).
     pub fn label(self) -> &'static str {
         match self {

@@ -8,7 +8,8 @@ use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_shards::job::{self, Options};
 use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
-use imgseq_shards::{wds, ShardFormat, SourceOptions};
+use imgseq_shards::{ShardFormat, SourceOptions};
+use imgseq_core::tokenizer::Tokenizer;
 use imgseq_vqgan::VqTokenizer;
 use std::path::{Path, PathBuf};
 
@@ -105,78 +106,18 @@ pub struct TokenizeArgs {
     job: JobArgs,
 }
 
+/// `tokenize` with any tokenizer the loader opens: its description (family, config, crop,
+/// precision, weights hash) is the manifest's account of the tokens.
 pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
-    if crate::lfq_cmd::is_lfq(&a.model) {
-        return tokenize_lfq(&a.sources, &a.model, &a.pre, &a.job);
-    }
-    let (model, weights) = load(&a.model)?;
-    let cfg = model.config();
-    let size = a.pre.size_for(cfg);
-    cfg.check_input_size(size as usize)?;
+    let t = a.model.open(a.pre.size, &mut Outputs::default())?;
     let o = a.job.options(a.pre.upscale, a.job.pad(&a.sources))?;
     // The forward pass of a batch, estimated before any image is read.
-    let s = size as usize;
-    cfg.check_memory(o.batch, s, s, Some(s))?;
-    let gray = cfg.ddconfig.in_channels == 1;
-    let f = cfg.downsample_factor();
-    let info = TokenizerInfo {
-        family: "taming".into(),
-        weights: weights.display().to_string(),
-        weights_sha256: wds::sha256_file(&weights)?,
-        config: serde_json::from_str(&cfg.to_json_string())?,
-        n_codes: cfg.n_embed,
-        size,
-        grid: [size as usize / f, size as usize / f],
-        crop: crop_description(o.pad, gray),
-        upscale: a.pre.upscale,
-        precision: "f32".into(),
-        latent: None,
-    };
-    let tok = VqTokenizer::new(model, size)?;
-    let r = job::tokenize(&tok, &info, &a.sources, &a.job.output, &o)?;
+    t.check_batch(o.batch)?;
+    let info = TokenizerInfo::from_description(&t.describe_with_weights()?, a.pre.upscale, o.pad)?;
+    let r = job::tokenize(&t, &info, &a.sources, &a.job.output, &o)?;
     report(
         &r,
         &format!("{}x{} tokens each", info.grid[0], info.grid[1]),
-    )
-}
-
-/// `vq tokenize` with an Open-MAGVIT2 checkpoint: the dataset job through the tokenizer
-/// layer; tokens stored in the codebook's dtype (int32 for 2^18 codes).
-fn tokenize_lfq(sources: &[PathBuf], m: &ModelArgs, pre: &Preprocess, job: &JobArgs) -> Result<()> {
-    let t = crate::lfq_cmd::load(m, pre.size, &mut Outputs::default())?;
-    let c = t.model.config();
-    let o = job.options(pre.upscale, job.pad(sources))?;
-    let s = t.size as usize;
-    c.check_memory(o.batch, s, s)?;
-    let w = m.weights.as_deref().context("--weights is required")?;
-    let g = s / c.downsample_factor();
-    let info = imgseq_shards::TokenizerInfo {
-        family: imgseq_lfq::FAMILY.into(),
-        weights: w.display().to_string(),
-        weights_sha256: imgseq_shards::wds::sha256_file(w)?,
-        config: c.to_json(),
-        n_codes: c.codebook_size(),
-        size: t.size,
-        grid: [g, g],
-        crop: crop_description(o.pad, false),
-        upscale: pre.upscale,
-        precision: format!("f32, {} weights", if t.model.ema { "EMA" } else { "raw" }),
-        latent: None,
-    };
-    let r = imgseq_shards::job::tokenize(&t, &info, sources, &job.output, &o)?;
-    report(&r, &format!("{g}x{g} tokens each"))
-}
-
-/// The manifest's account of the resize and crop.
-pub fn crop_description(pad: bool, gray: bool) -> String {
-    format!(
-        "{}shorter side resized to size (Catmull-Rom), centre crop; {}pixels/127.5 - 1",
-        if pad {
-            "images no larger than size centred on a zero size x size canvas; others: "
-        } else {
-            ""
-        },
-        if gray { "ITU-R 601 luma; " } else { "" }
     )
 }
 

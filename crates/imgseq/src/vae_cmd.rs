@@ -243,15 +243,7 @@ fn tokenize(
         n_codes: 0,
         size: o.size,
         grid: [t.grid(), t.grid()],
-        crop: format!(
-            "{}ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x size, \
-             bicubic to size, centre crop); pixels/127.5 - 1",
-            if opts.pad {
-                "images no larger than size centred on a zero size x size canvas; others: "
-            } else {
-                ""
-            }
-        ),
+        crop: imgseq_shards::manifest::crop_text(opts.pad, &t.describe().input),
         upscale: o.upscale,
         precision: "f32".into(),
         latent: Some(enc.info(m.preset.as_deref())),

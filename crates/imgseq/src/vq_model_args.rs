@@ -1,21 +1,16 @@
 //! What every `vq` command that runs a model shares: the model flags (`--weights`,
 //! `--config`, `--precision`) and their loading, the input-size flags, gray picture output.
 
-use anyhow::{Context, Result};
-use candle_core::Device;
+use anyhow::Result;
 use clap::Args;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
 use imgseq_kernels::PrecisionChoice;
-use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::{load_model, VqConfig, VqModel};
+use imgseq_models::{Family, OpenOptions, Opened, Probe};
+use imgseq_vqgan::{VqConfig, VqModel};
 use std::path::{Path, PathBuf};
 
-use crate::paths::default_model;
 use crate::precision_arg::PrecisionArg;
-
-/// Folder name of the shipped default VQGAN under `weights/`.
-pub const DEFAULT_VQGAN: &str = "vqgan";
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
@@ -49,18 +44,11 @@ pub struct Preprocess {
     pub upscale: bool,
 }
 
-/// Side of colour models' inputs when --size is not given.
-pub const DEFAULT_SIZE: u32 = 384;
-
 impl Preprocess {
-    /// --size, or its default for the model `cfg`: [`DEFAULT_SIZE`] for colour models, the
-    /// training resolution (`ddconfig.resolution`) for gray ones.
+    /// --size, or its default for the model `cfg` (the loader's rule: 384 for colour models,
+    /// the training resolution for gray ones).
     pub fn size_for(&self, cfg: &VqConfig) -> u32 {
-        self.size.unwrap_or(if cfg.ddconfig.in_channels == 1 {
-            cfg.ddconfig.resolution as u32
-        } else {
-            DEFAULT_SIZE
-        })
+        imgseq_models::vq::default_size(cfg, self.size)
     }
 }
 
@@ -72,42 +60,6 @@ pub fn save_picture(path: &Path, img: &image::RgbImage, gray: bool) -> imgseq_co
     } else {
         image_io::save_image(path, img)
     }
-}
-
-/// The shipped default model's weights, `weights/vqgan/model.safetensors` (found as
-/// [`default_model`] finds any shipped model).
-fn default_weights() -> Result<PathBuf> {
-    let w = default_model(DEFAULT_VQGAN)
-        .ok()
-        .map(|d| tidy(&d.join("model.safetensors")))
-        .filter(|w| w.is_file());
-    w.with_context(|| {
-        let looked = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
-            Some(d) if !d.is_empty() => format!(" in $IMGSEQ_WEIGHTS_DIR={}", d.to_string_lossy()),
-            _ => " next to the executable or in the source tree".into(),
-        };
-        format!(
-            "no --weights given and the default VQGAN weights \
-             ({DEFAULT_VQGAN}/model.safetensors) were not found{looked}; pass --weights \
-             (safetensors or taming .ckpt) or make them with `imgseq weights convert last.ckpt \
-             --config model.yaml -o weights/{DEFAULT_VQGAN}/model.safetensors`"
-        )
-    })
-}
-
-/// Folds `a/b/../c` into `a/c` (for readable messages; no file system access).
-fn tidy(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            std::path::Component::ParentDir if out.file_name().is_some() => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 impl ModelArgs {
@@ -135,48 +87,54 @@ pub fn load_choosing(
     m: &ModelArgs,
     outs: &mut Outputs,
 ) -> Result<(VqModel, PathBuf, PrecisionChoice)> {
-    if m.raw {
-        anyhow::bail!("--raw applies to Open-MAGVIT2 checkpoints (encode, decode, roundtrip) only");
-    }
     let weights = match &m.weights {
         Some(w) => w.clone(),
-        None => default_weights()?,
+        None => imgseq_models::default_source()?,
     };
-    if imgseq_lfq::is_lfq_checkpoint(&weights) {
+    if imgseq_models::lfq::OpenMagvit2.claims(&Probe { source: &weights }) {
         anyhow::bail!(
-            "{}: {} checkpoints are read by vq encode, decode, roundtrip, tokenize and eval only",
-            weights.display(),
-            imgseq_lfq::FAMILY
+            "{}: Open-MAGVIT2 checkpoints are read by vq encode, decode, roundtrip, tokenize \
+             and eval only",
+            weights.display()
         );
     }
-    // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
-    // its config.json inside (`--weights` may name the folder).
-    let file = imgseq_vqgan::load::resolve_weights(&weights)?;
-    let config = match &m.config {
-        Some(c) => Some(c.clone()),
-        None => default_config_path(&file).ok(),
-    };
-    outs.add_input(&file);
-    if let Some(c) = &config {
-        outs.add_input(c);
+    let loaded = imgseq_models::vq::load(&Probe { source: &weights }, &m.open_options(None))?;
+    for f in &loaded.files {
+        outs.add_input(f);
     }
-    let mut model =
-        load_model(&file, config.as_deref(), &Device::Cpu).map_err(|e| match (&config, e) {
-            (None, imgseq_core::Error::Invalid(msg)) => anyhow::anyhow!("{msg}; pass --config"),
-            (_, e) => e.into(),
-        })?;
-    let choice = model
-        .choose_precision(m.precision.precision)
-        .with_context(|| format!("{}: cannot set precision", file.display()))?;
-    m.precision.report(&choice);
-    if m.bf16_encoder {
-        let cannot = || format!("{}: cannot run the encoder in bf16", file.display());
-        let (equal, of) = model.use_bf16_encoder().with_context(cannot)?;
-        eprintln!(
-            "encoder: bf16 (--bf16-encoder): {equal} of {of} tokens of the built-in check \
-             picture equal the f32 encoder's ({:.1}%)",
-            100.0 * equal as f64 / of.max(1) as f64
-        );
+    m.precision.report(&loaded.precision);
+    for n in &loaded.notes {
+        eprintln!("{n}");
     }
-    Ok((model, weights, choice))
+    Ok((loaded.model, weights, loaded.precision))
+}
+
+impl ModelArgs {
+    /// The loader's options for these flags and an input side (`None`: the model's default).
+    pub fn open_options(&self, size: Option<u32>) -> OpenOptions {
+        OpenOptions {
+            config: self.config.clone(),
+            size,
+            precision: self.precision.precision,
+            bf16_encoder: self.bf16_encoder,
+            raw: self.raw,
+        }
+    }
+
+    /// The tokenizer these flags name (the shipped default without `--weights`), through the
+    /// loader; its files added to `outs`, its notes and (with `--verbose`) its precision said
+    /// on stderr.
+    pub fn open(&self, size: Option<u32>, outs: &mut Outputs) -> Result<Opened> {
+        let t = imgseq_models::open_default(self.weights.as_deref(), &self.open_options(size))?;
+        for f in &t.files {
+            outs.add_input(f);
+        }
+        if let Some(c) = &t.precision {
+            self.precision.report(c);
+        }
+        for n in &t.notes {
+            eprintln!("{n}");
+        }
+        Ok(t)
+    }
 }

@@ -127,6 +127,34 @@ fn run_settings(
     v
 }
 
+/// The first setting (a dotted path into `run.json`) whose value differs between the folder's
+/// `had` and this run's `now`, with both values: `tokenizer.precision is "f32" here, "bf16"
+/// now`.
+fn first_difference(at: &str, had: &Value, now: &Value) -> Option<String> {
+    if had == now {
+        return None;
+    }
+    if let (Value::Object(a), Value::Object(b)) = (had, now) {
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for k in keys {
+            let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+            let (x, y) = (a.get(k).unwrap_or(&Value::Null), b.get(k).unwrap_or(&Value::Null));
+            if let Some(d) = first_difference(&path, x, y) {
+                return Some(d);
+            }
+        }
+    }
+    let short = |v: &Value| {
+        let t = v.to_string();
+        if t.chars().count() > 60 {
+            format!("{}...", t.chars().take(57).collect::<String>())
+        } else {
+            t
+        }
+    };
+    Some(format!("{at} is {} here, {} now", short(had), short(now)))
+}
+
 /// One decoded sample on its way to the model, or the reason it was skipped.
 struct Item {
     shard: usize,
@@ -238,11 +266,13 @@ fn start_run(
     let new_run = std::fs::symlink_metadata(&run_file).is_err();
     if !new_run {
         let had: Value = read_json(&run_file, "run.json")?;
-        if had != settings {
+        if let Some(what) = first_difference("", &had, &settings) {
             return Err(Error::format(
                 &run_file,
-                "this folder holds tokens of other sources, tokenizer, shard size or format; \
-                 tokenize into a new folder",
+                format!(
+                    "this folder holds tokens made with other settings: {what}; resume with the \
+                     same settings or tokenize into a new folder"
+                ),
             ));
         }
     } else {

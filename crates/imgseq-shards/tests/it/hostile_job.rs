@@ -6,7 +6,7 @@ use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Description, Encoded, OutputKind, OutputSpec, Tokenizer};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::Result;
 use imgseq_shards::job::{self, Options};
@@ -19,6 +19,14 @@ struct Fake;
 impl Tokenizer for Fake {
     fn label(&self) -> String {
         "fake".into()
+    }
+    fn describe(&self) -> Description {
+        let out = OutputSpec {
+            kind: OutputKind::Codes,
+            shape: vec![2, 2],
+            codebook_size: Some(256),
+        };
+        Description::basic("fake", "fake", self.input(), out)
     }
     fn input(&self) -> InputSpec {
         InputSpec {
@@ -130,6 +138,9 @@ fn a_failed_run_that_started_the_folder_leaves_nothing() {
     impl Tokenizer for NoCodes {
         fn label(&self) -> String {
             "broken".into()
+        }
+        fn describe(&self) -> Description {
+            Fake.describe()
         }
         fn input(&self) -> InputSpec {
             Fake.input()

@@ -185,213 +185,250 @@ impl<'a> Machine<'a> {
     fn run(mut self) -> PResult<Value> {
         loop {
             let code = self.u8()?;
-            let pushed = match code {
-                // Framing and stack manipulation.
-                op::PROTO => {
-                    self.u8()?;
-                    continue;
-                }
-                op::FRAME => {
-                    self.u64()?; // length hint only
-                    continue;
-                }
-                op::STOP => return self.pop(),
-                op::MARK => Value::Mark,
-                op::POP => {
-                    self.stack.pop().ok_or(PickleError::StackUnderflow)?;
-                    continue;
-                }
-                op::POP_MARK => {
-                    self.pop_mark()?;
-                    continue;
-                }
-                op::DUP => self
-                    .stack
-                    .last()
-                    .ok_or(PickleError::StackUnderflow)?
-                    .clone(),
+            if code == op::STOP {
+                return self.pop();
+            }
+            if let Some(v) = self.step(code)? {
+                self.stack.push(v);
+            }
+        }
+    }
 
-                // Scalars.
-                op::NONE => Value::None,
-                op::NEWTRUE => Value::Bool(true),
-                op::NEWFALSE => Value::Bool(false),
-                op::BININT => Value::Int(self.u32()? as i32 as i64),
-                op::BININT1 => Value::Int(self.u8()? as i64),
-                op::BININT2 => Value::Int(self.u16()? as i64),
-                op::LONG1 => {
-                    let n = self.u8()? as usize;
-                    self.long(n)?
-                }
-                op::LONG4 => {
-                    let n = self.u32()? as usize;
-                    self.long(n)?
-                }
-                op::INT => {
-                    // Also encodes True/False as 01/00.
-                    match self.line()?.as_str() {
-                        "01" => Value::Bool(true),
-                        "00" => Value::Bool(false),
-                        s => Value::Int(s.parse().map_err(|_| PickleError::BadInt)?),
-                    }
-                }
-                op::BINFLOAT => Value::Float(f64::from_be_bytes(self.take_array()?)),
+    /// One opcode (not STOP): the value it pushes, if any. Opcodes go to their group's
+    /// method; anything else is refused.
+    fn step(&mut self, code: u8) -> PResult<Option<Value>> {
+        match code {
+            op::PROTO | op::FRAME | op::MARK | op::POP | op::POP_MARK | op::DUP => {
+                self.stack_op(code)
+            }
+            op::NONE | op::NEWTRUE | op::NEWFALSE | op::BININT | op::BININT1 | op::BININT2
+            | op::LONG1 | op::LONG4 | op::INT | op::BINFLOAT => self.scalar(code).map(Some),
+            op::BINUNICODE
+            | op::SHORT_BINUNICODE
+            | op::BINUNICODE8
+            | op::BINBYTES
+            | op::BINSTRING
+            | op::SHORT_BINBYTES
+            | op::SHORT_BINSTRING
+            | op::BINBYTES8 => self.string(code).map(Some),
+            op::EMPTY_TUPLE | op::TUPLE | op::TUPLE1 | op::TUPLE2 | op::TUPLE3 | op::EMPTY_LIST
+            | op::EMPTY_SET | op::LIST | op::FROZENSET | op::APPEND | op::APPENDS
+            | op::ADDITEMS | op::EMPTY_DICT | op::DICT | op::SETITEM | op::SETITEMS => {
+                self.collection(code)
+            }
+            op::BINPUT | op::LONG_BINPUT | op::MEMOIZE | op::BINGET | op::LONG_BINGET => {
+                self.memo_op(code).map(|()| None)
+            }
+            _ => self.object(code),
+        }
+    }
 
-                // Strings and bytes.
-                op::BINUNICODE => {
-                    let n = self.u32()? as usize;
-                    self.utf8(n)?
-                }
-                op::SHORT_BINUNICODE => {
-                    let n = self.u8()? as usize;
-                    self.utf8(n)?
-                }
-                op::BINUNICODE8 => {
-                    let n = self.u64()? as usize;
-                    self.utf8(n)?
-                }
-                op::BINBYTES
-                | op::BINSTRING
-                | op::SHORT_BINBYTES
-                | op::SHORT_BINSTRING
-                | op::BINBYTES8 => {
-                    let n = match code {
-                        op::BINBYTES | op::BINSTRING => self.u32()? as usize,
-                        op::SHORT_BINBYTES | op::SHORT_BINSTRING => self.u8()? as usize,
-                        _ => self.u64()? as usize,
-                    };
-                    Value::Bytes(self.take(n)?.into())
-                }
+    /// Framing and stack manipulation.
+    fn stack_op(&mut self, code: u8) -> PResult<Option<Value>> {
+        match code {
+            op::PROTO => {
+                self.u8()?;
+            }
+            op::FRAME => {
+                self.u64()?; // length hint only
+            }
+            op::MARK => return Ok(Some(Value::Mark)),
+            op::POP => {
+                self.stack.pop().ok_or(PickleError::StackUnderflow)?;
+            }
+            op::POP_MARK => {
+                self.pop_mark()?;
+            }
+            _ => {
+                let top = self.stack.last().ok_or(PickleError::StackUnderflow)?;
+                return Ok(Some(top.clone())); // DUP
+            }
+        }
+        Ok(None)
+    }
 
-                // Tuples, lists, sets (as lists) and dicts.
-                op::EMPTY_TUPLE => Value::tuple(Vec::new())?,
-                op::TUPLE => {
-                    let items = self.pop_mark()?;
-                    Value::tuple(items)?
+    /// None, booleans, integers, floats.
+    fn scalar(&mut self, code: u8) -> PResult<Value> {
+        Ok(match code {
+            op::NONE => Value::None,
+            op::NEWTRUE => Value::Bool(true),
+            op::NEWFALSE => Value::Bool(false),
+            op::BININT => Value::Int(self.u32()? as i32 as i64),
+            op::BININT1 => Value::Int(self.u8()? as i64),
+            op::BININT2 => Value::Int(self.u16()? as i64),
+            op::LONG1 => {
+                let n = self.u8()? as usize;
+                self.long(n)?
+            }
+            op::LONG4 => {
+                let n = self.u32()? as usize;
+                self.long(n)?
+            }
+            op::INT => {
+                // Also encodes True/False as 01/00.
+                match self.line()?.as_str() {
+                    "01" => Value::Bool(true),
+                    "00" => Value::Bool(false),
+                    s => Value::Int(s.parse().map_err(|_| PickleError::BadInt)?),
                 }
-                op::TUPLE1 => self.tuple_of_top(1)?,
-                op::TUPLE2 => self.tuple_of_top(2)?,
-                op::TUPLE3 => self.tuple_of_top(3)?,
-                op::EMPTY_LIST | op::EMPTY_SET => Value::empty_list(),
-                op::LIST | op::FROZENSET => {
-                    let items = self.pop_mark()?;
-                    Value::list(items)?
-                }
-                op::APPEND => {
-                    let v = self.pop()?;
-                    self.append(vec![v])?;
-                    continue;
-                }
-                op::APPENDS | op::ADDITEMS => {
-                    let items = self.pop_mark()?;
-                    self.append(items)?;
-                    continue;
-                }
-                op::EMPTY_DICT => Value::empty_dict(),
-                op::DICT => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(Value::empty_dict());
-                    self.set_items(items)?;
-                    continue;
-                }
-                op::SETITEM => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.set_items(vec![k, v])?;
-                    continue;
-                }
-                op::SETITEMS => {
-                    let items = self.pop_mark()?;
-                    self.set_items(items)?;
-                    continue;
-                }
+            }
+            _ => Value::Float(f64::from_be_bytes(self.take_array()?)), // BINFLOAT
+        })
+    }
 
-                // Memo.
-                op::BINPUT | op::LONG_BINPUT | op::MEMOIZE => {
-                    let k = match code {
-                        op::BINPUT => self.u8()? as u32,
-                        op::LONG_BINPUT => self.u32()?,
-                        _ => self.memo.len() as u32,
-                    };
-                    self.memo_put(k)?;
-                    continue;
-                }
-                op::BINGET | op::LONG_BINGET => {
-                    let k = match code {
-                        op::BINGET => self.u8()? as u32,
-                        _ => self.u32()?,
-                    };
-                    self.memo_get(k)?;
-                    continue;
-                }
+    /// Text and byte strings.
+    fn string(&mut self, code: u8) -> PResult<Value> {
+        let n = match code {
+            op::SHORT_BINUNICODE | op::SHORT_BINBYTES | op::SHORT_BINSTRING => self.u8()? as usize,
+            op::BINUNICODE | op::BINBYTES | op::BINSTRING => self.u32()? as usize,
+            _ => self.u64()? as usize, // BINUNICODE8, BINBYTES8
+        };
+        match code {
+            op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => self.utf8(n),
+            _ => Ok(Value::Bytes(self.take(n)?.into())),
+        }
+    }
 
-                // Names, calls, objects: inert or refused (see `globals`).
-                op::GLOBAL => {
-                    let module = self.line()?;
-                    let name = self.line()?;
-                    globals::global(module, name)?
-                }
-                op::STACK_GLOBAL => {
-                    let name = self.pop()?;
-                    let module = self.pop()?;
-                    match (module, name) {
-                        (Value::Str(m), Value::Str(n)) => {
-                            globals::global(m.to_string(), n.to_string())?
-                        }
-                        _ => return Err(PickleError::StackGlobalWithoutStrings),
-                    }
-                }
-                op::REDUCE => {
-                    let args = self.pop()?;
-                    let callable = self.pop()?;
-                    globals::reduce(callable, args)?
-                }
-                op::BUILD => {
-                    // Would set attributes / call __setstate__; the state is dropped.
-                    self.pop()?;
-                    self.top()?;
-                    continue;
-                }
-                op::BINPERSID => {
-                    let pid = self.pop()?;
-                    globals::persistent_load(pid)?
-                }
-                op::NEWOBJ => {
-                    self.pop()?; // args
-                    let cls = self.pop()?;
-                    globals::new_object(cls)?
-                }
-                op::NEWOBJ_EX => {
-                    self.pop()?; // kwargs
-                    self.pop()?; // args
-                    let cls = self.pop()?;
-                    globals::new_object(cls)?
-                }
+    /// Tuples, lists, sets (as lists) and dicts.
+    fn collection(&mut self, code: u8) -> PResult<Option<Value>> {
+        let v = match code {
+            op::EMPTY_TUPLE => Value::tuple(Vec::new())?,
+            op::TUPLE => {
+                let items = self.pop_mark()?;
+                Value::tuple(items)?
+            }
+            op::TUPLE1 => self.tuple_of_top(1)?,
+            op::TUPLE2 => self.tuple_of_top(2)?,
+            op::TUPLE3 => self.tuple_of_top(3)?,
+            op::EMPTY_LIST | op::EMPTY_SET => Value::empty_list(),
+            op::LIST | op::FROZENSET => {
+                let items = self.pop_mark()?;
+                Value::list(items)?
+            }
+            op::EMPTY_DICT => Value::empty_dict(),
+            op::APPEND => {
+                let v = self.pop()?;
+                self.append(vec![v])?;
+                return Ok(None);
+            }
+            op::APPENDS | op::ADDITEMS => {
+                let items = self.pop_mark()?;
+                self.append(items)?;
+                return Ok(None);
+            }
+            op::DICT => {
+                let items = self.pop_mark()?;
+                self.stack.push(Value::empty_dict());
+                self.set_items(items)?;
+                return Ok(None);
+            }
+            op::SETITEM => {
+                let v = self.pop()?;
+                let k = self.pop()?;
+                self.set_items(vec![k, v])?;
+                return Ok(None);
+            }
+            _ => {
+                let items = self.pop_mark()?; // SETITEMS
+                self.set_items(items)?;
+                return Ok(None);
+            }
+        };
+        Ok(Some(v))
+    }
 
-                // Refused: protocol 0/1 instantiation (torch.save never emits it), text
-                // persistent ids, the extension registry.
-                op::INST => {
-                    let module = self.line()?;
-                    let name = self.line()?;
-                    return Err(globals::refused(&module, &name));
+    /// The memo: BINPUT, LONG_BINPUT, MEMOIZE store the top; BINGET, LONG_BINGET push a copy.
+    fn memo_op(&mut self, code: u8) -> PResult<()> {
+        match code {
+            op::BINPUT => {
+                let k = self.u8()? as u32;
+                self.memo_put(k)
+            }
+            op::LONG_BINPUT => {
+                let k = self.u32()?;
+                self.memo_put(k)
+            }
+            op::MEMOIZE => self.memo_put(self.memo.len() as u32),
+            op::BINGET => {
+                let k = self.u8()? as u32;
+                self.memo_get(k)
+            }
+            _ => {
+                let k = self.u32()?; // LONG_BINGET
+                self.memo_get(k)
+            }
+        }
+    }
+
+    /// Names, calls, objects: inert or refused (see `globals`); every opcode not handled by
+    /// the other groups ends here and is refused.
+    fn object(&mut self, code: u8) -> PResult<Option<Value>> {
+        Ok(Some(match code {
+            op::GLOBAL => {
+                let module = self.line()?;
+                let name = self.line()?;
+                globals::global(module, name)?
+            }
+            op::STACK_GLOBAL => {
+                let name = self.pop()?;
+                let module = self.pop()?;
+                match (module, name) {
+                    (Value::Str(m), Value::Str(n)) => globals::global(m.to_string(), n.to_string())?,
+                    _ => return Err(PickleError::StackGlobalWithoutStrings),
                 }
-                op::OBJ => {
-                    let class = self.stack.iter().rev().find_map(|v| match v {
-                        Value::Global(g) => Some((g.0.clone(), g.1.clone())),
-                        _ => None,
-                    });
-                    return Err(PickleError::ForbiddenInstance { class });
-                }
-                op::PERSID => return Err(PickleError::TextPersistentId),
-                op::EXT1 | op::EXT2 | op::EXT4 => return Err(PickleError::ExtensionRegistry),
-                other => {
-                    return Err(PickleError::UnsupportedOpcode {
-                        op: other,
-                        name: op::name(other),
-                        at: self.pos - 1,
-                    })
-                }
-            };
-            self.stack.push(pushed);
+            }
+            op::REDUCE => {
+                let args = self.pop()?;
+                let callable = self.pop()?;
+                globals::reduce(callable, args)?
+            }
+            op::BUILD => {
+                // Would set attributes / call __setstate__; the state is dropped.
+                self.pop()?;
+                self.top()?;
+                return Ok(None);
+            }
+            op::BINPERSID => {
+                let pid = self.pop()?;
+                globals::persistent_load(pid)?
+            }
+            op::NEWOBJ => {
+                self.pop()?; // args
+                let cls = self.pop()?;
+                globals::new_object(cls)?
+            }
+            op::NEWOBJ_EX => {
+                self.pop()?; // kwargs
+                self.pop()?; // args
+                let cls = self.pop()?;
+                globals::new_object(cls)?
+            }
+            _ => return Err(self.refused(code)),
+        }))
+    }
+
+    /// The error of an opcode never run: protocol 0/1 instantiation (torch.save never emits
+    /// it), text persistent ids, the extension registry, and any opcode not handled here.
+    fn refused(&mut self, code: u8) -> PickleError {
+        match code {
+            op::INST => match (self.line(), self.line()) {
+                (Ok(module), Ok(name)) => globals::refused(&module, &name),
+                (Err(e), _) | (_, Err(e)) => e,
+            },
+            op::OBJ => {
+                let class = self.stack.iter().rev().find_map(|v| match v {
+                    Value::Global(g) => Some((g.0.clone(), g.1.clone())),
+                    _ => None,
+                });
+                PickleError::ForbiddenInstance { class }
+            }
+            op::PERSID => PickleError::TextPersistentId,
+            op::EXT1 | op::EXT2 | op::EXT4 => PickleError::ExtensionRegistry,
+            other => PickleError::UnsupportedOpcode {
+                op: other,
+                name: op::name(other),
+                at: self.pos - 1,
+            },
         }
     }
 }

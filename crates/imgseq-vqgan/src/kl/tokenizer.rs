@@ -8,7 +8,7 @@ use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Description, Embeddings, Encoded, OutputKind, OutputSpec, Tokenizer};
 use imgseq_core::Result;
 
 /// The model, its input side, the patch side of its sequences and how latents are drawn.
@@ -59,6 +59,25 @@ impl KlTokenizer {
 impl Tokenizer for KlTokenizer {
     fn label(&self) -> String {
         "AutoencoderKL".into()
+    }
+
+    fn describe(&self) -> Description {
+        let c = self.model.config();
+        let g = self.grid() / self.patch;
+        Description {
+            family: "autoencoder_kl".into(),
+            label: self.label(),
+            config: c.to_json(),
+            weights: None,
+            input: self.input().into(),
+            output: OutputSpec {
+                kind: OutputKind::Embeddings,
+                shape: vec![g * g, self.patch * self.patch * c.latent_channels()],
+                codebook_size: None,
+            },
+            precision: "f32".into(),
+            decoder_precision: None,
+        }
     }
 
     fn input(&self) -> InputSpec {

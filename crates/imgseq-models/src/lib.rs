@@ -1,0 +1,25 @@
+//! The tokenizer loader: [`open`] takes a model's files, decides its family once and gives the
+//! family's tokenizer behind the one contract ([`imgseq_core::tokenizer::Tokenizer`], with its
+//! [`imgseq_core::tokenizer::Description`]). It is the only code above the model crates that
+//! names a family: the CLI, the dataset job, the service and the Python package open models
+//! here and see nothing but the trait (`scripts/check_layering.py` keeps it so).
+//!
+//! * [`family`]: what a family's loader is ([`Family`], [`OpenOptions`], [`Probe`]).
+//! * [`registry`]: the families, in the order they are asked whether they read the files; a
+//!   new family is a module of its own here and one line in [`registry::FAMILIES`].
+//! * [`vq`]: the VQ families of `imgseq-vqgan` (taming, LlamaGen, diffusers `VQModel`, Janus,
+//!   IBQ: one network, told apart by their configs and weight names).
+//! * [`lfq`]: Open-MAGVIT2 (`imgseq-lfq`).
+//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
+//! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
+
+pub mod family;
+pub mod kl;
+pub mod lfq;
+pub mod opened;
+pub mod registry;
+pub mod vq;
+
+pub use opened::Opened;
+pub use family::{Family, OpenOptions, Probe};
+pub use registry::{default_source, open, open_default, FAMILIES};

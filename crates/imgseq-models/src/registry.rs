@@ -1,0 +1,75 @@
+//! The families and the one function that opens a model with the right one.
+
+use crate::family::{Family, OpenOptions, Probe};
+use crate::Opened;
+use imgseq_core::shipped::default_model;
+use imgseq_core::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// Every family, asked in this order whether it reads a source; the last one (the VQ
+/// families) takes whatever no other claims and says why it cannot read it.
+pub static FAMILIES: &[&dyn Family] = &[&crate::lfq::OpenMagvit2, &crate::kl::AutoencoderKl, &crate::vq::Vq];
+
+/// The tokenizer of the model at `source` (a weights file or a model folder), by the first of
+/// [`FAMILIES`] that claims it.
+pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
+    if std::fs::symlink_metadata(source).is_err() {
+        return Err(Error::invalid(format!(
+            "{}: no such file or folder (a model's weights file or folder)",
+            source.display()
+        )));
+    }
+    let p = Probe { source };
+    let family = FAMILIES
+        .iter()
+        .find(|f| f.claims(&p))
+        .unwrap_or(&FAMILIES[FAMILIES.len() - 1]);
+    family.open(&p, o)
+}
+
+/// The folder of the shipped default tokenizer under `weights/`.
+pub const DEFAULT_TOKENIZER: &str = "vqgan";
+
+/// The shipped default tokenizer's weights, `weights/vqgan/model.safetensors` (found as every
+/// shipped model is: `$IMGSEQ_WEIGHTS_DIR`, beside the executable, the source tree).
+pub fn default_source() -> Result<PathBuf> {
+    let w = default_model(DEFAULT_TOKENIZER)
+        .ok()
+        .map(|d| tidy(&d.join("model.safetensors")))
+        .filter(|w| w.is_file());
+    w.ok_or_else(|| {
+        let looked = match std::env::var_os("IMGSEQ_WEIGHTS_DIR") {
+            Some(d) if !d.is_empty() => format!(" in $IMGSEQ_WEIGHTS_DIR={}", d.to_string_lossy()),
+            _ => " next to the executable or in the source tree".into(),
+        };
+        Error::invalid(format!(
+            "no --weights given and the default VQGAN weights \
+             ({DEFAULT_TOKENIZER}/model.safetensors) were not found{looked}; pass --weights \
+             (safetensors or taming .ckpt) or make them with `imgseq weights convert last.ckpt \
+             --config model.yaml -o weights/{DEFAULT_TOKENIZER}/model.safetensors`"
+        ))
+    })
+}
+
+/// [`open`] of `source`, or of the shipped default tokenizer when it is `None`.
+pub fn open_default(source: Option<&Path>, o: &OpenOptions) -> Result<Opened> {
+    match source {
+        Some(s) => open(s, o),
+        None => open(&default_source()?, o),
+    }
+}
+
+/// Folds `a/b/../c` into `a/c` (for readable messages; no file system access).
+fn tidy(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,148 @@
+//! Every family fixture through the loader: opened by `imgseq_models::open` from its released
+//! layout, described as its own family, and tokenized by the dataset job into both shard
+//! formats with a manifest that names that family, crop rule and precision; a resumed job
+//! with a setting that changes tokens is refused with the setting named.
+
+use image::{Rgb, RgbImage};
+use imgseq_core::input::Crop;
+use imgseq_core::tokenizer::{OutputKind, Tokenizer};
+use imgseq_models::{open, OpenOptions};
+use imgseq_shards::job::{self, Options};
+use imgseq_shards::manifest::{Manifest, TokenizerInfo};
+use imgseq_shards::{ShardFormat, SourceOptions};
+use std::path::{Path, PathBuf};
+
+fn fx(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(p)
+}
+
+/// (source, config, family, crop) of every discrete family's fixture.
+fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
+    vec![
+        (fx("vqgan/tiny.safetensors"), None, "taming", Crop::ShorterSide),
+        (
+            fx("vqgan/tiny.ckpt"),
+            Some(fx("vqgan/tiny_model.yaml")),
+            "taming",
+            Crop::ShorterSide,
+        ),
+        (fx("llamagen/vq_tiny.pt"), None, "llamagen", Crop::AdmCenterCrop),
+        (fx("diffusers/vq"), None, "diffusers", Crop::ShorterSide),
+        (fx("janus"), None, "janus", Crop::PadToSquare),
+        (
+            fx("ibq/ibq_tiny.ckpt"),
+            Some(fx("ibq/ibq_tiny_model.yaml")),
+            "ibq",
+            Crop::ShorterSide,
+        ),
+        (fx("lfq/tiny.ckpt"), None, "open_magvit2", Crop::ShorterSide),
+    ]
+}
+
+/// Three small pictures in a folder.
+fn pictures(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..3u32 {
+        let img = RgbImage::from_fn(48, 40, |x, y| {
+            Rgb([(x * 5 + i * 40) as u8, (y * 6) as u8, ((x + y) * 3 + i * 20) as u8])
+        });
+        img.save(src.join(format!("p{i}.png"))).unwrap();
+    }
+    src
+}
+
+fn options(format: ShardFormat) -> Options {
+    Options {
+        upscale: true,
+        pad: false,
+        batch: 2,
+        shard_size: 2,
+        num_jobs: 1,
+        job_index: 0,
+        progress: false,
+        format,
+        sources: SourceOptions::default(),
+    }
+}
+
+fn opts(config: &Option<PathBuf>) -> OpenOptions {
+    OpenOptions {
+        config: config.clone(),
+        size: Some(32),
+        precision: imgseq_kernels::PrecisionRequest::F32,
+        ..OpenOptions::default()
+    }
+}
+
+#[test]
+fn every_family_fixture_tokenizes_a_dataset_under_its_own_description() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pictures(d.path());
+    for (source, config, family, crop) in discrete() {
+        let t = open(&source, &opts(&config))
+            .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        let desc = t.describe_with_weights().unwrap();
+        assert_eq!(desc.family, family, "{}", source.display());
+        assert_eq!(desc.input.crop, crop, "{}", source.display());
+        assert_eq!(desc.output.kind, OutputKind::Codes);
+        assert_eq!(desc.output.codebook_size, t.codebook_size());
+        assert_eq!(desc.weights.as_ref().unwrap().sha256.len(), 64);
+        let info = TokenizerInfo::from_description(&desc, true, false).unwrap();
+        for format in [ShardFormat::Wds, ShardFormat::Parquet] {
+            let out = d.path().join(format!("{family}-{}-{}", format.name(), source.display().to_string().len()));
+            let r = job::tokenize(&t, &info, std::slice::from_ref(&src), &out, &options(format))
+                .unwrap_or_else(|e| panic!("{} {}: {e}", source.display(), format.name()));
+            assert_eq!((r.samples, r.errors), (3, 0));
+            let m = Manifest::read(&out.join("manifest.json")).unwrap();
+            assert_eq!(m.tokenizer.family, family);
+            assert_eq!(m.tokenizer.precision, desc.precision);
+            assert!(m.tokenizer.crop.contains(crop.describe()), "{}", m.tokenizer.crop);
+            assert_eq!(m.tokenizer.grid, [desc.output.shape[0], desc.output.shape[1]]);
+        }
+    }
+}
+
+#[test]
+fn a_resumed_job_with_another_size_is_refused_naming_the_setting() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pictures(d.path());
+    let out = d.path().join("out");
+    let source = fx("llamagen/vq_tiny.pt");
+    let run = |size: u32| {
+        let o = OpenOptions {
+            size: Some(size),
+            ..opts(&None)
+        };
+        let t = open(&source, &o).unwrap();
+        let info = TokenizerInfo::from_description(&t.describe_with_weights().unwrap(), true, false)
+            .unwrap();
+        job::tokenize(&t, &info, std::slice::from_ref(&src), &out, &options(ShardFormat::Wds))
+    };
+    run(32).unwrap();
+    run(32).unwrap();
+    let e = run(16).unwrap_err().to_string();
+    assert!(e.contains("run.json") && e.contains("tokenizer.grid is [16,16] here, [8,8] now"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
+#[test]
+fn a_continuous_tokenizer_is_opened_and_refused_by_token_shards() {
+    let t = open(&fx("kl/sd"), &OpenOptions { size: Some(32), ..OpenOptions::default() }).unwrap();
+    let desc = t.describe_with_weights().unwrap();
+    assert_eq!(desc.family, "autoencoder_kl");
+    assert_eq!(desc.output.kind, OutputKind::Embeddings);
+    let e = TokenizerInfo::from_description(&desc, false, false).unwrap_err().to_string();
+    assert!(e.contains("grid of codebook tokens"), "{e}");
+}
+
+#[test]
+fn a_missing_source_is_one_line_naming_it() {
+    let e = open(Path::new("/nonexistent/model.safetensors"), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("/nonexistent/model.safetensors") && e.contains("no such file"), "{e}");
+}
