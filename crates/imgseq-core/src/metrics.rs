@@ -298,6 +298,15 @@ pub fn codebook_usage<T: Copy + Into<i64>>(indices: &[T], n_codes: usize) -> Res
     Ok(crate::codes::usage_from_counts(&counts))
 }
 
+/// (PSNR dB, SSIM) of `recon` against `original`, on the 8-bit pictures (what is saved)
+/// scaled to [0, 1]: the one scoring of a round trip (`vq roundtrip`, `vq eval`, the service).
+pub fn score_pictures(original: &image::RgbImage, recon: &image::RgbImage) -> Result<(f64, f64)> {
+    use crate::image_io::{to_tensor_chw, PixelRange};
+    let unit = |i: &image::RgbImage| to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
+    let (a, b) = (unit(original)?, unit(recon)?);
+    Ok((psnr_tensor(&a, &b, 1.0)?, ssim(&a, &b)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,18 +1,19 @@
-//! Loading the served models: `NAME=PATH` → a VQ tokenizer, a ViT or a token GPT (with the VQ
-//! that decodes its tokens), told apart by the `config.json` beside the weights; the shipped
-//! defaults; what a client may know of each ([`ModelInfo`]).
+//! Loading the served models: `NAME=PATH` → a tokenizer of any family the loader opens
+//! (`imgseq_models::open`), a ViT or a token GPT (with the tokenizer that decodes its tokens),
+//! told apart by the `config.json` beside the weights; the shipped defaults; what a client may
+//! know of each ([`ModelInfo`]: names, descriptions and weight hashes, never the server's paths).
 
 use crate::config::ModelSpec;
 use candle_core::Device;
 use imgseq_core::input::InputSpec;
 use imgseq_core::shipped::default_model;
-use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::tokenizer::{Description, Tokenizer, WeightsRef};
 use imgseq_core::{Error, Result};
 use imgseq_gpt::config::SeqLayout;
 use imgseq_gpt::model::Gpt2LMHeadModel;
 use imgseq_kernels::PrecisionRequest;
+use imgseq_models::{OpenOptions, Opened};
 use imgseq_vit::inference::Classifier;
-use imgseq_vqgan::{VqConfig, VqModel, VqTokenizer};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -24,9 +25,6 @@ pub const DEFAULT_MODELS: [(&str, &str); 3] = [
 ];
 /// The VQ the shipped GPT's tokens come from, when its config names none that exists.
 pub const DEFAULT_GPT_VQ: &str = "vq-fashion-mnist";
-/// Side of a colour VQ model's input (a gray one reads its training resolution): the rule of
-/// `imgseq vq encode`'s `--size` default, so that the service's tokens equal the CLI's.
-pub const VQ_DEFAULT_SIZE: u32 = 384;
 
 /// Pixels of a VQ batch by default: 256², i.e. 256² and larger inputs run one at a time,
 /// smaller ones batch while b·h·w ≤ 256² (the VQGAN's batched forward is slower per image at
@@ -50,6 +48,7 @@ pub fn default_batch_pixels(kind: Kind, input_pixels: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    /// A tokenizer of any family the loader opens (named `vq` in the API, its first kind).
     Vq,
     Vit,
     Gpt,
@@ -57,12 +56,12 @@ pub enum Kind {
 
 /// A loaded model, owned by its batching worker.
 pub enum Engine {
-    Vq(VqTokenizer),
+    Vq(Opened),
     Vit(Classifier),
     Gpt {
         model: Gpt2LMHeadModel,
         layout: SeqLayout,
-        vq: VqModel,
+        vq: Opened,
     },
 }
 
@@ -71,9 +70,12 @@ pub enum Engine {
 pub struct ModelInfo {
     pub name: String,
     pub kind: Kind,
-    pub path: String,
     /// The family (`taming VQGAN`, `ViT`, `GPT`).
     pub label: String,
+    /// The tokenizer's description (family, config, preprocessing, output, precision; its
+    /// weights by file name and SHA-256); for a GPT, that of the tokenizer decoding its tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<Description>,
     /// Input side in pixels (VQ, ViT).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_size: Option<u32>,
@@ -95,10 +97,13 @@ impl Engine {
     /// Pixels of one input image of this model (GPT: of one sampled image's token grid).
     pub fn input_pixels(&self) -> u64 {
         match self {
-            Engine::Vq(t) => t.size as u64 * t.size as u64,
+            Engine::Vq(t) => {
+                let s = t.input().size as u64;
+                s * s
+            }
             Engine::Vit(m) => (m.cfg.image_size * m.cfg.image_size) as u64,
             Engine::Gpt { layout, vq, .. } => {
-                let f = vq.config().downsample_factor() as u64;
+                let f = downsample_factor(vq) as u64;
                 (layout.h * layout.w) as u64 * f * f
             }
         }
@@ -159,23 +164,35 @@ pub fn kind_of(path: &Path) -> Result<Kind> {
     })
 }
 
-/// The VQ input side for `cfg`: [`VQ_DEFAULT_SIZE`] for colour models, the training
-/// resolution for gray ones.
-pub fn vq_size(cfg: &VqConfig) -> u32 {
-    if cfg.ddconfig.in_channels == 1 {
-        cfg.ddconfig.resolution as u32
-    } else {
-        VQ_DEFAULT_SIZE
+/// Pixels per token row and column of a tokenizer with a 2-D output (its input side over the
+/// output grid's), 1 for any other.
+pub fn downsample_factor(t: &dyn Tokenizer) -> usize {
+    let d = t.describe();
+    match d.output.shape.first() {
+        Some(&g) if g > 0 && d.output.shape.len() == 2 => (d.input.size as usize / g).max(1),
+        _ => 1,
     }
 }
 
-/// Loads a VQ model as `imgseq vq` does (config beside the weights, precision `auto`).
-pub fn load_vq(path: &Path) -> Result<VqModel> {
-    let file = imgseq_vqgan::load::resolve_weights(path)?;
-    let config = imgseq_vqgan::load::default_config_path(&file).ok();
-    let mut model = imgseq_vqgan::load_model(&file, config.as_deref(), &Device::Cpu)?;
-    model.choose_precision(PrecisionRequest::Auto)?;
-    Ok(model)
+/// Opens a tokenizer as `imgseq` does (the loader's default size unless `side`, precision
+/// `auto`), described with its weights' file name and hash (never the server's path).
+pub fn open_tokenizer(path: &Path, side: Option<u32>) -> Result<(Opened, Description)> {
+    let o = OpenOptions {
+        size: side,
+        precision: PrecisionRequest::Auto,
+        ..OpenOptions::default()
+    };
+    let t = imgseq_models::open(path, &o)?;
+    let mut d = t.describe_with_weights()?;
+    d.weights = Some(WeightsRef {
+        source: t
+            .weights
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        sha256: t.weights_sha256()?,
+    });
+    Ok((t, d))
 }
 
 /// Loads the model of `spec` (a VQ at input side `vq_size`, default [`vq_size`]).
@@ -184,8 +201,8 @@ pub fn load(spec: &ModelSpec, vq_side: Option<u32>) -> Result<(Engine, ModelInfo
     let mut info = ModelInfo {
         name: spec.name.clone(),
         kind,
-        path: spec.path.display().to_string(),
         label: String::new(),
+        description: None,
         input_size: None,
         codebook_size: None,
         grid: None,
@@ -194,35 +211,36 @@ pub fn load(spec: &ModelSpec, vq_side: Option<u32>) -> Result<(Engine, ModelInfo
     };
     let engine = match kind {
         Kind::Vq => {
-            let model = load_vq(&spec.path)?;
-            let size = vq_side.unwrap_or_else(|| vq_size(model.config()));
-            let f = model.config().downsample_factor();
-            let tok = VqTokenizer::new(model, size)?;
+            let (tok, d) = open_tokenizer(&spec.path, vq_side)?;
             describe_input(&mut info, &tok.input(), tok.label());
             info.codebook_size = tok.codebook_size();
-            let g = size as usize / f;
-            info.grid = Some([g, g]);
+            if let (Some(_), &[h, w]) = (d.output.codebook_size, &d.output.shape[..]) {
+                info.grid = Some([h, w]);
+            }
+            info.description = Some(d);
             Engine::Vq(tok)
         }
         Kind::Vit => {
             let mut m = Classifier::load(&spec.path)?;
             m.choose_precision(PrecisionRequest::Auto)?;
             describe_input(&mut info, &m.input(), m.label());
+            info.description = Some(m.describe());
             info.classes = (0..m.cfg.num_labels()).map(|i| m.cfg.label(i)).collect();
             Engine::Vit(m)
         }
         Kind::Gpt => {
             let (cfg, model) = imgseq_gpt::checkpoint::load(&spec.path, &Device::Cpu)?;
             let layout = cfg.layout()?;
-            let vq = load_vq(&gpt_vq_path(cfg.imgseq_vq.as_deref())?)?;
-            if vq.config().n_embed != layout.n_codes {
+            let (vq, d) = open_tokenizer(&gpt_vq_path(cfg.imgseq_vq.as_deref())?, None)?;
+            if vq.codebook_size() != Some(layout.n_codes) {
                 return Err(Error::invalid(format!(
-                    "{}: the GPT's VQ has {} codes but the GPT was trained on {}",
+                    "{}: the GPT's VQ has {:?} codes but the GPT was trained on {}",
                     spec.path.display(),
-                    vq.config().n_embed,
+                    vq.codebook_size(),
                     layout.n_codes
                 )));
             }
+            info.description = Some(d);
             info.label = "GPT".into();
             info.codebook_size = Some(layout.n_codes);
             info.grid = Some([layout.h, layout.w]);

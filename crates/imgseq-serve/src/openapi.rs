@@ -166,7 +166,7 @@ fn base_spec() -> Value {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
                 "Model": {"type": "object", "properties": {
                     "name": {"type": "string"}, "kind": {"type": "string", "enum": ["vq", "vit", "gpt"]},
-                    "path": {"type": "string"}, "label": {"type": "string"}, "input_size": {"type": "integer"},
+                    "label": {"type": "string"}, "description": {"type": "object"}, "input_size": {"type": "integer"},
                     "codebook_size": {"type": "integer"}, "grid": {"type": "array", "items": {"type": "integer"}},
                     "classes": {"type": "array", "items": {"type": "string"}}, "channels": {"type": "integer"}}},
             },

@@ -13,7 +13,7 @@ use imgseq_core::{Error, Result};
 use imgseq_gpt::config::SeqLayout;
 use imgseq_gpt::model::Gpt2LMHeadModel;
 use imgseq_gpt::sample::{generate_rows, Request, RowsDone, SampleOptions};
-use imgseq_vqgan::VqModel;
+use imgseq_core::tokenizer::Tokenizer;
 use serde_json::json;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -93,9 +93,9 @@ fn pngs(images: &[RgbImage]) -> Result<Vec<String>> {
 }
 
 /// The line of a completed row: tokens so far, and the picture of the filled grid.
-fn row_line(vq: &VqModel, layout: &SeqLayout, d: &RowsDone, sink: &RowSink) -> Result<Line> {
+fn row_line(vq: &dyn Tokenizer, layout: &SeqLayout, d: &RowsDone, sink: &RowSink) -> Result<Line> {
     let g = filled_grid(d.seqs, d.rows, layout);
-    let images = imgseq_vqgan::inference::decode_tokens(vq, &g, g.n, false)?;
+    let images = vq.decode(&g)?;
     let tokens: Vec<Vec<&[i64]>> = (0..g.n).map(|i| token_rows(&g, i, d.rows)).collect();
     Ok(Line::new(
         json!({
@@ -115,7 +115,7 @@ fn row_line(vq: &VqModel, layout: &SeqLayout, d: &RowsDone, sink: &RowSink) -> R
 pub fn sample_rows(
     model: &Gpt2LMHeadModel,
     layout: &SeqLayout,
-    vq: &VqModel,
+    vq: &dyn Tokenizer,
     class: usize,
     n: usize,
     options: &SampleOptions,
@@ -150,7 +150,7 @@ pub fn sample_rows(
 fn sample_and_decode(
     model: &Gpt2LMHeadModel,
     layout: &SeqLayout,
-    vq: &VqModel,
+    vq: &dyn Tokenizer,
     class: usize,
     n: usize,
     options: &SampleOptions,
@@ -202,7 +202,7 @@ fn sample_and_decode(
         batched: true,
         data: seqs.iter().flatten().map(|&t| t as i64).collect(),
     };
-    let images = imgseq_vqgan::inference::decode_tokens(vq, &tokens, n, false)?;
+    let images = vq.decode(&tokens)?;
     Ok((tokens, images))
 }
 

@@ -1,6 +1,6 @@
 //! The model work of each request kind, run by a model's batching worker: requests of one
 //! kind that arrive together are run as one batch (one forward pass), through the libraries'
-//! own paths (the [`Tokenizer`] trait, [`imgseq_vqgan::eval`]'s scoring, the ViT's top-k,
+//! own paths (the [`Tokenizer`] trait, [`imgseq_core::metrics`]' scoring, the ViT's top-k,
 //! the GPT's sampler).
 
 use crate::models::Engine;
@@ -80,7 +80,7 @@ pub fn task_pixels(engine: &Engine, task: &Task) -> u64 {
             p.width() as u64 * p.height() as u64
         }
         (Engine::Vq(t), Task::Decode(g)) => {
-            let f = t.model.config().downsample_factor() as u64;
+            let f = crate::models::downsample_factor(t) as u64;
             (g.h * g.w) as u64 * f * f
         }
         (Engine::Vit(m), Task::Embed(_) | Task::Classify(..)) => {
@@ -148,7 +148,7 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
                 batched: true,
                 data: seqs.iter().flatten().map(|&t| t as i64).collect(),
             };
-            let images = imgseq_vqgan::inference::decode_tokens(vq, &tokens, *n, false)?;
+            let images = vq.decode(&tokens)?;
             Ok(vec![Output::Samples { tokens, images }])
         }
         (_, Task::Panic) => panic!("a request asked the worker to panic"),
@@ -196,13 +196,14 @@ fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
         .collect())
 }
 
-fn roundtrip(t: &imgseq_vqgan::VqTokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
-    let (g, recons) = imgseq_vqgan::inference::encode_decode(&t.model, pics)?;
+fn roundtrip(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
+    let g = t.encode_pictures(pics)?.into_tokens()?;
+    let recons = t.decode(&g)?;
     pics.iter()
         .zip(recons)
         .enumerate()
         .map(|(i, (pic, reconstruction))| {
-            let (psnr, ssim) = imgseq_vqgan::eval::score(pic, &reconstruction)?;
+            let (psnr, ssim) = imgseq_core::metrics::score_pictures(pic, &reconstruction)?;
             Ok(Output::Roundtrip {
                 tokens: nth_grid(&g, i),
                 reconstruction,

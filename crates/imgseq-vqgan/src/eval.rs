@@ -80,9 +80,7 @@ pub fn sharpness(original: &RgbImage, recon: &RgbImage) -> Result<Option<f64>> {
 /// (PSNR dB, SSIM) of `recon` against `original`, on the 8-bit pictures (what is saved)
 /// scaled to [0, 1].
 pub fn score(original: &RgbImage, recon: &RgbImage) -> Result<(f64, f64)> {
-    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
-    let (a, b) = (unit(original)?, unit(recon)?);
-    Ok((metrics::psnr_tensor(&a, &b, 1.0)?, metrics::ssim(&a, &b)?))
+    metrics::score_pictures(original, recon)
 }
 
 /// Encodes and decodes every image (shorter side resized to `size`, centre crop, as

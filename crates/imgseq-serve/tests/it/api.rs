@@ -14,12 +14,22 @@ fn grid_of(v: &serde_json::Value) -> Vec<i64> {
         .collect()
 }
 
+/// The served VQ as the library loads it (config beside the weights, precision `auto`).
+fn library_vq() -> imgseq_vqgan::VqModel {
+    let file = imgseq_vqgan::load::resolve_weights(&tiny_vq()).unwrap();
+    let config = imgseq_vqgan::load::default_config_path(&file).ok();
+    let mut m =
+        imgseq_vqgan::load_model(&file, config.as_deref(), &candle_core::Device::Cpu).unwrap();
+    m.choose_precision(imgseq_kernels::PrecisionRequest::Auto).unwrap();
+    m
+}
+
 #[test]
 fn tokenize_equals_the_cli_encode_path_in_json_and_npy() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("a.png");
     std::fs::write(&img, png(50, 40)).unwrap();
-    let model = imgseq_serve::models::load_vq(&tiny_vq()).unwrap();
+    let model = library_vq();
     let want = imgseq_vqgan::inference::encode_files(
         &model,
         std::slice::from_ref(&img),
@@ -49,7 +59,7 @@ fn tokenize_equals_the_cli_encode_path_in_json_and_npy() {
 
 #[test]
 fn detokenize_and_roundtrip_equal_the_library_decode_and_scores() {
-    let model = imgseq_serve::models::load_vq(&tiny_vq()).unwrap();
+    let model = library_vq();
     let spec = model.config().input_spec(32);
     let pic = spec
         .prepare(
@@ -370,4 +380,48 @@ fn detokenize_of_any_grid_gives_a_picture_of_its_size_times_the_factor() {
         (img.width() as usize, img.height() as usize),
         (g.w * 2, g.h * 2)
     );
+}
+
+#[test]
+fn every_family_fixture_is_served_through_the_loader_and_described_without_paths() {
+    let fx = |p: &str| repo().join("tests/fixtures").join(p);
+    let families = [
+        ("taming", fx("vqgan/tiny.safetensors")),
+        ("llamagen", fx("llamagen/vq_tiny.pt")),
+        ("diffusers", fx("diffusers/vq")),
+        ("janus", fx("janus")),
+        ("ibq", fx("ibq/ibq_tiny.ckpt")),
+        ("open_magvit2", fx("lfq/tiny.ckpt")),
+    ];
+    let mut cfg = config();
+    cfg.models = families
+        .iter()
+        .map(|(name, path)| imgseq_serve::ModelSpec {
+            name: name.to_string(),
+            path: path.clone(),
+        })
+        .collect();
+    let s = Server::start(cfg);
+    let models = s.get("/v1/models").json();
+    let listed = models["models"].as_array().or(models.as_array()).unwrap().clone();
+    let text = serde_json::to_string(&listed).unwrap();
+    assert!(!text.contains(&*repo().display().to_string()), "a server path shown: {text}");
+    for (name, _) in families {
+        let m = listed.iter().find(|m| m["name"] == name).unwrap();
+        assert_eq!(m["description"]["family"], name, "{m}");
+        assert_eq!(m["description"]["weights"]["sha256"].as_str().unwrap().len(), 64);
+        let r = s.post(&format!("/v1/tokenize?model={name}"), &[], &png(40, 40));
+        assert_eq!(r.status, 200, "{name}: {}", String::from_utf8_lossy(&r.body));
+        let j = r.json();
+        assert_eq!(j["grid"], m["grid"], "{name}");
+        let body = serde_json::json!({ "tokens": j["tokens"] }).to_string();
+        let r = s.post(
+            &format!("/v1/detokenize?model={name}"),
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{name}: {}", String::from_utf8_lossy(&r.body));
+        let img = image::load_from_memory(&r.body).unwrap();
+        assert_eq!((img.width(), img.height()), (32, 32), "{name}");
+    }
 }

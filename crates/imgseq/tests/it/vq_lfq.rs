@@ -198,7 +198,7 @@ fn tokenize_shards_hold_vq_encodes_tokens_as_int32_and_eval_scores_roundtrips_pi
         ]);
         let m = imgseq_shards::Manifest::read(&out.join("manifest.json")).unwrap();
         assert_eq!(m.tokenizer.n_codes, 1 << 18);
-        assert_eq!(m.tokenizer.family, imgseq_lfq::FAMILY);
+        assert_eq!(m.tokenizer.family, imgseq_lfq::NAME);
         let got = imgseq_shards::shard::read_shard(&out.join(&m.shards[0].name)).unwrap();
         assert_eq!((got[0].key.as_str(), got[0].h, got[0].w), ("a", 16, 16));
         assert_eq!(got[0].tokens, want, "{format}");
