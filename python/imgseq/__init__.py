@@ -501,16 +501,29 @@ class Tokenizer:
         sample_seed: Optional[int] = None,
         tile: Optional[int] = None,
         raw: bool = False,
+        precision: str = "auto",
+        bf16_encoder: bool = False,
     ) -> "Tokenizer":
         """Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``, Janus, IBQ), an
         Open-MAGVIT2 (LFQ) ``.ckpt`` (EMA weights; ``raw=True``: the raw ones) or an
         ``AutoencoderKL`` (a diffusers ``vae/`` folder, or a single file with ``preset``
-        ``sd``, ``sdxl``, ``sd3``, ``flux``). ``size`` defaults to 384 (VQ), the yaml's test
-        size or 256 (LFQ), 256 (KL); ``patch``: KL latents as (n, N, p²·C) sequences;
-        ``sample_seed``: a posterior draw instead of its mean."""
+        ``sd``, ``sdxl``, ``sd3``, ``flux``) through the same loader as the command line, so
+        the defaults are the CLI's: ``size`` 384 for colour VQ models and the training
+        resolution for gray ones, the yaml's test size or 256 (LFQ), 256 (KL); ``precision``
+        ``auto`` (the decoder in bf16 where the CPU runs it faster; tokens stay f32's);
+        ``bf16_encoder``: the encoder in bf16 too (some tokens differ); ``patch``: KL latents
+        as (n, N, p²·C) sequences; ``sample_seed``: a posterior draw instead of its mean."""
         return cls(_ext().Tokenizer.from_pretrained(
             os.fspath(path), None if config is None else os.fspath(config), preset, size, patch,
-            sample_seed, tile, raw))
+            sample_seed, tile, raw, precision, bf16_encoder))
+
+    @property
+    def description(self) -> dict:
+        """What the tokenizer is, as manifests, ``imgseq serve``'s ``/v1/models`` and
+        ``imgseq inspect`` print it: family, config, weights (source and SHA-256),
+        preprocessing (size, crop rule, channels, range), output (kind, shape, codebook
+        size), precision."""
+        return json.loads(self._m.description_json)
 
     @property
     def family(self) -> str:

@@ -145,7 +145,11 @@ class Tokenizer:
         sample_seed: Optional[int] = ...,
         tile: Optional[int] = ...,
         raw: bool = ...,
+        precision: str = ...,
+        bf16_encoder: bool = ...,
     ) -> "Tokenizer": ...
+    @property
+    def description(self) -> dict: ...
     @property
     def family(self) -> str: ...
     @property

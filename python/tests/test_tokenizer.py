@@ -81,7 +81,7 @@ FAMILIES = [
     ("diffusers", "diffusers/vq", None, "VQModel"),
     ("janus", "janus", None, "Janus"),
     ("ibq", "ibq/ibq_tiny.ckpt", None, "IBQ"),
-    ("lfq", "lfq/tiny.ckpt", "lfq/tiny.yaml", "Open-MAGVIT2"),
+    ("open_magvit2", "lfq/tiny.ckpt", "lfq/tiny.yaml", "Open-MAGVIT2"),
 ]
 
 
@@ -95,6 +95,10 @@ def test_every_family_gives_the_clis_tokens_in_the_shard_dtype(tmp_path, cli, na
     t = imgseq.Tokenizer.from_pretrained(fx / weights, config=None if config is None else fx / config,
                                          size=32)
     assert t.kind == "tokens" and family in t.family, t.family
+    # The description the manifests and the service give: the family's registry name.
+    d = t.description
+    assert d["family"] == name and d["output"]["kind"] == "codes", d
+    assert len(d["weights"]["sha256"]) == 64 and d["input"]["size"] == 32
     got = t.encode(img[None])
     # One dtype rule with the shards: uint16 up to 65,536 codes, int32 past that.
     assert got.dtype == (np.uint16 if t.n_codes <= 1 << 16 else np.int32), (got.dtype, t.n_codes)

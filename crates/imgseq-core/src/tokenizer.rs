@@ -88,6 +88,9 @@ pub struct Description {
     /// The arithmetic that makes the tokens (the encoder's): `f32`, `bf16`, with what else
     /// changes them (`f32, EMA weights`).
     pub precision: String,
+    /// How continuous outputs are drawn, where there is a choice (`mean`, `sample SEED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<String>,
     /// The decoder's, where the family decodes and it differs from [`Self::precision`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoder_precision: Option<String>,
@@ -115,9 +118,19 @@ impl Description {
             input: input.into(),
             output,
             precision: "f32".into(),
+            draw: None,
             decoder_precision: None,
         }
     }
+}
+
+/// Continuous latent maps of `n` images, each of `shape` (C, h, w).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latents {
+    pub n: usize,
+    pub shape: Vec<usize>,
+    /// n·C·h·w values, image after image.
+    pub data: Vec<f32>,
 }
 
 /// What a tokenizer makes of a batch of images.
@@ -125,8 +138,10 @@ impl Description {
 pub enum Encoded {
     /// Codebook indices on a grid (VQ families).
     Tokens(TokenGrid),
-    /// Continuous vectors (the ViT's, continuous-latent tokenizers').
+    /// Continuous vectors (the ViT's, continuous-latent tokenizers' patch sequences).
     Embeddings(Embeddings),
+    /// Continuous latent maps (a VAE's (C, h, w)).
+    Latents(Latents),
 }
 
 impl Encoded {
@@ -134,10 +149,43 @@ impl Encoded {
     pub fn into_tokens(self) -> Result<TokenGrid> {
         match self {
             Encoded::Tokens(t) => Ok(t),
-            Encoded::Embeddings(_) => Err(Error::invalid(
-                "this tokenizer gives continuous embeddings, not codebook tokens",
+            Encoded::Embeddings(_) | Encoded::Latents(_) => Err(Error::invalid(
+                "this tokenizer gives continuous values, not codebook tokens",
             )),
         }
+    }
+
+    /// Images encoded.
+    pub fn len(&self) -> usize {
+        match self {
+            Encoded::Tokens(t) => t.n,
+            Encoded::Embeddings(e) => e.n,
+            Encoded::Latents(l) => l.n,
+        }
+    }
+
+    /// Whether no image was encoded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One image's array shape: (h, w) tokens, (tokens, dim) embeddings, (C, h, w) latents.
+    pub fn item_shape(&self) -> Vec<usize> {
+        match self {
+            Encoded::Tokens(t) => vec![t.h, t.w],
+            Encoded::Embeddings(e) => vec![e.tokens, e.dim],
+            Encoded::Latents(l) => l.shape.clone(),
+        }
+    }
+
+    /// Image `i`'s continuous values (`None` for tokens).
+    pub fn values(&self, i: usize) -> Option<&[f32]> {
+        let (per, data) = match self {
+            Encoded::Tokens(_) => return None,
+            Encoded::Embeddings(e) => (e.tokens * e.dim, &e.data),
+            Encoded::Latents(l) => (l.shape.iter().product(), &l.data),
+        };
+        data.get(i * per..(i + 1) * per)
     }
 }
 
@@ -179,6 +227,18 @@ pub trait Tokenizer: Send + Sync {
             "a {} cannot turn tokens back into images",
             self.label()
         )))
+    }
+
+    /// Pictures of anything [`Self::encode`] gives: tokens through [`Self::decode`], continuous
+    /// outputs where the family decodes them; others refuse.
+    fn decode_encoded(&self, e: &Encoded) -> Result<Vec<RgbImage>> {
+        match e {
+            Encoded::Tokens(t) => self.decode(t),
+            _ => Err(Error::invalid(format!(
+                "a {} cannot turn these values back into images",
+                self.label()
+            ))),
+        }
     }
 
     /// The input tensor of pictures already brought to the input ([`InputSpec::square`] or

@@ -89,7 +89,11 @@ impl Tokenizer for LfqTokenizer {
                 codebook_size: Some(c.codebook_size()),
             },
             // Which weight set runs changes the tokens as much as the arithmetic does.
-            precision: format!("f32, {} weights", if self.model.ema { "EMA" } else { "raw" }),
+            precision: format!(
+                "f32, {} weights",
+                if self.model.ema { "EMA" } else { "raw" }
+            ),
+            draw: None,
             decoder_precision: None,
         }
     }

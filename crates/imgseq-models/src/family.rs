@@ -20,12 +20,43 @@ pub struct OpenOptions {
     pub bf16_encoder: bool,
     /// Lightning checkpoints with EMA copies: run the raw weights instead.
     pub raw: bool,
+    /// Continuous-latent families: a released configuration by name (`sd`, `sdxl`, `sd3`,
+    /// `flux`) for single files without a config.
+    pub preset: Option<String>,
+    /// Continuous-latent families: sequences of p×p latent patches instead of latent maps.
+    pub patch: Option<usize>,
+    /// Continuous-latent families: a draw from the posterior with this seed, not its mean.
+    pub sample_seed: Option<u64>,
+    /// Continuous-latent families: tiled encode/decode with tiles of this side in pixels.
+    pub tile: Option<usize>,
+}
+
+impl OpenOptions {
+    /// Refuses the continuous-latent options for a family (named `label`) whose outputs are
+    /// codebook tokens.
+    pub fn refuse_latent_options(&self, label: &str) -> Result<()> {
+        let set = [
+            ("preset", self.preset.is_some()),
+            ("patch", self.patch.is_some()),
+            ("sample_seed", self.sample_seed.is_some()),
+            ("tile", self.tile.is_some()),
+        ];
+        match set.iter().find(|(_, on)| *on) {
+            Some((name, _)) => Err(imgseq_core::Error::invalid(format!(
+                "{name}: applies to continuous-latent models (AutoencoderKL); a {label} gives \
+                 codebook tokens"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What a family's loader looks at to say whether it reads a source.
 pub struct Probe<'a> {
     /// The source as given (a file or a folder).
     pub source: &'a Path,
+    /// The options it is opened with (a preset names a family, too).
+    pub options: &'a OpenOptions,
 }
 
 /// A family (or a group of families sharing one network) of tokenizers.
@@ -37,4 +68,3 @@ pub trait Family: Sync {
     /// The tokenizer of the files.
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened>;
 }
-

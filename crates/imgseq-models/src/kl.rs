@@ -7,7 +7,7 @@ use crate::Opened;
 use candle_core::Device;
 use imgseq_core::{Error, Result};
 use imgseq_kernels::PrecisionRequest;
-use imgseq_vqgan::kl::{is_kl_file, load_kl, KlTokenizer};
+use imgseq_vqgan::kl::{is_kl_file, load_kl, Draw, KlPreset, KlTokenizer};
 use imgseq_vqgan::load::resolve_weights;
 
 /// Input side when none is given (the SD VAEs' 256² evaluation protocol).
@@ -21,8 +21,10 @@ impl Family for AutoencoderKl {
         "autoencoder_kl"
     }
 
+    /// Files whose tensors are an AutoencoderKL's, or any source opened with a preset.
     fn claims(&self, p: &Probe) -> bool {
-        resolve_weights(p.source).is_ok_and(|f| matches!(is_kl_file(&f), Ok(Some(_))))
+        p.options.preset.is_some()
+            || resolve_weights(p.source).is_ok_and(|f| matches!(is_kl_file(&f), Ok(Some(_))))
     }
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
@@ -34,8 +36,11 @@ impl Family for AutoencoderKl {
             )));
         }
         let file = resolve_weights(p.source)?;
-        let model = load_kl(p.source, o.config.as_deref(), None, &Device::Cpu)?;
-        let t = KlTokenizer::new(model, o.size.unwrap_or(DEFAULT_SIZE), 1)?;
+        let preset = o.preset.as_deref().map(KlPreset::from_name).transpose()?;
+        let model = load_kl(p.source, o.config.as_deref(), preset, &Device::Cpu)?;
+        let mut t = KlTokenizer::new(model, o.size.unwrap_or(DEFAULT_SIZE), o.patch)?;
+        t.draw = o.sample_seed.map_or(Draw::Mean, Draw::Sample);
+        t.tile = o.tile;
         let mut files = vec![file.clone()];
         files.extend(o.config.clone());
         Ok(Opened::new(Box::new(t), p.source, &file, files))

@@ -26,6 +26,7 @@ impl Family for OpenMagvit2 {
                 imgseq_lfq::FAMILY
             )))
         };
+        o.refuse_latent_options(imgseq_lfq::FAMILY)?;
         if o.precision == PrecisionRequest::Bf16 {
             return refuse("--precision bf16");
         }
@@ -37,7 +38,11 @@ impl Family for OpenMagvit2 {
             .config
             .clone()
             .or_else(|| imgseq_lfq::load::default_config_path(w));
-        let which = if o.raw { WeightSet::Raw } else { WeightSet::Default };
+        let which = if o.raw {
+            WeightSet::Raw
+        } else {
+            WeightSet::Default
+        };
         let t = LfqTokenizer::new(load_model(w, config.as_deref(), which)?, o.size)?;
         let c = t.model.config();
         let note = format!(

@@ -20,6 +20,6 @@ pub mod opened;
 pub mod registry;
 pub mod vq;
 
-pub use opened::Opened;
 pub use family::{Family, OpenOptions, Probe};
+pub use opened::Opened;
 pub use registry::{default_source, open, open_default, FAMILIES};

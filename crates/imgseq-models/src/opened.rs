@@ -108,6 +108,10 @@ impl Tokenizer for Opened {
         self.tokenizer.decode(tokens)
     }
 
+    fn decode_encoded(&self, e: &Encoded) -> Result<Vec<RgbImage>> {
+        self.tokenizer.decode_encoded(e)
+    }
+
     fn input_tensor(&self, imgs: &[RgbImage]) -> Result<Tensor> {
         self.tokenizer.input_tensor(imgs)
     }

@@ -8,18 +8,19 @@ use std::path::{Path, PathBuf};
 
 /// Every family, asked in this order whether it reads a source; the last one (the VQ
 /// families) takes whatever no other claims and says why it cannot read it.
-pub static FAMILIES: &[&dyn Family] = &[&crate::lfq::OpenMagvit2, &crate::kl::AutoencoderKl, &crate::vq::Vq];
+pub static FAMILIES: &[&dyn Family] = &[
+    &crate::lfq::OpenMagvit2,
+    &crate::kl::AutoencoderKl,
+    &crate::vq::Vq,
+];
 
 /// The tokenizer of the model at `source` (a weights file or a model folder), by the first of
 /// [`FAMILIES`] that claims it.
 pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
-    if std::fs::symlink_metadata(source).is_err() {
-        return Err(Error::invalid(format!(
-            "{}: no such file or folder (a model's weights file or folder)",
-            source.display()
-        )));
+    if let Err(e) = std::fs::symlink_metadata(source) {
+        return Err(Error::io(source, e));
     }
-    let p = Probe { source };
+    let p = Probe { source, options: o };
     let family = FAMILIES
         .iter()
         .find(|f| f.claims(&p))

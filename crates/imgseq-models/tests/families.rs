@@ -21,14 +21,24 @@ fn fx(p: &str) -> PathBuf {
 /// (source, config, family, crop) of every discrete family's fixture.
 fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
     vec![
-        (fx("vqgan/tiny.safetensors"), None, "taming", Crop::ShorterSide),
+        (
+            fx("vqgan/tiny.safetensors"),
+            None,
+            "taming",
+            Crop::ShorterSide,
+        ),
         (
             fx("vqgan/tiny.ckpt"),
             Some(fx("vqgan/tiny_model.yaml")),
             "taming",
             Crop::ShorterSide,
         ),
-        (fx("llamagen/vq_tiny.pt"), None, "llamagen", Crop::AdmCenterCrop),
+        (
+            fx("llamagen/vq_tiny.pt"),
+            None,
+            "llamagen",
+            Crop::AdmCenterCrop,
+        ),
         (fx("diffusers/vq"), None, "diffusers", Crop::ShorterSide),
         (fx("janus"), None, "janus", Crop::PadToSquare),
         (
@@ -47,7 +57,11 @@ fn pictures(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(&src).unwrap();
     for i in 0..3u32 {
         let img = RgbImage::from_fn(48, 40, |x, y| {
-            Rgb([(x * 5 + i * 40) as u8, (y * 6) as u8, ((x + y) * 3 + i * 20) as u8])
+            Rgb([
+                (x * 5 + i * 40) as u8,
+                (y * 6) as u8,
+                ((x + y) * 3 + i * 20) as u8,
+            ])
         });
         img.save(src.join(format!("p{i}.png"))).unwrap();
     }
@@ -82,8 +96,8 @@ fn every_family_fixture_tokenizes_a_dataset_under_its_own_description() {
     let d = tempfile::tempdir().unwrap();
     let src = pictures(d.path());
     for (source, config, family, crop) in discrete() {
-        let t = open(&source, &opts(&config))
-            .unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+        let t =
+            open(&source, &opts(&config)).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
         let desc = t.describe_with_weights().unwrap();
         assert_eq!(desc.family, family, "{}", source.display());
         assert_eq!(desc.input.crop, crop, "{}", source.display());
@@ -92,15 +106,32 @@ fn every_family_fixture_tokenizes_a_dataset_under_its_own_description() {
         assert_eq!(desc.weights.as_ref().unwrap().sha256.len(), 64);
         let info = TokenizerInfo::from_description(&desc, true, false).unwrap();
         for format in [ShardFormat::Wds, ShardFormat::Parquet] {
-            let out = d.path().join(format!("{family}-{}-{}", format.name(), source.display().to_string().len()));
-            let r = job::tokenize(&t, &info, std::slice::from_ref(&src), &out, &options(format))
-                .unwrap_or_else(|e| panic!("{} {}: {e}", source.display(), format.name()));
+            let out = d.path().join(format!(
+                "{family}-{}-{}",
+                format.name(),
+                source.display().to_string().len()
+            ));
+            let r = job::tokenize(
+                &t,
+                &info,
+                std::slice::from_ref(&src),
+                &out,
+                &options(format),
+            )
+            .unwrap_or_else(|e| panic!("{} {}: {e}", source.display(), format.name()));
             assert_eq!((r.samples, r.errors), (3, 0));
             let m = Manifest::read(&out.join("manifest.json")).unwrap();
             assert_eq!(m.tokenizer.family, family);
             assert_eq!(m.tokenizer.precision, desc.precision);
-            assert!(m.tokenizer.crop.contains(crop.describe()), "{}", m.tokenizer.crop);
-            assert_eq!(m.tokenizer.grid, [desc.output.shape[0], desc.output.shape[1]]);
+            assert!(
+                m.tokenizer.crop.contains(crop.describe()),
+                "{}",
+                m.tokenizer.crop
+            );
+            assert_eq!(
+                m.tokenizer.grid,
+                [desc.output.shape[0], desc.output.shape[1]]
+            );
         }
     }
 }
@@ -117,32 +148,75 @@ fn a_resumed_job_with_another_size_is_refused_naming_the_setting() {
             ..opts(&None)
         };
         let t = open(&source, &o).unwrap();
-        let info = TokenizerInfo::from_description(&t.describe_with_weights().unwrap(), true, false)
-            .unwrap();
-        job::tokenize(&t, &info, std::slice::from_ref(&src), &out, &options(ShardFormat::Wds))
+        let info =
+            TokenizerInfo::from_description(&t.describe_with_weights().unwrap(), true, false)
+                .unwrap();
+        job::tokenize(
+            &t,
+            &info,
+            std::slice::from_ref(&src),
+            &out,
+            &options(ShardFormat::Wds),
+        )
     };
     run(32).unwrap();
     run(32).unwrap();
     let e = run(16).unwrap_err().to_string();
-    assert!(e.contains("run.json") && e.contains("tokenizer.grid is [16,16] here, [8,8] now"), "{e}");
+    assert!(
+        e.contains("run.json") && e.contains("tokenizer.grid is [16,16] here, [8,8] now"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 #[test]
 fn a_continuous_tokenizer_is_opened_and_refused_by_token_shards() {
-    let t = open(&fx("kl/sd"), &OpenOptions { size: Some(32), ..OpenOptions::default() }).unwrap();
+    let t = open(
+        &fx("kl/sd"),
+        &OpenOptions {
+            size: Some(32),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
     let desc = t.describe_with_weights().unwrap();
     assert_eq!(desc.family, "autoencoder_kl");
-    assert_eq!(desc.output.kind, OutputKind::Embeddings);
-    let e = TokenizerInfo::from_description(&desc, false, false).unwrap_err().to_string();
+    assert_eq!(desc.output.kind, OutputKind::Latents);
+    assert_eq!(desc.draw.as_deref(), Some("mean"));
+    let e = TokenizerInfo::from_description(&desc, false, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("grid of codebook tokens"), "{e}");
 }
 
 #[test]
 fn a_missing_source_is_one_line_naming_it() {
-    let e = open(Path::new("/nonexistent/model.safetensors"), &OpenOptions::default())
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("/nonexistent/model.safetensors") && e.contains("no such file"), "{e}");
+    let e = open(
+        Path::new("/nonexistent/model.safetensors"),
+        &OpenOptions::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("/nonexistent/model.safetensors") && e.contains("No such file"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
+#[test]
+fn the_opened_tokenizer_delegates_every_method_of_the_contract() {
+    // The KL family overrides decode_encoded: the loader's wrapper must pass it through.
+    let o = OpenOptions {
+        size: Some(32),
+        ..OpenOptions::default()
+    };
+    let t = open(&fx("kl/sd"), &o).unwrap();
+    let img = image::RgbImage::from_pixel(32, 32, image::Rgb([90, 120, 200]));
+    let e = t.encode_pictures(std::slice::from_ref(&img)).unwrap();
+    let pics = t.decode_encoded(&e).unwrap();
+    assert_eq!((pics.len(), pics[0].width()), (1, 32));
+    let inner = t.tokenizer().decode_encoded(&e).unwrap();
+    assert_eq!(pics, inner);
 }

@@ -85,7 +85,11 @@ pub fn crop_text(pad: bool, p: &Preprocessing) -> String {
             ""
         },
         p.crop.describe(),
-        if p.channels == 1 { "ITU-R 601 luma; " } else { "" },
+        if p.channels == 1 {
+            "ITU-R 601 luma; "
+        } else {
+            ""
+        },
         p.range.describe()
     )
 }

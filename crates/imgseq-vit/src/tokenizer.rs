@@ -32,6 +32,7 @@ impl Tokenizer for Classifier {
                 codebook_size: None,
             },
             precision: "f32".into(),
+            draw: None,
             decoder_precision: None,
         }
     }

@@ -59,6 +59,7 @@ impl Tokenizer for VqTokenizer {
                 codebook_size: Some(cfg.n_embed),
             },
             precision: enc.name().into(),
+            draw: None,
             decoder_precision: (dec != enc).then(|| dec.name().into()),
         }
     }

@@ -6,10 +6,10 @@ use clap::Args;
 use image::{Rgb, RgbImage};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
+use imgseq_core::tokenizer::Tokenizer;
 use imgseq_shards::job::{self, Options};
 use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
 use imgseq_shards::{ShardFormat, SourceOptions};
-use imgseq_core::tokenizer::Tokenizer;
 use imgseq_vqgan::VqTokenizer;
 use std::path::{Path, PathBuf};
 

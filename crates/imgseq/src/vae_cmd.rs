@@ -9,8 +9,10 @@ use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::npy;
 use imgseq_core::tokenizer::Tokenizer;
+use imgseq_shards::job::Through;
+use imgseq_shards::manifest::LatentInfo;
 use imgseq_shards::TokenizerInfo;
-use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer, LatentEncoder};
+use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer};
 use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
 
@@ -154,7 +156,7 @@ impl VaeModelArgs {
 }
 
 fn tokenizer(model: KlModel, o: &LatentOpts) -> Result<KlTokenizer> {
-    let mut t = KlTokenizer::new(model, o.size, o.patch.unwrap_or(1))?;
+    let mut t = KlTokenizer::new(model, o.size, o.patch)?;
     t.draw = if o.sample {
         Draw::Sample(o.seed)
     } else {
@@ -229,10 +231,6 @@ fn tokenize(
     let opts = job.options(o.upscale, job.pad(sources))?;
     let s = o.size as usize;
     t.model.check_input(opts.batch, s, s, t.tile)?;
-    let enc = LatentEncoder {
-        tok: &t,
-        patch: o.patch,
-    };
     let file = imgseq_vqgan::load::resolve_weights(&m.weights)?;
     let c = t.model.config();
     let info = TokenizerInfo {
@@ -246,11 +244,25 @@ fn tokenize(
         crop: imgseq_shards::manifest::crop_text(opts.pad, &t.describe().input),
         upscale: o.upscale,
         precision: "f32".into(),
-        latent: Some(enc.info(m.preset.as_deref())),
+        latent: Some(latent_info(&t, m.preset.as_deref())),
     };
-    let r = imgseq_shards::job::run(&enc, &info, sources, &job.output, &opts)?;
+    let r = imgseq_shards::job::run(&Through(&t), &info, sources, &job.output, &opts)?;
     let shape = &info.latent.as_ref().expect("set above").shape;
     crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", c.describe()))
+}
+
+/// The manifest's account of `t`'s latents (`preset`: the released configuration named).
+fn latent_info(t: &KlTokenizer, preset: Option<&str>) -> LatentInfo {
+    let c = t.model.config();
+    LatentInfo {
+        preset: preset.map(str::to_string),
+        scaling_factor: c.scaling_factor,
+        shift_factor: c.shift_factor.unwrap_or(0.0),
+        patch: t.patch,
+        dtype: "float16".into(),
+        shape: t.shape(),
+        draw: t.describe().draw.unwrap_or_else(|| "mean".into()),
+    }
 }
 
 /// (n, C, h, w) latents as written: the maps, or with `patch` the (n, N, p²·C) sequences.

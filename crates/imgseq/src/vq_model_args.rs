@@ -91,14 +91,19 @@ pub fn load_choosing(
         Some(w) => w.clone(),
         None => imgseq_models::default_source()?,
     };
-    if imgseq_models::lfq::OpenMagvit2.claims(&Probe { source: &weights }) {
+    let o = m.open_options(None);
+    let probe = Probe {
+        source: &weights,
+        options: &o,
+    };
+    if imgseq_models::lfq::OpenMagvit2.claims(&probe) {
         anyhow::bail!(
             "{}: Open-MAGVIT2 checkpoints are read by vq encode, decode, roundtrip, tokenize \
              and eval only",
             weights.display()
         );
     }
-    let loaded = imgseq_models::vq::load(&Probe { source: &weights }, &m.open_options(None))?;
+    let loaded = imgseq_models::vq::load(&probe, &o)?;
     for f in &loaded.files {
         outs.add_input(f);
     }
@@ -118,6 +123,7 @@ impl ModelArgs {
             precision: self.precision.precision,
             bf16_encoder: self.bf16_encoder,
             raw: self.raw,
+            ..OpenOptions::default()
         }
     }
 

@@ -20,7 +20,8 @@ fn library_vq() -> imgseq_vqgan::VqModel {
     let config = imgseq_vqgan::load::default_config_path(&file).ok();
     let mut m =
         imgseq_vqgan::load_model(&file, config.as_deref(), &candle_core::Device::Cpu).unwrap();
-    m.choose_precision(imgseq_kernels::PrecisionRequest::Auto).unwrap();
+    m.choose_precision(imgseq_kernels::PrecisionRequest::Auto)
+        .unwrap();
     m
 }
 
@@ -403,15 +404,33 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
         .collect();
     let s = Server::start(cfg);
     let models = s.get("/v1/models").json();
-    let listed = models["models"].as_array().or(models.as_array()).unwrap().clone();
+    let listed = models["models"]
+        .as_array()
+        .or(models.as_array())
+        .unwrap()
+        .clone();
     let text = serde_json::to_string(&listed).unwrap();
-    assert!(!text.contains(&*repo().display().to_string()), "a server path shown: {text}");
+    assert!(
+        !text.contains(&*repo().display().to_string()),
+        "a server path shown: {text}"
+    );
     for (name, _) in families {
         let m = listed.iter().find(|m| m["name"] == name).unwrap();
         assert_eq!(m["description"]["family"], name, "{m}");
-        assert_eq!(m["description"]["weights"]["sha256"].as_str().unwrap().len(), 64);
+        assert_eq!(
+            m["description"]["weights"]["sha256"]
+                .as_str()
+                .unwrap()
+                .len(),
+            64
+        );
         let r = s.post(&format!("/v1/tokenize?model={name}"), &[], &png(40, 40));
-        assert_eq!(r.status, 200, "{name}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            200,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
         let j = r.json();
         assert_eq!(j["grid"], m["grid"], "{name}");
         let body = serde_json::json!({ "tokens": j["tokens"] }).to_string();
@@ -420,7 +439,12 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
             &[("Content-Type", "application/json")],
             body.as_bytes(),
         );
-        assert_eq!(r.status, 200, "{name}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            200,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
         let img = image::load_from_memory(&r.body).unwrap();
         assert_eq!((img.width(), img.height()), (32, 32), "{name}");
     }

@@ -15,4 +15,4 @@ pub mod read;
 pub mod tokenize;
 
 pub use read::{detokenize, stats, CodeStats};
-pub use tokenize::{run, tokenize, Discrete, Options, Report, SampleEncoder};
+pub use tokenize::{run, tokenize, Options, Report, SampleEncoder, Through};

@@ -19,7 +19,7 @@ use image::RgbImage;
 use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
 use imgseq_core::input::InputSpec;
-use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::tokenizer::{Encoded, Tokenizer};
 use imgseq_core::{Error, Result};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -58,29 +58,45 @@ pub trait SampleEncoder {
     fn encode_batch(&self, imgs: &[RgbImage]) -> Result<Vec<Payload>>;
 }
 
-/// A discrete [`Tokenizer`] as a [`SampleEncoder`]: its token grids.
-pub struct Discrete<'a, T>(pub &'a T);
+/// Any [`Tokenizer`] as a [`SampleEncoder`]: a discrete one's token grids, a continuous one's
+/// latents or embeddings (as float arrays of its output shape).
+pub struct Through<'a, T: ?Sized>(pub &'a T);
 
-impl<T: Tokenizer> SampleEncoder for Discrete<'_, T> {
+impl<T: Tokenizer + ?Sized> SampleEncoder for Through<'_, T> {
     fn input(&self) -> InputSpec {
         self.0.input()
     }
 
     fn kind(&self) -> ShardKind {
-        ShardKind::Tokens {
-            n_codes: self.0.codebook_size().unwrap_or(0),
+        match self.0.codebook_size() {
+            Some(n_codes) => ShardKind::Tokens { n_codes },
+            None => ShardKind::Latents,
         }
     }
 
     fn encode_batch(&self, imgs: &[RgbImage]) -> Result<Vec<Payload>> {
-        let g = self.0.encode_pictures(imgs)?.into_tokens()?;
-        Ok((0..g.n)
-            .map(|i| Payload::Tokens {
-                h: g.h,
-                w: g.w,
-                tokens: g.image(i).to_vec(),
+        let e = self.0.encode_pictures(imgs)?;
+        if let Encoded::Tokens(g) = &e {
+            return Ok((0..g.n)
+                .map(|i| Payload::Tokens {
+                    h: g.h,
+                    w: g.w,
+                    tokens: g.image(i).to_vec(),
+                })
+                .collect());
+        }
+        let shape = e.item_shape();
+        (0..e.len())
+            .map(|i| {
+                let values = e
+                    .values(i)
+                    .ok_or_else(|| Error::invalid("short encoder output"))?;
+                Ok(Payload::Latent {
+                    shape: shape.clone(),
+                    values: values.to_vec(),
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -137,8 +153,15 @@ fn first_difference(at: &str, had: &Value, now: &Value) -> Option<String> {
     if let (Value::Object(a), Value::Object(b)) = (had, now) {
         let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
         for k in keys {
-            let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-            let (x, y) = (a.get(k).unwrap_or(&Value::Null), b.get(k).unwrap_or(&Value::Null));
+            let path = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            let (x, y) = (
+                a.get(k).unwrap_or(&Value::Null),
+                b.get(k).unwrap_or(&Value::Null),
+            );
             if let Some(d) = first_difference(&path, x, y) {
                 return Some(d);
             }
@@ -322,7 +345,7 @@ fn undo_start(out: &Path, created_dir: bool) {
 }
 
 /// Tokenizes `sources` into `out` with `tok` (described by `info`).
-pub fn tokenize<T: Tokenizer>(
+pub fn tokenize<T: Tokenizer + ?Sized>(
     tok: &T,
     info: &TokenizerInfo,
     sources: &[PathBuf],
@@ -335,7 +358,7 @@ pub fn tokenize<T: Tokenizer>(
             tok.label()
         )));
     }
-    run(&Discrete(tok), info, sources, out, o)
+    run(&Through(tok), info, sources, out, o)
 }
 
 /// Writes the payloads `enc` makes of `sources` into `out` (described by `info`): token or

@@ -201,8 +201,16 @@ impl<'a> Machine<'a> {
             op::PROTO | op::FRAME | op::MARK | op::POP | op::POP_MARK | op::DUP => {
                 self.stack_op(code)
             }
-            op::NONE | op::NEWTRUE | op::NEWFALSE | op::BININT | op::BININT1 | op::BININT2
-            | op::LONG1 | op::LONG4 | op::INT | op::BINFLOAT => self.scalar(code).map(Some),
+            op::NONE
+            | op::NEWTRUE
+            | op::NEWFALSE
+            | op::BININT
+            | op::BININT1
+            | op::BININT2
+            | op::LONG1
+            | op::LONG4
+            | op::INT
+            | op::BINFLOAT => self.scalar(code).map(Some),
             op::BINUNICODE
             | op::SHORT_BINUNICODE
             | op::BINUNICODE8
@@ -211,11 +219,22 @@ impl<'a> Machine<'a> {
             | op::SHORT_BINBYTES
             | op::SHORT_BINSTRING
             | op::BINBYTES8 => self.string(code).map(Some),
-            op::EMPTY_TUPLE | op::TUPLE | op::TUPLE1 | op::TUPLE2 | op::TUPLE3 | op::EMPTY_LIST
-            | op::EMPTY_SET | op::LIST | op::FROZENSET | op::APPEND | op::APPENDS
-            | op::ADDITEMS | op::EMPTY_DICT | op::DICT | op::SETITEM | op::SETITEMS => {
-                self.collection(code)
-            }
+            op::EMPTY_TUPLE
+            | op::TUPLE
+            | op::TUPLE1
+            | op::TUPLE2
+            | op::TUPLE3
+            | op::EMPTY_LIST
+            | op::EMPTY_SET
+            | op::LIST
+            | op::FROZENSET
+            | op::APPEND
+            | op::APPENDS
+            | op::ADDITEMS
+            | op::EMPTY_DICT
+            | op::DICT
+            | op::SETITEM
+            | op::SETITEMS => self.collection(code),
             op::BINPUT | op::LONG_BINPUT | op::MEMOIZE | op::BINGET | op::LONG_BINGET => {
                 self.memo_op(code).map(|()| None)
             }
@@ -373,7 +392,9 @@ impl<'a> Machine<'a> {
                 let name = self.pop()?;
                 let module = self.pop()?;
                 match (module, name) {
-                    (Value::Str(m), Value::Str(n)) => globals::global(m.to_string(), n.to_string())?,
+                    (Value::Str(m), Value::Str(n)) => {
+                        globals::global(m.to_string(), n.to_string())?
+                    }
                     _ => return Err(PickleError::StackGlobalWithoutStrings),
                 }
             }

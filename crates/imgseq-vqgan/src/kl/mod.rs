@@ -14,19 +14,18 @@
 //!   diffusers' or the original LDM names, with the weights audit of the VQ families.
 //! * [`patch`]: latents ↔ sequences of p×p patches (FLUX's `_pack_latents` order).
 //! * [`tokenizer`]: [`KlTokenizer`], the model as an [`imgseq_core::tokenizer::Tokenizer`]
-//!   giving [`imgseq_core::tokenizer::Encoded::Embeddings`].
-//! * [`shards`]: [`LatentEncoder`], the model in the dataset job (latent shards).
+//!   giving latent maps ([`imgseq_core::tokenizer::Encoded::Latents`]) or patch sequences
+//!   ([`imgseq_core::tokenizer::Encoded::Embeddings`]); the dataset job writes either as
+//!   latent shards through that trait.
 
 pub mod config;
 pub mod load;
 pub mod model;
 pub mod patch;
-pub mod shards;
 pub mod tiling;
 pub mod tokenizer;
 
 pub use config::{KlConfig, KlPreset};
 pub use load::{is_kl_file, load_kl, KlSource};
 pub use model::{Draw, KlModel, Posterior};
-pub use shards::LatentEncoder;
 pub use tokenizer::KlTokenizer;

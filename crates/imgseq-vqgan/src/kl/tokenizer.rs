@@ -1,34 +1,39 @@
 //! [`KlTokenizer`]: an `AutoencoderKL` at an input side as an
-//! [`imgseq_core::tokenizer::Tokenizer`] whose tokens are the scaled latents in p×p patches
-//! ([`super::patch`]; p = 1: one token of C values per latent cell).
+//! [`imgseq_core::tokenizer::Tokenizer`]: per image the scaled latent map (C, h, w), or with a
+//! patch side p its sequence of p×p patches ([`super::patch`]: (h/p·w/p, p²·C), FLUX's order).
 
 use super::model::{Draw, KlModel};
 use super::patch;
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Description, Embeddings, Encoded, OutputKind, OutputSpec, Tokenizer};
-use imgseq_core::Result;
+use imgseq_core::tokenizer::{
+    Description, Embeddings, Encoded, Latents, OutputKind, OutputSpec, Tokenizer,
+};
+use imgseq_core::{Error, Result};
 
 /// The model, its input side, the patch side of its sequences and how latents are drawn.
 pub struct KlTokenizer {
     pub model: KlModel,
     pub size: u32,
-    pub patch: usize,
+    /// `None`: latent maps (C, h, w); `Some(p)`: sequences of p×p patches.
+    pub patch: Option<usize>,
     pub draw: Draw,
     /// Tile side in pixels for tiled encode/decode; `None`: untiled.
     pub tile: Option<usize>,
 }
 
 impl KlTokenizer {
-    /// The model at `size` (a multiple of its downsampling factor) with `patch` dividing the
-    /// latent grid.
-    pub fn new(model: KlModel, size: u32, patch: usize) -> Result<Self> {
+    /// The model at `size` (a multiple of its downsampling factor) with `patch` (if any)
+    /// dividing the latent grid.
+    pub fn new(model: KlModel, size: u32, patch: Option<usize>) -> Result<Self> {
         let cfg = model.config();
         cfg.check_side("size", size as usize)?;
         let g = size as usize / cfg.downsample_factor();
-        patch::check_patch(patch, g, g)?;
+        if let Some(p) = patch {
+            patch::check_patch(p, g, g)?;
+        }
         Ok(Self {
             model,
             size,
@@ -43,14 +48,19 @@ impl KlTokenizer {
         self.size as usize / self.model.config().downsample_factor()
     }
 
-    /// Tokens (b, n, p²·C) → pictures, through [`KlModel::decode`].
-    pub fn decode_embeddings(&self, e: &Embeddings) -> Result<Vec<RgbImage>> {
-        let g = self.grid();
-        let c = self.model.config().latent_channels();
-        let t = Tensor::from_slice(&e.data, (e.n, e.tokens, e.dim), &candle_core::Device::Cpu)?;
-        let z = patch::unpatchify(&t, c, g, g, self.patch)?;
-        let x = self.model.decode(&z, self.tile)?;
-        (0..e.n)
+    /// One image's output shape: (C, h, w), or (h/p·w/p, p²·C).
+    pub fn shape(&self) -> Vec<usize> {
+        let (g, c) = (self.grid(), self.model.config().latent_channels());
+        match self.patch {
+            None => vec![c, g, g],
+            Some(p) => vec![(g / p) * (g / p), p * p * c],
+        }
+    }
+
+    /// Latents (n, C, h, w) → pictures, through [`KlModel::decode`].
+    pub fn decode_latents(&self, z: &Tensor) -> Result<Vec<RgbImage>> {
+        let x = self.model.decode(z, self.tile)?;
+        (0..x.dim(0)?)
             .map(|i| imgseq_core::image_io::from_tensor_chw(&x.get(i)?, PixelRange::MinusOneOne))
             .collect()
     }
@@ -62,22 +72,32 @@ impl Tokenizer for KlTokenizer {
     }
 
     fn describe(&self) -> Description {
-        let c = self.model.config();
-        let g = self.grid() / self.patch;
         Description {
             family: "autoencoder_kl".into(),
             label: self.label(),
-            config: c.to_json(),
+            config: self.model.config().to_json(),
             weights: None,
             input: self.input().into(),
             output: OutputSpec {
-                kind: OutputKind::Embeddings,
-                shape: vec![g * g, self.patch * self.patch * c.latent_channels()],
+                kind: match self.patch {
+                    None => OutputKind::Latents,
+                    Some(_) => OutputKind::Embeddings,
+                },
+                shape: self.shape(),
                 codebook_size: None,
             },
             precision: "f32".into(),
+            draw: Some(match self.draw {
+                Draw::Mean => "mean".into(),
+                Draw::Sample(seed) => format!("sample {seed}"),
+            }),
             decoder_precision: None,
         }
+    }
+
+    fn check_batch(&self, n: usize) -> Result<()> {
+        let s = self.size as usize;
+        self.model.check_input(n, s, s, self.tile)
     }
 
     fn input(&self) -> InputSpec {
@@ -94,13 +114,46 @@ impl Tokenizer for KlTokenizer {
         let (n, _, h, w) = x.dims4()?;
         self.model.check_input(n, h, w, self.tile)?;
         let z = self.model.encode(x, self.draw, self.tile)?;
-        let t = patch::patchify(&z, self.patch)?;
-        let (n, tokens, dim) = t.dims3()?;
-        Ok(Encoded::Embeddings(Embeddings {
-            n,
-            tokens,
-            dim,
-            data: t.flatten_all()?.to_vec1()?,
-        }))
+        Ok(match self.patch {
+            None => Encoded::Latents(Latents {
+                n,
+                shape: z.dims()[1..].to_vec(),
+                data: z.flatten_all()?.to_vec1()?,
+            }),
+            Some(p) => {
+                let t = patch::patchify(&z, p)?;
+                let (n, tokens, dim) = t.dims3()?;
+                Encoded::Embeddings(Embeddings {
+                    n,
+                    tokens,
+                    dim,
+                    data: t.flatten_all()?.to_vec1()?,
+                })
+            }
+        })
+    }
+
+    /// Latent maps (C, h, w), or patch sequences of this tokenizer's patch side.
+    fn decode_encoded(&self, e: &Encoded) -> Result<Vec<RgbImage>> {
+        let c = self.model.config().latent_channels();
+        let z = match (e, self.patch) {
+            (Encoded::Latents(l), None) if l.shape.len() == 3 && l.shape[0] == c => {
+                let (h, w) = (l.shape[1], l.shape[2]);
+                Tensor::from_slice(&l.data, (l.n, c, h, w), &Device::Cpu)?
+            }
+            (Encoded::Embeddings(s), Some(p)) if s.dim == c * p * p => {
+                let g = self.grid();
+                let t = Tensor::from_slice(&s.data, (s.n, s.tokens, s.dim), &Device::Cpu)?;
+                patch::unpatchify(&t, c, g, g, p)?
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "latents of shape {:?} are not what this AutoencoderKL gives ({:?} per image)",
+                    e.item_shape(),
+                    self.shape()
+                )))
+            }
+        };
+        self.decode_latents(&z)
     }
 }
