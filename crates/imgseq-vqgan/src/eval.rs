@@ -119,7 +119,7 @@ pub fn evaluate(
 
 /// [`evaluate`] with any discrete tokenizer that decodes (Open-MAGVIT2, ...): every image
 /// brought to `tok`'s input, encoded, decoded and scored, `batch` images at a time.
-pub fn evaluate_tokenizer<T: Tokenizer>(
+pub fn evaluate_tokenizer<T: Tokenizer + ?Sized>(
     tok: &T,
     paths: &[PathBuf],
     upscale: bool,
@@ -136,6 +136,7 @@ pub fn evaluate_tokenizer<T: Tokenizer>(
             tok.label()
         )));
     };
+    tok.check_batch(batch.min(paths.len()))?;
     let coder = |imgs: &[RgbImage]| {
         let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
         let recons = tok.decode(&tokens)?;

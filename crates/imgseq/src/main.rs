@@ -1,5 +1,7 @@
 //! `imgseq`: turn images into transformer-ready sequences and back.
 //!
+//! `imgseq encode | decode | roundtrip | tokenize | detokenize | eval | inspect`
+//!                      any tokenizer family (`--model PATH`; the shipped VQGAN by default)
 //! `imgseq vit ...`     continuous tokens (ViT): embed, train, eval, classify, plot-positions
 //! `imgseq vq ...`      discrete tokens (VQGAN): encode, decode, roundtrip, edit, train, eval
 //! `imgseq vae ...`     continuous latents (AutoencoderKL): encode, decode, roundtrip
@@ -9,11 +11,11 @@
 
 mod gpt_cmd;
 mod gpt_judge;
-mod lfq_cmd;
 mod paths;
 mod precision_arg;
 mod serve_cmd;
 mod tokenize_cmd;
+mod tokenizer_cmd;
 mod vae_cmd;
 mod vit_cmd;
 mod vit_data_arg;
@@ -43,6 +45,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Images → tokens.npy (any tokenizer: `--model PATH`; the shipped VQGAN by default).
+    Encode(tokenizer_cmd::EncodeArgs),
+    /// tokens.npy → image(s).
+    Decode(tokenizer_cmd::DecodeArgs),
+    /// Image → tokens → image, with PSNR, SSIM and codebook usage.
+    Roundtrip(tokenizer_cmd::RoundtripArgs),
+    /// Whole datasets → token shards (resumable, job arrays; docs/tokenize-a-dataset.md).
+    Tokenize(Box<tokenize_cmd::TokenizeArgs>),
+    /// Token shards → images (KEY.png per sample).
+    Detokenize(tokenize_cmd::DetokenizeArgs),
+    /// PSNR, SSIM and codebook usage of a tokenizer's reconstructions of a set of images.
+    Eval(Box<vq_eval_cmd::EvalArgs>),
+    /// What a tokenizer is: its description (family, config, weights hash, preprocessing,
+    /// output, precision) as JSON.
+    Inspect(tokenizer_cmd::InspectArgs),
     /// Continuous tokens: Vision Transformer (CLS + 64 patch tokens + positions).
     #[command(subcommand)]
     Vit(vit_cmd::VitCmd),
@@ -75,6 +92,13 @@ fn main() -> ExitCode {
     // Both rayon (our kernels) and candle's gemm read it; set once, before any thread starts.
     imgseq_kernels::settle_thread_count(cli.threads);
     let res = match cli.cmd {
+        Cmd::Encode(a) => tokenizer_cmd::encode(&a),
+        Cmd::Decode(a) => tokenizer_cmd::decode(&a),
+        Cmd::Roundtrip(a) => tokenizer_cmd::roundtrip(&a),
+        Cmd::Tokenize(a) => tokenize_cmd::tokenize(&a),
+        Cmd::Detokenize(a) => tokenize_cmd::detokenize(&a),
+        Cmd::Eval(a) => vq_eval_cmd::eval(&a),
+        Cmd::Inspect(a) => tokenizer_cmd::inspect(&a),
         Cmd::Vit(c) => vit_cmd::run(c),
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
         Cmd::Vae(c) => vae_cmd::run(c),

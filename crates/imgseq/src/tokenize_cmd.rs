@@ -1,7 +1,7 @@
 //! `imgseq vq tokenize | merge-manifests | detokenize | stats`: whole datasets as token shards.
 
-use crate::vq_model_args::{load, save_picture, ModelArgs, Preprocess};
-use anyhow::{bail, Context, Result};
+use crate::vq_model_args::{save_picture, ModelArgs, Preprocess};
+use anyhow::{bail, Result};
 use clap::Args;
 use image::{Rgb, RgbImage};
 use imgseq_core::fsutil::Outputs;
@@ -10,7 +10,6 @@ use imgseq_core::tokenizer::Tokenizer;
 use imgseq_shards::job::{self, Options};
 use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
 use imgseq_shards::{ShardFormat, SourceOptions};
-use imgseq_vqgan::VqTokenizer;
 use std::path::{Path, PathBuf};
 
 /// The dataset job's flags, shared by `vq tokenize` and `vae tokenize`.
@@ -174,38 +173,18 @@ pub fn detokenize(a: &DetokenizeArgs) -> Result<()> {
     if a.batch_size == 0 {
         bail!("--batch-size 0 must be positive");
     }
-    let (model, _) = load(&a.model)?;
-    let cfg = model.config();
-    let gray = cfg.ddconfig.out_ch == 1;
-    let size = cfg.ddconfig.resolution as u32;
-    // The manifest's grid decoded a batch at a time, estimated before anything is read.
-    let f = cfg.downsample_factor();
-    let [gh, gw] = m.tokenizer.grid;
-    cfg.check_memory(
-        a.batch_size,
-        gh.saturating_mul(f),
-        gw.saturating_mul(f),
-        None,
-    )
-    .with_context(|| format!("{}: a {gh}x{gw} token grid", a.dir.display()))?;
-    let tok = VqTokenizer { model, size };
+    let t = a.model.open(None, &mut Outputs::default())?;
+    let gray = t.input().channels == 1;
     let limit = a.limit.unwrap_or(usize::MAX);
     let mut inputs: Vec<PathBuf> = vec![a.dir.join(MANIFEST)];
     inputs.extend(m.shard_paths(&a.dir));
     let mut outs = Outputs::new(inputs);
     outs.create_dir_all(&a.output)?;
     let mut taken = std::collections::HashSet::new();
-    let decoded = job::detokenize(
-        &tok,
-        &a.dir,
-        limit,
-        a.batch_size,
-        !a.no_verify,
-        |key, img| {
-            let out = a.output.join(png_name(key, &mut taken));
-            outs.write(&out, |p| save_picture(p, img, gray))
-        },
-    )?;
+    let decoded = job::detokenize(&t, &a.dir, limit, a.batch_size, !a.no_verify, |key, img| {
+        let out = a.output.join(png_name(key, &mut taken));
+        outs.write(&out, |p| save_picture(p, img, gray))
+    })?;
     let wrote = outs.written().len();
     outs.finish();
     println!(

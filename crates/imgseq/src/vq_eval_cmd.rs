@@ -54,58 +54,50 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     if a.limit == Some(0) {
         bail!("--limit 0: must be positive");
     }
-    if crate::lfq_cmd::is_lfq(&a.model) {
-        if a.judge.is_some() || is_idx_images_name(&a.data) {
-            bail!(
-                "{}: --judge and IDX data take a gray VQGAN; give image files",
-                a.data.display()
-            );
-        }
-        let mut paths = data::data_paths(&a.data)?;
-        paths.truncate(a.limit.unwrap_or(usize::MAX));
-        let r = crate::lfq_cmd::evaluate(&paths, &a.model, &a.pre, a.batch_size)?;
-        let weights = a.model.weights.clone().unwrap_or_default();
-        return print_report(a.json, &r, &weights, ("f32", "f32"), None);
-    }
-    let (model, weights, precision) =
-        load_choosing(&a.model, &mut imgseq_core::fsutil::Outputs::default())?;
-    let size = a.pre.size_for(model.config());
     let limit = a.limit.unwrap_or(usize::MAX);
-    let (r, judged) = if is_idx_images_name(&a.data) {
-        let mut imgs = data::load_idx_training_images(&a.data, size as usize)?;
-        let labels_path = sibling_labels(&a.data)?;
-        let mut labels = read_idx_labels(&labels_path)?;
-        if labels.len() != imgs.len() {
-            bail!(
-                "{}: {} labels for the {} images of {}",
-                labels_path.display(),
-                labels.len(),
-                imgs.len(),
-                a.data.display()
-            );
-        }
-        imgs.truncate(limit);
-        labels.truncate(limit);
-        let names: Vec<PathBuf> = (0..imgs.len())
-            .map(|i| PathBuf::from(format!("{}:{i}", a.data.display())))
-            .collect();
-        let (r, recons) = eval::evaluate_pictures(&model, &names, &imgs, a.batch_size, true)?;
-        let judged = match &a.judge {
-            Some(j) => Some(judge(j, &imgs, &recons, &labels, &a.model.precision)?),
-            None => None,
-        };
-        (r, judged)
-    } else {
+    if !is_idx_images_name(&a.data) {
         if a.judge.is_some() {
             bail!(
                 "--judge needs labelled images: give an IDX image file ({} is not one)",
                 a.data.display()
             );
         }
+        // Image files: any tokenizer the loader opens.
+        let t = a
+            .model
+            .open(a.pre.size, &mut imgseq_core::fsutil::Outputs::default())?;
         let mut paths = data::data_paths(&a.data)?;
         paths.truncate(limit);
-        let r = eval::evaluate(&model, &paths, size, a.pre.upscale, a.batch_size, true)?;
-        (r, None)
+        let r = eval::evaluate_tokenizer(&t, &paths, a.pre.upscale, a.batch_size, true)?;
+        let shown = t.precision.as_ref().map_or("f32".into(), |c| c.to_string());
+        let name = t.precision.as_ref().map_or("f32", |c| c.precision.name());
+        return print_report(a.json, &r, &t.source, (name, shown.as_str()), None);
+    }
+    // Labelled IDX images (and the judge): a VQGAN of gray pictures.
+    let (model, weights, precision) =
+        load_choosing(&a.model, &mut imgseq_core::fsutil::Outputs::default())?;
+    let size = a.pre.size_for(model.config());
+    let mut imgs = data::load_idx_training_images(&a.data, size as usize)?;
+    let labels_path = sibling_labels(&a.data)?;
+    let mut labels = read_idx_labels(&labels_path)?;
+    if labels.len() != imgs.len() {
+        bail!(
+            "{}: {} labels for the {} images of {}",
+            labels_path.display(),
+            labels.len(),
+            imgs.len(),
+            a.data.display()
+        );
+    }
+    imgs.truncate(limit);
+    labels.truncate(limit);
+    let names: Vec<PathBuf> = (0..imgs.len())
+        .map(|i| PathBuf::from(format!("{}:{i}", a.data.display())))
+        .collect();
+    let (r, recons) = eval::evaluate_pictures(&model, &names, &imgs, a.batch_size, true)?;
+    let judged = match &a.judge {
+        Some(j) => Some(judge(j, &imgs, &recons, &labels, &a.model.precision)?),
+        None => None,
     };
     let shown = precision.to_string();
     let names = (precision.precision.name(), shown.as_str());

@@ -14,9 +14,10 @@ use crate::precision_arg::PrecisionArg;
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Weights: safetensors, taming .ckpt, LlamaGen .pt, diffusers folder or an Open-MAGVIT2
-    /// .ckpt (encode, decode, roundtrip) (default: weights/vqgan).
-    #[arg(long)]
+    /// The model: a weights file or folder of any family the loader reads — taming .ckpt or
+    /// safetensors, LlamaGen .pt, a diffusers or Janus folder, IBQ or Open-MAGVIT2 .ckpt, an
+    /// AutoencoderKL (default: the shipped weights/vqgan).
+    #[arg(long, visible_alias = "model", value_name = "PATH")]
     pub weights: Option<PathBuf>,
     /// Model config: config.json or taming's model.yaml (default: beside the weights).
     #[arg(long)]
@@ -69,20 +70,9 @@ impl ModelArgs {
     }
 }
 
-/// The model `m` names and the weights file it came from (the shipped default when
-/// `--weights` is absent), for reports.
-pub fn load(m: &ModelArgs) -> Result<(VqModel, PathBuf)> {
-    load_with(m, &mut Outputs::default())
-}
-
-/// [`load`], adding the weights and config files to the command's inputs `outs`.
-pub fn load_with(m: &ModelArgs, outs: &mut Outputs) -> Result<(VqModel, PathBuf)> {
-    let (model, weights, _) = load_choosing(m, outs)?;
-    Ok((model, weights))
-}
-
-/// [`load_with`], also giving the precision that `--precision` resolved to and why (said on
-/// stderr with `--verbose`).
+/// The VQ model `m` names (the shipped default without `--weights`), the weights it came from
+/// and the precision `--precision` resolved to (said on stderr with `--verbose`); its files
+/// added to `outs`. For the commands that run a VQGAN's layers themselves (IDX eval, training).
 pub fn load_choosing(
     m: &ModelArgs,
     outs: &mut Outputs,

@@ -7,6 +7,7 @@ mod hardening_cli;
 mod hostile_dataset_cli;
 mod hostile_parsers;
 mod memory_bounds;
+mod plugins;
 mod tokenize;
 mod tokenize_parquet;
 mod vae_cli;
