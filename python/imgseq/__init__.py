@@ -41,6 +41,11 @@ __all__ = [
 ]
 
 #: The shipped default models' folder names (as in the repository's ``weights/``).
+def __dir__() -> List[str]:
+    """The API only (``__all__``), not the modules this one imports."""
+    return sorted(__all__)
+
+
 DEFAULT_VQGAN = "vqgan"
 DEFAULT_VIT = "vit-fashion-mnist"
 
@@ -83,130 +88,6 @@ def _ext() -> Any:
             f"`pip install ./python` ({_import_error})"
         )
     return _imgseq
-
-
-class VQTokenizer:
-    """A VQGAN tokenizer (taming-transformers layout) on the CPU.
-
-    Args:
-        weights: a ``.safetensors`` file or a taming ``.ckpt``; ``None``: the shipped default
-            VQGAN (``imgseq/weights/vqgan/model.safetensors``).
-        config: the model's ``config.json`` or taming ``model.yaml``; ``None``: the one beside
-            the weights.
-        size: images are brought to ``size``×``size`` by the model family's crop (imgseq's
-            shorter-side resize and centre crop; LlamaGen's ADM centre crop) and to the model's
-            channels (a gray model reads their luma), exactly as ``imgseq vq encode --size``;
-            a multiple of the model's downsampling factor (16).
-        precision: ``"f32"``, ``"bf16"`` or ``"auto"`` (the default), as the CLI's
-            ``--precision``: bf16 runs the decoder on bf16 weights and activations with f32
-            sums; the encoder stays f32, so tokens are f32's. ``auto``: bf16 where the CPU runs
-            AVX512-BF16 faster than f32 (AMD Zen 4; not Intel without AMX, where bf16 is
-            slower) and the model's check agrees, else f32 (no timing decides it).
-        bf16_encoder: run the encoder's convs in bf16 too, as the CLI's ``--bf16-encoder``:
-            faster where the CPU has AMX or AVX512-BF16, but some tokens differ from the f32
-            encoder's (the shipped model keeps 571 of the coffee picture's 576); off by default.
-
-    Raises:
-        FileNotFoundError / OSError: a file cannot be read.
-        ValueError: the weights or config are not a valid model, or ``size`` is not a multiple
-            of the downsampling factor.
-    """
-
-    def __init__(
-        self,
-        weights: Optional[PathLike] = None,
-        config: Optional[PathLike] = None,
-        size: int = 384,
-        precision: str = "auto",
-        bf16_encoder: bool = False,
-    ) -> None:
-        if weights is None:
-            weights = _default_file(DEFAULT_VQGAN, "model.safetensors")
-            if config is None:
-                config = _default_file(DEFAULT_VQGAN, "config.json")
-        self._m = _ext().VQTokenizer(
-            os.fspath(weights),
-            None if config is None else os.fspath(config),
-            int(size),
-            str(precision),
-            bool(bf16_encoder),
-        )
-
-    @property
-    def precision(self) -> str:
-        """The arithmetic of the decoding convs: ``"f32"`` or ``"bf16"``."""
-        return self._m.precision
-
-    @property
-    def encoder_precision(self) -> str:
-        """The arithmetic of the encoding convs: ``"f32"`` unless ``bf16_encoder=True``."""
-        return self._m.encoder_precision
-
-    @property
-    def n_codes(self) -> int:
-        """Codebook entries: every token t has 0 ≤ t < n_codes."""
-        return self._m.n_codes
-
-    @property
-    def size(self) -> int:
-        """The square input side images are resized and cropped to."""
-        return self._m.size
-
-    @property
-    def downsample_factor(self) -> int:
-        """Pixels per token side (16)."""
-        return self._m.downsample_factor
-
-    @property
-    def channels(self) -> int:
-        """Channels the model reads (1: gray, the luma of RGB images; 3: RGB)."""
-        return self._m.channels
-
-    @property
-    def crop(self) -> str:
-        """How images become the square input: ``"shorter_side"`` or ``"adm_center_crop"``."""
-        return self._m.crop
-
-    @property
-    def weights(self) -> str:
-        """The weights file the model was loaded from."""
-        return os.fspath(self._m.weights)
-
-    def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
-        """The token grid (rows, columns) of a ``size``×``size`` input (default: ``self.size``);
-        384 → (24, 24). ``ValueError`` when ``size`` is not a multiple of 16."""
-        return tuple(self._m.grid(size))  # type: ignore[return-value]
-
-    def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
-        """Tokens of images.
-
-        Args:
-            images: uint8 array (n, h, w, 3) RGB or (n, h, w, 1) gray (or one RGB image
-                (h, w, 3)), any h, w whose shorter
-                side is at least ``size`` (smaller needs ``upscale=True``).
-            batch_size: images per forward pass.
-            upscale: allow enlarging images smaller than ``size``.
-
-        Returns:
-            uint16 array (n, gh, gw) of codebook indices in raster order (int32 for a codebook
-            of more than 65,536 entries) — equal to ``imgseq vq encode`` of the same images.
-        """
-        return self._m.encode(images, batch_size, upscale)
-
-    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
-        """Images of token grids.
-
-        Args:
-            tokens: integer array (n, gh, gw) or (gh, gw); every value in ``0..n_codes``
-                (else ``ValueError`` naming the first bad cell).
-
-        Returns:
-            uint8 array (n, gh·16, gw·16, 3).
-        """
-        return self._m.decode(tokens, batch_size)
-
-    def __repr__(self) -> str:
-        return repr(self._m)
 
 
 class ViT:
@@ -543,36 +424,148 @@ class Tokenizer:
         """The codebook size of a discrete tokenizer; ``None`` for an AutoencoderKL."""
         return self._m.n_codes
 
-    def encode(self, images: np.ndarray, upscale: bool = False) -> np.ndarray:
-        """uint8 images (n, h, w, 3) → codes (n, gh, gw), or float32 latents (n, C, h, w) /
-        sequences (n, N, p²·C) — equal to ``imgseq vq encode`` / ``imgseq vae encode``.
+    @property
+    def weights(self) -> str:
+        """The weights' source as given (a file or a folder)."""
+        return os.fspath(self._m.weights)
+
+    def encode(self, images: np.ndarray, upscale: bool = False, batch_size: int = 8) -> np.ndarray:
+        """uint8 images (n, h, w, 3) RGB or (n, h, w, 1) gray (or one (h, w, 3)) → codes
+        (n, gh, gw), or float32 latents (n, C, h, w) / sequences (n, N, p²·C) — equal to
+        ``imgseq encode`` / ``imgseq vae encode``. Images whose shorter side is below ``size``
+        need ``upscale=True``; ``batch_size`` images per forward pass.
 
         Codes are uint16 when the codebook has at most 65,536 entries and int32 past that
-        (LFQ's and IBQ's 2^18): the dtype token shards store, and ``VQTokenizer``'s."""
-        return self._m.encode(images, upscale)
+        (LFQ's and IBQ's 2^18): the dtype token shards store."""
+        return self._m.encode(images, upscale, batch_size)
 
-    def decode(self, tokens: np.ndarray) -> np.ndarray:
-        """What ``encode`` gives (integer codes of any integer dtype, or AutoencoderKL
-        latents) → uint8 images (n, H, W, 3)."""
-        return self._m.decode(tokens)
+    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
+        """What ``encode`` gives (integer codes of any integer dtype, every one in
+        ``0..n_codes``, or AutoencoderKL latents) → uint8 images (n, H, W, 3)."""
+        return self._m.decode(tokens, batch_size)
 
     def __repr__(self) -> str:
         return repr(self._m)
 
 
-class LFQTokenizer:
-    """An Open-MAGVIT2 (LFQ) tokenizer on the CPU: their Lightning ``.ckpt`` (EMA weights by
-    default; ``raw=True`` for the raw ones) and optional training yaml, read without executing
-    any code. ``encode`` takes uint8 (n, h, w, 3) pictures and gives (n, h/16, w/16) tokens,
-    ``decode`` the reverse; tokens equal ``imgseq vq encode``'s for the same file."""
+
+
+class VQTokenizer(Tokenizer):
+    """A VQ tokenizer with the shipped VQGAN as default: ``Tokenizer.from_pretrained`` under
+    the name earlier releases used, with the properties they had.
+
+    Args:
+        weights: any file or folder ``Tokenizer.from_pretrained`` opens; ``None``: the shipped
+            default VQGAN (``imgseq/weights/vqgan/model.safetensors``).
+        config: the model's ``config.json`` or taming ``model.yaml``; ``None``: the one beside
+            the weights.
+        size: the square input side (the family's crop: imgseq's shorter-side resize and
+            centre crop, LlamaGen's ADM centre crop, Janus's pad to square); ``None``: 384 for
+            colour models, the training resolution for gray ones — as ``imgseq encode``.
+        precision: ``"f32"``, ``"bf16"`` or ``"auto"`` (the default), as the CLI's
+            ``--precision``: bf16 runs the decoder on bf16 weights; the encoder stays f32, so
+            tokens are f32's. ``auto``: bf16 where the CPU runs it faster and the model's check
+            agrees.
+        bf16_encoder: the encoder's convs in bf16 too (``--bf16-encoder``): faster on AMX or
+            AVX512-BF16, but some tokens differ from the f32 encoder's.
+
+    Raises:
+        FileNotFoundError / OSError: a file cannot be read.
+        ValueError: the weights or config are not a valid model, or ``size`` does not suit it.
+    """
+
+    def __init__(
+        self,
+        weights: Optional[PathLike] = None,
+        config: Optional[PathLike] = None,
+        size: Optional[int] = None,
+        precision: str = "auto",
+        bf16_encoder: bool = False,
+    ) -> None:
+        if weights is None:
+            weights = _default_file(DEFAULT_VQGAN, "model.safetensors")
+            if config is None:
+                config = _default_file(DEFAULT_VQGAN, "config.json")
+        super().__init__(_ext().Tokenizer.from_pretrained(
+            os.fspath(weights), None if config is None else os.fspath(config), None,
+            None if size is None else int(size), None, None, None, False, str(precision),
+            bool(bf16_encoder)))
+
+    @property
+    def precision(self) -> str:
+        """The arithmetic of the decoding convs: ``"f32"`` or ``"bf16"``."""
+        d = self.description
+        return d.get("decoder_precision") or d["precision"]
+
+    @property
+    def encoder_precision(self) -> str:
+        """The arithmetic of the encoding convs: ``"f32"`` unless ``bf16_encoder=True``."""
+        return self.description["precision"].split(",")[0]
+
+    @property
+    def downsample_factor(self) -> int:
+        """Pixels per token side (16 for the released models)."""
+        d = self.description
+        return d["input"]["size"] // d["output"]["shape"][0]
+
+    @property
+    def channels(self) -> int:
+        """Channels the model reads (1: gray, the luma of RGB images; 3: RGB)."""
+        return self.description["input"]["channels"]
+
+    @property
+    def crop(self) -> str:
+        """How images become the square input: ``"shorter_side"``, ``"adm_center_crop"`` or
+        ``"pad_to_square"``."""
+        return self.description["input"]["crop"]
+
+    def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
+        """The token grid (rows, columns) of a ``size``×``size`` input (default: ``self.size``);
+        384 → (24, 24). ``ValueError`` when ``size`` is not a positive multiple of the
+        downsampling factor."""
+        s = self.size if size is None else int(size)
+        f = self.downsample_factor
+        if s <= 0 or s % f:
+            raise ValueError(f"size {s} must be a positive multiple of {f}")
+        return (s // f, s // f)
+
+    def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
+        """Tokens of images: uint8 (n, h, w, 3) RGB or (n, h, w, 1) gray → uint16 (n, gh, gw)
+        (int32 past 65,536 codes), equal to ``imgseq encode`` of the same images."""
+        return self._m.encode(images, upscale, batch_size)
+
+    def __repr__(self) -> str:
+        return f"VQTokenizer(weights={self.weights!r}, size={self.size}, n_codes={self.n_codes})"
+
+
+class LFQTokenizer(Tokenizer):
+    """An Open-MAGVIT2 (LFQ) tokenizer: ``Tokenizer.from_pretrained`` of its Lightning
+    ``.ckpt`` (EMA weights by default; ``raw=True`` for the raw ones) and optional training
+    yaml, under the name earlier releases used. Tokens equal ``imgseq encode``'s."""
 
     def __init__(self, weights: PathLike, config: Optional[PathLike] = None, raw: bool = False,
                  size: Optional[int] = None) -> None:
-        self._t = _ext().LFQTokenizer(
-            os.fspath(weights), None if config is None else os.fspath(config), raw, size)
+        super().__init__(_ext().Tokenizer.from_pretrained(
+            os.fspath(weights), None if config is None else os.fspath(config), None, size, None,
+            None, None, bool(raw), "auto", False))
+
+    @property
+    def bits(self) -> int:
+        """Bits per token (log2 of the codebook size)."""
+        return int(self.n_codes).bit_length() - 1
+
+    @property
+    def ema(self) -> bool:
+        """Whether the EMA copies of the weights run."""
+        return "EMA" in self.description["precision"]
+
+    @property
+    def downsample_factor(self) -> int:
+        d = self.description
+        return d["input"]["size"] // d["output"]["shape"][0]
 
     def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
-        return self._t.encode(images, batch_size, upscale)
+        return self._m.encode(images, upscale, batch_size)
 
-    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
-        return self._t.decode(tokens, batch_size)
+    def __repr__(self) -> str:
+        return f"LFQTokenizer(weights={self.weights!r}, size={self.size}, n_codes={self.n_codes})"

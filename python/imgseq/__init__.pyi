@@ -18,62 +18,6 @@ PathLike = Union[str, os.PathLike[str]]
 def default_weights_dir() -> Path:
     """The folder of the shipped default models (``$IMGSEQ_WEIGHTS_DIR`` when set)."""
 
-class VQTokenizer:
-    """A VQGAN tokenizer: RGB images → token grids → images (CPU, GIL released).
-
-    ``weights=None``: the shipped default VQGAN (inside the package). ``size``: images are
-    resized shorter-side to ``size`` and centre-cropped, as ``imgseq vq encode --size``.
-    Raises ``FileNotFoundError``/``OSError`` for unreadable files, ``ValueError`` for a bad
-    model or size.
-    """
-
-    def __init__(
-        self,
-        weights: Optional[PathLike] = None,
-        config: Optional[PathLike] = None,
-        size: int = 384,
-        precision: str = "auto",
-        bf16_encoder: bool = False,
-    ) -> None: ...
-    @property
-    def precision(self) -> str:
-        """Arithmetic of the decoding convs ("f32" or "bf16")."""
-    @property
-    def encoder_precision(self) -> str:
-        """Arithmetic of the encoding convs ("f32" unless bf16_encoder=True)."""
-    @property
-    def n_codes(self) -> int:
-        """Codebook entries (0 ≤ token < n_codes)."""
-    @property
-    def size(self) -> int:
-        """Square input side."""
-    @property
-    def downsample_factor(self) -> int:
-        """Pixels per token side (16)."""
-    @property
-    def weights(self) -> str:
-        """The weights file loaded."""
-    def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
-        """Token grid (rows, columns) of a size×size input: 384 → (24, 24)."""
-    def encode(
-        self,
-        images: npt.NDArray[np.uint8],
-        batch_size: int = 8,
-        upscale: bool = False,
-    ) -> npt.NDArray[np.uint16]:
-        """uint8 (n, h, w, 3) or (h, w, 3) → uint16 (n, gh, gw) token grids.
-
-        ``TypeError`` for another dtype, ``ValueError`` for another shape or an image smaller
-        than ``size`` (without ``upscale``).
-        """
-    def decode(
-        self, tokens: npt.NDArray[np.integer[Any]], batch_size: int = 8
-    ) -> npt.NDArray[np.uint8]:
-        """Integer (n, gh, gw) or (gh, gw) → uint8 (n, gh·16, gw·16, 3) images.
-
-        ``ValueError`` naming the first token outside the codebook.
-        """
-
 class ViT:
     """A ViT classifier: images → (n, 65, 48) float32 token embeddings, labels.
 
@@ -131,32 +75,92 @@ def read_latent_shards(
     latent shards of ``imgseq vae tokenize`` (a folder, one .tar/.parquet, or a list)."""
 
 class Tokenizer:
-    """Any tokenizer family imgseq reads (VQ families, LFQ, AutoencoderKL), told by its
-    weights. Codes are uint16, int32 past 65,536 codes."""
+    """Any tokenizer family imgseq reads (VQ families, LFQ, AutoencoderKL), opened by the
+    same loader as the command line. Codes are uint16, int32 past 65,536 codes."""
 
+    def __init__(self, inner: Any) -> None:
+        """Internal: open tokenizers with ``from_pretrained``."""
     @classmethod
     def from_pretrained(
         cls,
         path: PathLike,
-        config: Optional[PathLike] = ...,
-        preset: Optional[str] = ...,
-        size: Optional[int] = ...,
-        patch: Optional[int] = ...,
-        sample_seed: Optional[int] = ...,
-        tile: Optional[int] = ...,
-        raw: bool = ...,
-        precision: str = ...,
-        bf16_encoder: bool = ...,
+        config: Optional[PathLike] = None,
+        preset: Optional[str] = None,
+        size: Optional[int] = None,
+        patch: Optional[int] = None,
+        sample_seed: Optional[int] = None,
+        tile: Optional[int] = None,
+        raw: bool = False,
+        precision: str = "auto",
+        bf16_encoder: bool = False,
     ) -> "Tokenizer": ...
     @property
-    def description(self) -> dict: ...
+    def description(self) -> Dict[str, Any]:
+        """Family, config, weights (source, SHA-256), input, output, precision."""
     @property
     def family(self) -> str: ...
     @property
-    def kind(self) -> str: ...
+    def kind(self) -> str:
+        """``"tokens"`` or ``"latents"``."""
     @property
     def size(self) -> int: ...
     @property
     def n_codes(self) -> Optional[int]: ...
-    def encode(self, images: np.ndarray, upscale: bool = ...) -> np.ndarray: ...
-    def decode(self, tokens: np.ndarray) -> np.ndarray: ...
+    @property
+    def weights(self) -> str: ...
+    def encode(
+        self, images: npt.NDArray[np.uint8], upscale: bool = False, batch_size: int = 8
+    ) -> np.ndarray:
+        """uint8 (n, h, w, 3) / (n, h, w, 1) / (h, w, 3) → codes (n, gh, gw) or float32 latents."""
+    def decode(self, tokens: np.ndarray, batch_size: int = 8) -> npt.NDArray[np.uint8]:
+        """Codes or latents → uint8 (n, H, W, 3); ``ValueError`` for a token outside the codebook."""
+
+class VQTokenizer(Tokenizer):
+    """``Tokenizer.from_pretrained`` with the shipped VQGAN as default (``weights=None``)."""
+
+    def __init__(
+        self,
+        weights: Optional[PathLike] = None,
+        config: Optional[PathLike] = None,
+        size: Optional[int] = None,
+        precision: str = "auto",
+        bf16_encoder: bool = False,
+    ) -> None: ...
+    @property
+    def precision(self) -> str:
+        """Arithmetic of the decoding convs ("f32" or "bf16")."""
+    @property
+    def encoder_precision(self) -> str:
+        """Arithmetic of the encoding convs ("f32" unless bf16_encoder=True)."""
+    @property
+    def downsample_factor(self) -> int:
+        """Pixels per token side (16)."""
+    @property
+    def channels(self) -> int: ...
+    @property
+    def crop(self) -> str: ...
+    def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
+        """Token grid (rows, columns) of a size×size input: 384 → (24, 24)."""
+    def encode(  # type: ignore[override]
+        self, images: npt.NDArray[np.uint8], batch_size: int = 8, upscale: bool = False
+    ) -> np.ndarray: ...
+
+class LFQTokenizer(Tokenizer):
+    """``Tokenizer.from_pretrained`` of an Open-MAGVIT2 ``.ckpt`` (EMA weights unless raw)."""
+
+    def __init__(
+        self,
+        weights: PathLike,
+        config: Optional[PathLike] = None,
+        raw: bool = False,
+        size: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def bits(self) -> int: ...
+    @property
+    def ema(self) -> bool: ...
+    @property
+    def downsample_factor(self) -> int: ...
+    def encode(  # type: ignore[override]
+        self, images: npt.NDArray[np.uint8], batch_size: int = 8, upscale: bool = False
+    ) -> np.ndarray: ...

@@ -6,15 +6,14 @@
 //! bad file content, `TypeError` for arrays of the wrong dtype, `RuntimeError` for a failed
 //! tensor operation). The Python wrapper (`imgseq/__init__.py`) supplies the default weights.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::image_io;
-use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::tokens::TokenGrid;
 use imgseq_core::Error;
 use imgseq_kernels::PrecisionRequest;
 use imgseq_vit::inference::Classifier;
-use imgseq_vqgan::{TokenGrid, VqModel, VqTokenizer};
-use numpy::ndarray::{Array3, Array4};
+use numpy::ndarray::Array3;
 use numpy::{
     IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
     PyUntypedArrayMethods,
@@ -25,7 +24,6 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
-mod lfq;
 mod tokenizer;
 
 /// A library error as the Python exception of its kind, with the library's message.
@@ -74,20 +72,24 @@ fn check_logical_size(shape: &[usize], per_item: u128, what: &str) -> PyResult<(
     })
 }
 
-/// A batch of RGB pictures: uint8 (n, h, w, 3), or one (h, w, 3) picture as a batch of one;
-/// its bytes and (n, h, w).
-pub(crate) fn rgb_batch(images: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, usize, usize, usize)> {
-    let (data, shape) = u8_array(images, "images", "(n, h, w, 3)")?;
-    let (n, h, w) = match shape[..] {
-        [n, h, w, 3] => (n, h, w),
-        [h, w, 3] => (1, h, w),
+/// A batch's (n, h, w, channels).
+pub(crate) type BatchDims = (usize, usize, usize, usize);
+
+/// A batch of pictures: uint8 (n, h, w, 3) RGB or (n, h, w, 1) gray, or one (h, w, 3) RGB
+/// picture as a batch of one; its bytes and (n, h, w, channels).
+pub(crate) fn picture_batch(images: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, BatchDims)> {
+    const SHAPE: &str = "(n, h, w, 3)";
+    let (data, shape) = u8_array(images, "images", SHAPE)?;
+    let dims = match shape[..] {
+        [n, h, w, c @ (1 | 3)] => (n, h, w, c),
+        [h, w, 3] => (1, h, w, 3),
         _ => {
             return Err(PyValueError::new_err(format!(
-                "images must have shape (n, h, w, 3) or (h, w, 3), got {shape:?}"
+                "images must have shape {SHAPE} (RGB) or (n, h, w, 1) (gray), got {shape:?}"
             )))
         }
     };
-    Ok((data, n, h, w))
+    Ok((data, dims))
 }
 
 /// The bytes of a uint8 array (C order) and its shape.
@@ -171,224 +173,6 @@ pub(crate) fn token_array<'py>(
 fn precision_request(s: &str) -> PyResult<PrecisionRequest> {
     s.parse()
         .map_err(|e: String| PyValueError::new_err(format!("precision: {e}")))
-}
-
-/// A VQGAN tokenizer: images → integer token grids → images.
-#[pyclass(module = "imgseq._imgseq", frozen)]
-struct VQTokenizer {
-    tok: VqTokenizer,
-    weights: PathBuf,
-}
-
-impl VQTokenizer {
-    /// Tokens of the model's input pictures, as (n, gh, gw) i64.
-    fn encode_pictures(&self, imgs: &[RgbImage], batch: usize) -> imgseq_core::Result<TokenGrid> {
-        let mut all = TokenGrid {
-            n: 0,
-            h: 0,
-            w: 0,
-            batched: true,
-            data: Vec::new(),
-        };
-        for chunk in imgs.chunks(batch) {
-            let g = self.tok.encode_pictures(chunk)?.into_tokens()?;
-            (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
-            all.data.extend(g.data);
-        }
-        Ok(all)
-    }
-}
-
-#[pymethods]
-impl VQTokenizer {
-    #[new]
-    #[pyo3(signature = (weights, config=None, size=384, precision="auto", bf16_encoder=false))]
-    fn new(
-        py: Python<'_>,
-        weights: PathBuf,
-        config: Option<PathBuf>,
-        size: u32,
-        precision: &str,
-        bf16_encoder: bool,
-    ) -> PyResult<Self> {
-        let request = precision_request(precision)?;
-        let model = py
-            .detach(|| -> imgseq_core::Result<VqModel> {
-                let mut m = imgseq_vqgan::load_model(&weights, config.as_deref(), &Device::Cpu)?;
-                m.choose_precision(request)?;
-                if bf16_encoder {
-                    m.set_encoder_precision(imgseq_kernels::Precision::Bf16)?;
-                }
-                Ok(m)
-            })
-            .map_err(to_py)?;
-        let tok = VqTokenizer::new(model, size).map_err(to_py)?;
-        Ok(Self { tok, weights })
-    }
-
-    /// Number of codebook entries (tokens are 0 ≤ t < n_codes).
-    #[getter]
-    fn n_codes(&self) -> usize {
-        self.tok.model.config().n_embed
-    }
-
-    /// The arithmetic of the decoding convs (`f32` or `bf16`).
-    #[getter]
-    fn precision(&self) -> &'static str {
-        self.tok.model.precision().name()
-    }
-
-    /// The arithmetic of the encoding convs (`f32` unless `bf16_encoder=True`).
-    #[getter]
-    fn encoder_precision(&self) -> &'static str {
-        self.tok.model.encoder_precision().name()
-    }
-
-    /// The square input side images are resized and cropped to.
-    #[getter]
-    fn size(&self) -> u32 {
-        self.tok.size
-    }
-
-    /// Pixels per token side (16 for taming's f16 models).
-    #[getter]
-    fn downsample_factor(&self) -> usize {
-        self.tok.model.config().downsample_factor()
-    }
-
-    /// Channels the model reads (1: gray, 3: RGB).
-    #[getter]
-    fn channels(&self) -> usize {
-        self.tok.input().channels
-    }
-
-    /// The crop rule's name (`shorter_side`, `adm_center_crop`).
-    #[getter]
-    fn crop(&self) -> &'static str {
-        self.tok.input().crop.name()
-    }
-
-    /// The weights file the model was loaded from.
-    #[getter]
-    fn weights(&self) -> PathBuf {
-        self.weights.clone()
-    }
-
-    /// Token grid (rows, columns) of a `size`×`size` input (default: this tokenizer's size).
-    #[pyo3(signature = (size=None))]
-    fn grid(&self, size: Option<usize>) -> PyResult<(usize, usize)> {
-        let s = size.unwrap_or(self.tok.size as usize);
-        self.tok.model.config().check_input_size(s).map_err(to_py)?;
-        let g = s / self.tok.model.config().downsample_factor();
-        Ok((g, g))
-    }
-
-    #[pyo3(signature = (images, batch_size=8, upscale=false))]
-    fn encode<'py>(
-        &self,
-        py: Python<'py>,
-        images: &Bound<'py, PyAny>,
-        batch_size: usize,
-        upscale: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        const SHAPE: &str = "(n, h, w, 3)";
-        let (data, shape) = u8_array(images, "images", SHAPE)?;
-        let (n, h, w, c) = match shape[..] {
-            [n, h, w, c @ (1 | 3)] => (n, h, w, c),
-            [h, w, 3] => (1, h, w, 3),
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "images must have shape {SHAPE} (RGB) or (n, h, w, 1) (gray), got {shape:?}"
-                )))
-            }
-        };
-        imgseq_vqgan::inference::check_batch(batch_size).map_err(to_py)?;
-        let spec = self.tok.input();
-        let cfg = self.tok.model.config();
-        let s = spec.size as usize;
-        cfg.check_memory(batch_size.min(n).max(1), s, s, Some(s))
-            .map_err(to_py)?;
-        let grid = py
-            .detach(|| -> imgseq_core::Result<TokenGrid> {
-                // The one image → model input rule (the family's crop, the model's channels),
-                // as `imgseq vq encode` applies it to files.
-                let plane = h * w * c;
-                let square = (0..n)
-                    .map(|i| {
-                        let px = &data[i * plane..(i + 1) * plane];
-                        spec.from_pixels(i, px, (h, w, c), upscale)
-                    })
-                    .collect::<imgseq_core::Result<Vec<_>>>()?;
-                if n == 0 {
-                    let g = s / cfg.downsample_factor();
-                    return Ok(TokenGrid {
-                        n: 0,
-                        h: g,
-                        w: g,
-                        batched: true,
-                        data: Vec::new(),
-                    });
-                }
-                self.encode_pictures(&square, batch_size)
-            })
-            .map_err(to_py)?;
-        Ok(token_array(py, &grid, self.tok.model.config().n_embed))
-    }
-
-    #[pyo3(signature = (tokens, batch_size=8))]
-    fn decode<'py>(
-        &self,
-        py: Python<'py>,
-        tokens: &Bound<'py, PyAny>,
-        batch_size: usize,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (data, shape) = int_array(tokens, "tokens")?;
-        let (n, h, w, batched) = match shape[..] {
-            [n, h, w] => (n, h, w, true),
-            [h, w] => (1, h, w, false),
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "tokens must have shape (n, h, w) or (h, w), got {shape:?}"
-                )))
-            }
-        };
-        if h == 0 || w == 0 {
-            return Err(PyValueError::new_err(format!(
-                "tokens: the grid is empty (shape {shape:?})"
-            )));
-        }
-        let grid = TokenGrid {
-            n,
-            h,
-            w,
-            batched,
-            data,
-        };
-        grid.check_codebook("tokens", self.tok.model.config().n_embed)
-            .map_err(to_py)?;
-        let imgs = py
-            .detach(|| {
-                imgseq_vqgan::inference::decode_tokens(&self.tok.model, &grid, batch_size, false)
-            })
-            .map_err(to_py)?;
-        let f = self.tok.model.config().downsample_factor();
-        let (hp, wp) = (h * f, w * f);
-        let mut out = Vec::with_capacity(n * hp * wp * 3);
-        for img in imgs {
-            out.extend_from_slice(img.as_raw());
-        }
-        let a = Array4::from_shape_vec((n, hp, wp, 3), out).expect("shape matches");
-        Ok(a.into_pyarray(py).into_any())
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "VQTokenizer(weights={:?}, size={}, n_codes={})",
-            self.weights.display().to_string(),
-            self.tok.size,
-            self.tok.model.config().n_embed
-        )
-    }
 }
 
 /// A ViT image classifier and its continuous tokens.
@@ -602,8 +386,6 @@ impl ViT {
 
 #[pymodule]
 fn _imgseq(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<VQTokenizer>()?;
-    m.add_class::<lfq::LFQTokenizer>()?;
     m.add_class::<ViT>()?;
     tokenizer::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

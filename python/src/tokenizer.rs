@@ -35,28 +35,52 @@ impl Tokenizer {
     }
 
     /// Integer tokens (n, h, w) or (h, w) → pictures, every token checked against the
-    /// codebook first.
-    fn decode_tokens(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>) -> PyResult<Vec<RgbImage>> {
+    /// codebook first, `batch` images per decoder pass.
+    fn decode_tokens(
+        &self,
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        batch: usize,
+    ) -> PyResult<Vec<RgbImage>> {
         let (data, shape) = crate::int_array(tokens, "tokens")?;
-        let (n, h, w) = match shape[..] {
-            [n, h, w] => (n, h, w),
-            [h, w] => (1, h, w),
+        let (n, h, w, batched) = match shape[..] {
+            [n, h, w] => (n, h, w, true),
+            [h, w] => (1, h, w, false),
             _ => {
                 return Err(PyValueError::new_err(format!(
                     "tokens must have shape (n, h, w) or (h, w), got {shape:?}"
                 )))
             }
         };
+        if h == 0 || w == 0 {
+            return Err(PyValueError::new_err(format!(
+                "tokens: the grid is empty (shape {shape:?})"
+            )));
+        }
         let grid = TokenGrid {
             n,
             h,
             w,
-            batched: true,
+            batched,
             data,
         };
         let n_codes = self.inner.codebook_size().unwrap_or(0);
         grid.check_codebook("tokens", n_codes).map_err(to_py)?;
-        py.detach(|| self.inner.decode(&grid)).map_err(to_py)
+        let plane = h * w;
+        py.detach(|| -> imgseq_core::Result<Vec<RgbImage>> {
+            let mut out = Vec::with_capacity(n);
+            for start in (0..n).step_by(batch) {
+                let k = batch.min(n - start);
+                let part = TokenGrid {
+                    n: k,
+                    data: grid.data[start * plane..(start + k) * plane].to_vec(),
+                    ..grid.clone()
+                };
+                out.extend(self.inner.decode(&part)?);
+            }
+            Ok(out)
+        })
+        .map_err(to_py)
     }
 
     /// Float32 latents (n, ...) or one image's (...) of the tokenizer's output shape → what
@@ -175,61 +199,107 @@ impl Tokenizer {
         &self.description
     }
 
-    /// Images (n, h, w, 3) or (h, w, 3) uint8 → discrete tokenizers: (n, gh, gw) codes,
-    /// uint16 (int32 past 65,536 codes); AutoencoderKL: (n, C, h, w) float32 scaled latents,
-    /// or (n, N, p²·C) with `patch`.
-    #[pyo3(signature = (images, upscale=false))]
+    /// Images (n, h, w, 3) RGB, (n, h, w, 1) gray or one (h, w, 3) uint8 → discrete
+    /// tokenizers: (n, gh, gw) codes, uint16 (int32 past 65,536 codes); AutoencoderKL:
+    /// (n, C, h, w) float32 scaled latents, or (n, N, p²·C) with `patch`; `batch_size` images
+    /// per forward pass (its memory checked first). An empty batch gives an empty array.
+    #[pyo3(signature = (images, upscale=false, batch_size=8))]
     fn encode<'py>(
         &self,
         py: Python<'py>,
         images: &Bound<'py, PyAny>,
         upscale: bool,
+        batch_size: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (data, n, h, w) = crate::rgb_batch(images)?;
-        if n == 0 {
-            return Err(PyValueError::new_err("images: no image"));
+        let (data, (n, h, w, c)) = crate::picture_batch(images)?;
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size 0 must be positive"));
         }
+        self.inner
+            .check_batch(batch_size.min(n).max(1))
+            .map_err(to_py)?;
         let spec = self.spec();
-        let e = py
-            .detach(|| -> imgseq_core::Result<Encoded> {
-                let plane = h * w * 3;
+        let item = self.inner.describe().output.shape;
+        if n == 0 {
+            return Ok(match self.n_codes() {
+                Some(n_codes) => {
+                    let empty = TokenGrid {
+                        n: 0,
+                        h: item[0],
+                        w: item.get(1).copied().unwrap_or(1),
+                        batched: true,
+                        data: Vec::new(),
+                    };
+                    crate::token_array(py, &empty, n_codes)
+                }
+                None => floats(py, &[&[0][..], &item[..]].concat(), Vec::new()),
+            });
+        }
+        let parts = py
+            .detach(|| -> imgseq_core::Result<Vec<Encoded>> {
+                // The one image → model input rule (the family's crop, the model's channels),
+                // as `imgseq encode` applies it to files.
+                let plane = h * w * c;
                 let pics = (0..n)
                     .map(|i| {
-                        spec.from_pixels(i, &data[i * plane..(i + 1) * plane], (h, w, 3), upscale)
+                        spec.from_pixels(i, &data[i * plane..(i + 1) * plane], (h, w, c), upscale)
                     })
                     .collect::<imgseq_core::Result<Vec<RgbImage>>>()?;
-                self.inner.check_batch(pics.len())?;
-                self.inner.encode_pictures(&pics)
+                pics.chunks(batch_size)
+                    .map(|chunk| self.inner.encode_pictures(chunk))
+                    .collect()
             })
             .map_err(to_py)?;
-        Ok(match e {
-            Encoded::Tokens(grid) => crate::token_array(py, &grid, self.n_codes().unwrap_or(0)),
-            Encoded::Embeddings(Embeddings {
-                n,
-                tokens,
-                dim,
-                data,
-            }) => floats(py, &[n, tokens, dim], data),
-            Encoded::Latents(Latents { n, shape, data }) => {
-                let full: Vec<usize> = std::iter::once(n).chain(shape).collect();
-                floats(py, &full, data)
+        if let Some(n_codes) = self.n_codes() {
+            let mut all = TokenGrid {
+                n: 0,
+                h: 0,
+                w: 0,
+                batched: true,
+                data: Vec::new(),
+            };
+            for p in parts {
+                let g = p.into_tokens().map_err(to_py)?;
+                (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
+                all.data.extend(g.data);
             }
-        })
+            return Ok(crate::token_array(py, &all, n_codes));
+        }
+        let shape: Vec<usize> = std::iter::once(n).chain(item).collect();
+        let values: Vec<f32> = parts
+            .iter()
+            .flat_map(|e| {
+                (0..e.len()).flat_map(move |i| e.values(i).unwrap_or(&[]).iter().copied())
+            })
+            .collect();
+        Ok(floats(py, &shape, values))
     }
 
-    /// What `encode` gives (integer tokens, or float32 latents) → uint8 images (n, H, W, 3).
+    /// What `encode` gives (integer tokens of any integer dtype, or float32 latents) → uint8
+    /// images (n, H, W, 3), `batch_size` images per decoder pass.
+    #[pyo3(signature = (latents, batch_size=8))]
     fn decode<'py>(
         &self,
         py: Python<'py>,
         latents: &Bound<'py, PyAny>,
+        batch_size: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size 0 must be positive"));
+        }
         let imgs = if self.is_discrete() {
-            self.decode_tokens(py, latents)?
+            self.decode_tokens(py, latents, batch_size)?
         } else {
             let e = self.continuous(latents)?;
             py.detach(|| self.inner.decode_encoded(&e)).map_err(to_py)?
         };
         Ok(pictures(py, imgs))
+    }
+
+    /// The weights' source as given (a file or a folder).
+    #[getter]
+    fn weights(&self) -> PathBuf {
+        self.inner.source.clone()
     }
 
     fn __repr__(&self) -> String {

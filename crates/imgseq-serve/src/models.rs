@@ -57,7 +57,7 @@ pub enum Kind {
 /// A loaded model, owned by its batching worker.
 pub enum Engine {
     Vq(Opened),
-    Vit(Classifier),
+    Vit(Box<Classifier>),
     Gpt {
         model: Gpt2LMHeadModel,
         layout: SeqLayout,
@@ -226,7 +226,7 @@ pub fn load(spec: &ModelSpec, vq_side: Option<u32>) -> Result<(Engine, ModelInfo
             describe_input(&mut info, &m.input(), m.label());
             info.description = Some(m.describe());
             info.classes = (0..m.cfg.num_labels()).map(|i| m.cfg.label(i)).collect();
-            Engine::Vit(m)
+            Engine::Vit(Box::new(m))
         }
         Kind::Gpt => {
             let (cfg, model) = imgseq_gpt::checkpoint::load(&spec.path, &Device::Cpu)?;
