@@ -17,18 +17,7 @@ use imgseq_core::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-/// Which copy of the weights to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WeightSet {
-    /// The EMA copies when the config sets `use_ema` (without a config: when the checkpoint
-    /// has them), else the raw weights — what their inference code runs.
-    #[default]
-    Default,
-    /// The EMA copies (`model_ema.*`); an error when the checkpoint lacks them.
-    Ema,
-    /// The raw training weights.
-    Raw,
-}
+pub use imgseq_torch::lightning::{ema_name, WeightSet, EMA_PREFIX};
 
 /// A tensor present only in Open-MAGVIT2 checkpoints (the decoder's adaptive norm).
 const MARKERS: [&str; 2] = [
@@ -76,11 +65,6 @@ pub fn codebook_size(path: &Path) -> Result<usize> {
     }
 }
 
-/// The EMA copy's name of a raw parameter name (LitEma drops the dots).
-pub fn ema_name(raw: &str) -> String {
-    format!("model_ema.{}", raw.replace('.', ""))
-}
-
 /// `x.yaml` beside `x.ckpt`, if it exists.
 pub fn default_config_path(ckpt: &Path) -> Option<PathBuf> {
     let p = ckpt.with_extension("yaml");
@@ -91,45 +75,18 @@ fn is_net(name: &str) -> bool {
     name.starts_with("encoder.") || name.starts_with("decoder.")
 }
 
-/// The network's tensors from a checkpoint's: raw or EMA, loss and EMA bookkeeping dropped.
+/// The network's tensors from a checkpoint's: the EMA copies of the `encoder.*` / `decoder.*`
+/// tensors with `ema` ([`imgseq_torch::lightning::select`]), else the raw ones; the loss's and
+/// LitEma's tensors dropped, and LFQ's `quantize.*` buffers too (LFQ has no parameters: a
+/// buffer such as `mask` or `codebook`, non-persistent in their code but saved by some
+/// versions, is derived from the bit count).
 fn choose(path: &Path, all: HashMap<String, Tensor>, ema: bool) -> Result<HashMap<String, Tensor>> {
-    let mut out = HashMap::new();
-    for (k, t) in &all {
-        // LFQ has no parameters: a `quantize.*` tensor (a buffer such as `mask` or
-        // `codebook`, non-persistent in their code but saved by some versions) is derived
-        // from the bit count and not needed.
-        if ["loss.", "model_ema.", "quantize."]
-            .iter()
-            .any(|p| k.starts_with(p))
-        {
-            continue;
-        }
-        if !(ema && is_net(k)) {
-            out.insert(k.clone(), t.clone());
-            continue;
-        }
-        let e = ema_name(k);
-        let Some(et) = all.get(&e) else {
-            return Err(Error::weights(
-                path,
-                format!(
-                    "missing EMA tensor `{e}` (the copy of `{k}`); pass --raw for the raw weights"
-                ),
-            ));
-        };
-        if et.dims() != t.dims() {
-            return Err(Error::weights(
-                path,
-                format!(
-                    "EMA tensor `{e}` has shape {:?}, `{k}` {:?}",
-                    et.dims(),
-                    t.dims()
-                ),
-            ));
-        }
-        out.insert(k.clone(), et.clone());
-    }
-    Ok(out)
+    let items = all.into_iter().map(|(k, t)| (k, t, ())).collect();
+    Ok(imgseq_torch::lightning::select(items, path, ema, is_net)?
+        .into_iter()
+        .filter(|(k, _, _)| !["loss.", "quantize."].iter().any(|p| k.starts_with(p)))
+        .map(|(k, t, _)| (k, t))
+        .collect())
 }
 
 /// Reads every tensor of the checkpoint's state dict (floats as f32).
@@ -162,11 +119,7 @@ pub fn load_model(ckpt: &Path, config: Option<&Path>, which: WeightSet) -> Resul
         None => LfqConfig::infer(ckpt, &shapes)?,
     };
     let has_ema = shapes.keys().any(|k| k.starts_with("model_ema.encoder"));
-    let ema = match which {
-        WeightSet::Raw => false,
-        WeightSet::Ema => true,
-        WeightSet::Default => cfg.use_ema,
-    };
+    let ema = which.ema(cfg.use_ema);
     if ema && !has_ema {
         return Err(Error::weights(
             ckpt,

@@ -22,6 +22,9 @@ pub struct Opened {
     pub files: Vec<PathBuf>,
     /// The precision `--precision` resolved to and why, where the family has the choice.
     pub precision: Option<PrecisionChoice>,
+    /// What else changes the tokens, added to the description's precision (`EMA weights` /
+    /// `raw weights` of a Lightning checkpoint whose family's model does not say it itself).
+    pub weight_set: Option<String>,
     /// What the loader has to tell the user (settings read off the weights, the bf16 encoder's
     /// agreement): one line each, for stderr.
     pub notes: Vec<String>,
@@ -42,6 +45,7 @@ impl Opened {
             weights: weights.to_path_buf(),
             files,
             precision: None,
+            weight_set: None,
             notes: Vec::new(),
             sha256: OnceLock::new(),
         }
@@ -58,12 +62,21 @@ impl Opened {
 
     /// The description with the weights' source and hash (the hash read now if not yet).
     pub fn describe_with_weights(&self) -> Result<Description> {
-        let mut d = self.tokenizer.describe();
+        let mut d = self.describe_model();
         d.weights = Some(WeightsRef {
             source: self.source.display().to_string(),
             sha256: self.weights_sha256()?,
         });
         Ok(d)
+    }
+
+    /// The tokenizer's description with the weight set the loader chose.
+    fn describe_model(&self) -> Description {
+        let mut d = self.tokenizer.describe();
+        if let Some(w) = &self.weight_set {
+            d.precision = format!("{}, {w}", d.precision);
+        }
+        d
     }
 
     /// The tokenizer itself.
@@ -80,7 +93,7 @@ impl Tokenizer for Opened {
     /// The tokenizer's description, with the weights' source (and their hash once
     /// [`Opened::weights_sha256`] has read it; [`Opened::describe_with_weights`] reads it).
     fn describe(&self) -> Description {
-        let mut d = self.tokenizer.describe();
+        let mut d = self.describe_model();
         d.weights = Some(WeightsRef {
             source: self.source.display().to_string(),
             sha256: self.sha256.get().cloned().unwrap_or_default(),

@@ -7,8 +7,10 @@ use crate::Opened;
 use candle_core::Device;
 use imgseq_core::{Error, Result};
 use imgseq_kernels::PrecisionChoice;
+use imgseq_lfq::WeightSet;
 use imgseq_vqgan::load::default_config_path;
-use imgseq_vqgan::{load_model, VqConfig, VqModel, VqTokenizer};
+use imgseq_vqgan::load::load_model_with;
+use imgseq_vqgan::{VqConfig, VqModel, VqTokenizer};
 use std::path::PathBuf;
 
 /// Side of colour models' inputs when no size is given (gray models read their training
@@ -42,7 +44,9 @@ impl Family for Vq {
         let loaded = load(p, o)?;
         let size = default_size(loaded.model.config(), o.size);
         let tok = VqTokenizer::new(loaded.model, size)?;
+        let weight_set = loaded.weight_set;
         let mut opened = Opened::new(Box::new(tok), p.source, &loaded.weights, loaded.files);
+        opened.weight_set = weight_set;
         opened.precision = Some(loaded.precision);
         opened.notes = loaded.notes;
         Ok(opened)
@@ -57,18 +61,14 @@ pub struct LoadedVq {
     /// Weights and config files read.
     pub files: Vec<PathBuf>,
     pub precision: PrecisionChoice,
+    /// `EMA weights` / `raw weights` for a Lightning checkpoint with EMA copies (IBQ).
+    pub weight_set: Option<String>,
     pub notes: Vec<String>,
 }
 
 /// The VQ model at `p` with `o`'s config, precision and bf16 encoder (the model itself, for
 /// the commands that run its layers one by one).
 pub fn load(p: &Probe, o: &OpenOptions) -> Result<LoadedVq> {
-    if o.raw {
-        return Err(Error::invalid(
-            "--raw applies to Open-MAGVIT2 checkpoints (their raw weights instead of the EMA \
-             copies) only",
-        ));
-    }
     // A LlamaGen `.pt` needs no config (its weights describe it); a diffusers folder has
     // its config.json inside (the source may name the folder).
     let file = imgseq_vqgan::load::resolve_weights(p.source)?;
@@ -78,10 +78,19 @@ pub fn load(p: &Probe, o: &OpenOptions) -> Result<LoadedVq> {
     };
     let mut files = vec![file.clone()];
     files.extend(config.clone());
+    let which = if o.raw {
+        WeightSet::Raw
+    } else {
+        WeightSet::Default
+    };
     let mut model =
-        load_model(&file, config.as_deref(), &Device::Cpu).map_err(|e| match (&config, e) {
-            (None, Error::Invalid(msg)) => Error::invalid(format!("{msg}; pass --config")),
-            (_, e) => e,
+        load_model_with(&file, config.as_deref(), which, &Device::Cpu).map_err(|e| {
+            match (&config, e) {
+                (None, Error::Invalid(msg)) if !o.raw => {
+                    Error::invalid(format!("{msg}; pass --config"))
+                }
+                (_, e) => e,
+            }
         })?;
     let cannot = |what: &'static str| {
         let f = file.display().to_string();
@@ -101,11 +110,25 @@ pub fn load(p: &Probe, o: &OpenOptions) -> Result<LoadedVq> {
             100.0 * equal as f64 / of.max(1) as f64
         ));
     }
+    let weight_set = (model.config().variant.family == imgseq_vqgan::Family::Ibq).then(|| {
+        let ema = which.ema(has_ema_copies(&file));
+        format!("{} weights", if ema { "EMA" } else { "raw" })
+    });
     Ok(LoadedVq {
         model,
         weights: file,
         files,
         precision,
+        weight_set,
         notes,
+    })
+}
+
+/// Whether a weights file holds `LitEma` copies (only its header or pickle is read).
+fn has_ema_copies(file: &std::path::Path) -> bool {
+    imgseq_vqgan::load::inspect(file).is_ok_and(|s| {
+        s.tensors
+            .iter()
+            .any(|t| t.name.starts_with(imgseq_lfq::load::EMA_PREFIX))
     })
 }

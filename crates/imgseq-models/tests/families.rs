@@ -220,3 +220,70 @@ fn the_opened_tokenizer_delegates_every_method_of_the_contract() {
     let inner = t.tokenizer().decode_encoded(&e).unwrap();
     assert_eq!(pics, inner);
 }
+
+#[test]
+fn raw_means_one_thing_for_every_lightning_family() {
+    // IBQ and Open-MAGVIT2 both keep LitEma copies: `raw` runs the training weights of
+    // either, and the description says which set made the tokens (a resume with the other
+    // is refused by run.json).
+    for (source, config) in [
+        (fx("ibq/ibq_tiny.ckpt"), Some(fx("ibq/ibq_tiny_model.yaml"))),
+        (fx("lfq/tiny.ckpt"), None),
+    ] {
+        let ema = open(&source, &opts(&config)).unwrap();
+        let raw = open(
+            &source,
+            &OpenOptions {
+                raw: true,
+                ..opts(&config)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            ema.describe().precision,
+            "f32, EMA weights",
+            "{}",
+            source.display()
+        );
+        assert_eq!(
+            raw.describe().precision,
+            "f32, raw weights",
+            "{}",
+            source.display()
+        );
+        let img = image::RgbImage::from_fn(32, 32, |x, y| {
+            image::Rgb([(x * 8) as u8, (y * 8) as u8, 70])
+        });
+        let a = ema
+            .encode_pictures(std::slice::from_ref(&img))
+            .unwrap()
+            .into_tokens()
+            .unwrap();
+        let b = raw
+            .encode_pictures(std::slice::from_ref(&img))
+            .unwrap()
+            .into_tokens()
+            .unwrap();
+        assert_ne!(
+            a.data,
+            b.data,
+            "{}: raw and EMA weights gave the same tokens",
+            source.display()
+        );
+    }
+    // A family without EMA copies refuses it with one line.
+    let e = open(
+        &fx("vqgan/tiny.safetensors"),
+        &OpenOptions {
+            raw: true,
+            ..opts(&None)
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("--raw applies to Lightning checkpoints with EMA copies"),
+        "{e}"
+    );
+}

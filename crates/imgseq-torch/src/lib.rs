@@ -13,6 +13,8 @@
 //! * `tensor`: storage types and views → candle tensors (any strides; floats become f32,
 //!   integers i64, bytes and bools u8).
 //! * [`error`]: [`TorchError`], convertible into [`imgseq_core::Error`].
+//! * [`lightning`]: which copy of a Lightning checkpoint's weights runs (`LitEma`'s or the
+//!   raw ones), for every family trained with it.
 //!
 //! ```no_run
 //! let sd = imgseq_torch::read_state_dict("last.ckpt", &candle_core::Device::Cpu)?;
@@ -24,6 +26,7 @@
 
 mod archive;
 pub mod error;
+pub mod lightning;
 pub mod opcodes;
 mod pickle;
 mod tensor;

@@ -15,12 +15,10 @@ use crate::config::{field, from_field, parse_dd, read_text, VqConfig};
 use crate::family::{Distance, Family, Variant};
 use candle_core::Tensor;
 use imgseq_core::{Error, Result};
+use imgseq_torch::lightning::{self, WeightSet, EMA_PREFIX};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-
-/// `LitEma`'s buffers in the checkpoint's `state_dict`.
-pub const EMA_PREFIX: &str = "model_ema.";
 
 /// A yaml config file: IBQ's LightningCLI layout ([`ibq_config`]) or else taming's
 /// `model.yaml` ([`VqConfig::from_taming_yaml_str`]).
@@ -115,15 +113,17 @@ pub fn ibq_config(args: &Value, path: &Path) -> Result<VqConfig> {
     Ok(cfg)
 }
 
-/// The weights an IBQ model of `cfg` runs: [`select`] with the EMA copies when the file has
-/// them (as their evaluation does); any other family's tensors as they are.
+/// The weights an IBQ model of `cfg` runs: `which` copy ([`WeightSet::Default`]: the EMA
+/// copies when the file has them, as their evaluation does); any other family's tensors as
+/// they are.
 pub fn model_weights(
     cfg: &VqConfig,
     path: &Path,
     map: HashMap<String, Tensor>,
+    which: WeightSet,
 ) -> Result<HashMap<String, Tensor>> {
     let items = map.into_iter().map(|(k, t)| (k, t, ())).collect();
-    Ok(model_weights_of(cfg, path, items)?
+    Ok(model_weights_of(cfg, path, items, which)?
         .into_iter()
         .map(|(k, t, _)| (k, t))
         .collect())
@@ -134,56 +134,36 @@ pub fn model_weights_of<T>(
     cfg: &VqConfig,
     path: &Path,
     items: Vec<(String, Tensor, T)>,
+    which: WeightSet,
 ) -> Result<Vec<(String, Tensor, T)>> {
     if cfg.variant.family != Family::Ibq {
+        if which != WeightSet::Default {
+            return Err(Error::invalid(format!(
+                "{}: --raw applies to Lightning checkpoints with EMA copies (IBQ, Open-MAGVIT2)",
+                path.display()
+            )));
+        }
         return Ok(items);
     }
-    let ema = items.iter().any(|(k, _, _)| k.starts_with(EMA_PREFIX));
+    let has = items.iter().any(|(k, _, _)| k.starts_with(EMA_PREFIX));
+    let ema = which.ema(has);
+    if ema && !has {
+        return Err(Error::weights(
+            path,
+            "has no EMA weights (model_ema.*); pass --raw for the raw weights",
+        ));
+    }
     select(items, path, ema)
 }
 
 /// The model's tensors without `LitEma`'s buffers: with `ema`, every model tensor (all but
-/// `loss.*`) replaced by its copy `model_ema.<name without dots>`, which must exist with
-/// the same shape; without, the raw training weights.
+/// `loss.*`) replaced by its copy `model_ema.<name without dots>` ([`lightning::select`]).
 pub fn select<T>(
     items: Vec<(String, Tensor, T)>,
     path: &Path,
     ema: bool,
 ) -> Result<Vec<(String, Tensor, T)>> {
-    let (emas, mut rest): (Vec<_>, Vec<_>) = items
-        .into_iter()
-        .partition(|(k, _, _)| k.starts_with(EMA_PREFIX));
-    if !ema {
-        return Ok(rest);
-    }
-    let copies: HashMap<String, Tensor> = emas
-        .into_iter()
-        .map(|(k, t, _)| (k[EMA_PREFIX.len()..].to_string(), t))
-        .collect();
-    for (k, t, _) in rest.iter_mut() {
-        if k.starts_with("loss.") {
-            continue;
-        }
-        let dotless = k.replace('.', "");
-        let Some(e) = copies.get(&dotless) else {
-            return Err(Error::weights(
-                path,
-                format!("no EMA copy `{EMA_PREFIX}{dotless}` of tensor `{k}`"),
-            ));
-        };
-        if e.dims() != t.dims() {
-            return Err(Error::weights(
-                path,
-                format!(
-                    "EMA copy `{EMA_PREFIX}{dotless}` has shape {:?}, `{k}` {:?}",
-                    e.dims(),
-                    t.dims()
-                ),
-            ));
-        }
-        *t = e.clone();
-    }
-    Ok(rest)
+    lightning::select(items, path, ema, |k| !k.starts_with("loss."))
 }
 
 #[cfg(test)]

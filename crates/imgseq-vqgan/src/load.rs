@@ -11,6 +11,7 @@ use crate::rename::{self, RenamedWeights};
 use candle_core::{DType, Device};
 use imgseq_core::weights::model_error;
 use imgseq_core::{AuditedWeights, Error, Result};
+use imgseq_torch::lightning::WeightSet;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -248,6 +249,17 @@ pub fn load_model(
     config: Option<&Path>,
     device: &Device,
 ) -> Result<VqModel> {
+    load_model_with(weights, config, WeightSet::Default, device)
+}
+
+/// [`load_model`] running `which` copy of a Lightning checkpoint's weights (IBQ's EMA copies
+/// or its raw weights; other families take [`WeightSet::Default`] only).
+pub fn load_model_with(
+    weights: impl AsRef<Path>,
+    config: Option<&Path>,
+    which: WeightSet,
+    device: &Device,
+) -> Result<VqModel> {
     let weights = resolve_weights(weights.as_ref())?;
     let cfg_path = match config {
         Some(c) => Some(c.to_path_buf()),
@@ -255,7 +267,7 @@ pub fn load_model(
     };
     let map = read_tensors(&weights, device)?;
     let d = describe(&weights, cfg_path.as_deref(), &shapes_of(&map))?;
-    build_named(&d, &weights, map, device)
+    build_named(&d, &weights, map, which, device)
 }
 
 /// Every tensor of a safetensors file or a torch checkpoint's state dict, not yet audited.
@@ -275,9 +287,10 @@ pub fn build_named(
     d: &Described,
     path: &Path,
     map: HashMap<String, candle_core::Tensor>,
+    which: WeightSet,
     device: &Device,
 ) -> Result<VqModel> {
-    let map = crate::ibq::model_weights(&d.config, path, map)?;
+    let map = crate::ibq::model_weights(&d.config, path, map, which)?;
     match d.names {
         Family::Taming | Family::Ibq => build(&d.config, &AuditedWeights::new(path, map), device),
         f => {
@@ -550,8 +563,8 @@ pub fn convert_checkpoint(
         .map(|(k, t, _)| (k.clone(), t.clone()))
         .collect();
     let d = describe(input, cfg_path.as_deref(), &shapes_of(&map))?;
-    build_named(&d, input, map.clone(), &Device::Cpu)?;
-    let stored = crate::ibq::model_weights_of(&d.config, input, stored)?;
+    build_named(&d, input, map.clone(), WeightSet::Default, &Device::Cpu)?;
+    let stored = crate::ibq::model_weights_of(&d.config, input, stored, WeightSet::Default)?;
     let (mut keep, params, dropped) = kept_tensors(&d, input, &stored, map)?;
     let mut config = d.config;
     if options.fold_l2_norm {

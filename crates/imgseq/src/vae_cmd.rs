@@ -378,21 +378,7 @@ fn decode(
     let (n, _, h, w) = z.dims4()?;
     let f = model.config().downsample_factor();
     model.check_input(1, h * f, w * f, tile)?;
-    let files: Vec<PathBuf> = if n == 1 {
-        vec![out.to_path_buf()]
-    } else {
-        let stem = out
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let ext = out
-            .extension()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        (0..n)
-            .map(|i| out.with_file_name(format!("{stem}_{i:03}.{ext}")))
-            .collect()
-    };
+    let files = crate::tokenizer_cmd::numbered(out, n);
     for f in &files {
         outs.check(f)?;
     }
