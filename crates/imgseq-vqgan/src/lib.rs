@@ -32,6 +32,7 @@
 pub mod codebook;
 pub mod config;
 pub mod config_file;
+pub mod convert;
 pub mod data;
 pub mod disc;
 pub mod eval;
