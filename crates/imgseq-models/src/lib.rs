@@ -12,8 +12,10 @@
 //! * [`lfq`]: Open-MAGVIT2 (`imgseq-lfq`).
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
+//! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
 
 pub mod family;
+pub mod files;
 pub mod kl;
 pub mod lfq;
 pub mod opened;

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Subcommand;
 use imgseq_core::fsutil::Outputs;
-use imgseq_vqgan::load;
+use imgseq_models::files;
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -49,26 +49,10 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             fold_l2_norm,
             taming_yaml,
         } => {
-            if imgseq_lfq::is_lfq_checkpoint(&input) {
-                anyhow::bail!(
-                    "{}: an {} checkpoint is read as it is (`imgseq vq encode|decode|roundtrip --weights {}`); convert does not take it",
-                    input.display(),
-                    imgseq_lfq::FAMILY,
-                    input.display()
-                );
-            }
             // Both outputs (the weights and config.json beside them) go through the one
             // output check: never an input, never a device, FIFO, link or folder.
-            let mut outs = Outputs::new([Some(&input), config.as_ref()].into_iter().flatten());
-            if let Ok(file) = load::resolve_weights(&input) {
-                if config.is_none() {
-                    if let Ok(c) = load::default_config_path(&file) {
-                        outs.add_input(c);
-                    }
-                }
-                outs.add_input(file);
-            }
-            let (cfg_out, yaml_out) = load::convert_outputs(&output);
+            let mut outs = Outputs::new(files::convert_inputs(&input, config.as_deref()));
+            let (cfg_out, yaml_out) = files::convert_outputs(&output);
             outs.check(&output)?;
             outs.check(&cfg_out)?;
             if taming_yaml {
@@ -82,16 +66,16 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
                     outs.record(p);
                 }
             }
-            let opts = load::ConvertOptions {
+            let opts = files::ConvertOptions {
                 fold_l2_norm,
                 taming_yaml,
             };
-            let r = load::convert_checkpoint(&input, config.as_deref(), &output, opts)?;
+            let (r, family) = files::convert(&input, config.as_deref(), &output, opts)?;
             outs.finish();
             println!(
                 "wrote {} ({}: {} tensors, {} parameters; dropped {} training-only tensors{}) and {}",
                 output.display(),
-                r.family.label(),
+                family,
                 r.written,
                 r.params,
                 r.dropped,
@@ -112,24 +96,11 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
 
 fn inspect(file: PathBuf) -> Result<()> {
     use std::fmt::Write as _;
-    let s = load::inspect(&file)?;
+    let (s, family) = files::inspect(&file)?;
     let mut o = String::new();
     writeln!(o, "{}: {}", file.display(), s.format)?;
-    let kl = imgseq_vqgan::kl::load::kl_of_shapes(
-        s.tensors
-            .iter()
-            .map(|t| (t.name.as_str(), t.shape.as_slice())),
-    );
-    // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
-    if imgseq_lfq::load::names_are_lfq(s.tensors.iter().map(|t| t.name.as_str())) {
-        writeln!(o, "  family: {}", imgseq_lfq::FAMILY)?;
-    } else if let Some((names, c)) = kl {
-        writeln!(
-            o,
-            "  family: AutoencoderKL ({names} names, {c} latent channels)"
-        )?;
-    } else if let Some(f) = s.family {
-        writeln!(o, "  family: {}", f.label())?;
+    if let Some(f) = family {
+        writeln!(o, "  family: {f}")?;
     }
     for (k, v) in &s.scalars {
         writeln!(o, "  {k}: {v}")?;

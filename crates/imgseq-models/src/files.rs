@@ -1,0 +1,77 @@
+//! Weights files as files (`imgseq weights inspect | convert`): every tensor listed with the
+//! family its names belong to, and a VQ checkpoint converted to our safetensors layout. The
+//! family is told here, beside the loader's own detection, so that the command line names
+//! none.
+
+use imgseq_core::{Error, Result};
+use std::path::{Path, PathBuf};
+
+pub use imgseq_vqgan::load::{ConvertOptions, ConvertReport, TensorInfo, WeightsSummary};
+
+/// A weights file's tensors, scalars and top-level keys, and the family its tensor names
+/// belong to in words (`None` when they match none).
+pub fn inspect(path: &Path) -> Result<(WeightsSummary, Option<String>)> {
+    let s = imgseq_vqgan::load::inspect(path)?;
+    let names = || s.tensors.iter().map(|t| t.name.as_str());
+    let kl = imgseq_vqgan::kl::load::kl_of_shapes(
+        s.tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.as_slice())),
+    );
+    // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
+    let family = if imgseq_lfq::load::names_are_lfq(names()) {
+        Some(imgseq_lfq::FAMILY.to_string())
+    } else if let Some((names, c)) = kl {
+        Some(format!(
+            "AutoencoderKL ({names} names, {c} latent channels)"
+        ))
+    } else {
+        s.family.map(|f| f.label().to_string())
+    };
+    Ok((s, family))
+}
+
+/// The files a conversion to `output` writes: the weights, `config.json` beside them and
+/// (on request) taming's `model.yaml`.
+pub fn convert_outputs(output: &Path) -> (PathBuf, PathBuf) {
+    imgseq_vqgan::load::convert_outputs(output)
+}
+
+/// The weights file and config a conversion of `input` reads (for the caller's output
+/// checks); what cannot be resolved is left out (the conversion then says why).
+pub fn convert_inputs(input: &Path, config: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::iter::once(input)
+        .chain(config)
+        .map(Path::to_path_buf)
+        .collect();
+    if let Ok(file) = imgseq_vqgan::load::resolve_weights(input) {
+        if config.is_none() {
+            out.extend(imgseq_vqgan::load::default_config_path(&file).ok());
+        }
+        out.push(file);
+    }
+    out
+}
+
+/// Converts a VQ checkpoint (taming `.ckpt`, LlamaGen `.pt`, a diffusers or Janus folder,
+/// IBQ's EMA weights) to `output` + `config.json`; the label of the family it was. An
+/// Open-MAGVIT2 checkpoint is refused: it is read as it is.
+pub fn convert(
+    input: &Path,
+    config: Option<&Path>,
+    output: &Path,
+    opts: ConvertOptions,
+) -> Result<(ConvertReport, &'static str)> {
+    if imgseq_lfq::is_lfq_checkpoint(input) {
+        return Err(Error::invalid(format!(
+            "{}: an {} checkpoint is read as it is (`imgseq encode|decode|roundtrip --model {}`); \
+             convert does not take it",
+            input.display(),
+            imgseq_lfq::FAMILY,
+            input.display()
+        )));
+    }
+    let r = imgseq_vqgan::load::convert_checkpoint(input, config, output, opts)?;
+    let label = r.family.label();
+    Ok((r, label))
+}
