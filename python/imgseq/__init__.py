@@ -1,6 +1,6 @@
 """imgseq: images to transformer-ready sequences, and back (Rust, CPU).
 
-* :class:`VQTokenizer` — a VQGAN: RGB images → discrete token grids (uint16) → images.
+* :class:`VQTokenizer` — a VQGAN: RGB images → discrete token grids (int64) → images.
 * :class:`ViT` — a Vision Transformer: images → continuous token embeddings, class labels.
 * :func:`read_latent_shards` — reads the latent shards (float16) that ``imgseq vae tokenize``
   writes, either format
@@ -211,7 +211,8 @@ def _tokens_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
     tokens = np.frombuffer(raw, dtype=dtype, offset=f.tell()).reshape(
         shape, order="F" if fortran else "C"
     )
-    return np.ascontiguousarray(tokens)
+    # The one token dtype rule: int64 at every API (shards store the smallest type).
+    return np.ascontiguousarray(tokens, dtype=np.int64)
 
 
 def _shard_files(source: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
@@ -241,7 +242,7 @@ def read_token_shards(
             of shards.
 
     Yields:
-        ``{"key": str, "tokens": ndarray (h, w) uint16 (int32 for > 65,536 codes),
+        ``{"key": str, "tokens": ndarray (h, w) int64 (shards store uint16, int32 past 65,536 codes),
         "json": dict, "shard": str}`` in shard order.
 
     Raises:
@@ -435,8 +436,8 @@ class Tokenizer:
         ``imgseq encode`` / ``imgseq vae encode``. Images whose shorter side is below ``size``
         need ``upscale=True``; ``batch_size`` images per forward pass.
 
-        Codes are uint16 when the codebook has at most 65,536 entries and int32 past that
-        (LFQ's and IBQ's 2^18): the dtype token shards store."""
+        Codes are int64, as at every API of imgseq (the CLI's ``.npy``, the service) and as
+        PyTorch's embeddings take them; only shards store a smaller type."""
         return self._m.encode(images, upscale, batch_size)
 
     def decode(self, tokens: np.ndarray, batch_size: int = 8) -> np.ndarray:
@@ -530,8 +531,8 @@ class VQTokenizer(Tokenizer):
         return (s // f, s // f)
 
     def encode(self, images: np.ndarray, batch_size: int = 8, upscale: bool = False) -> np.ndarray:
-        """Tokens of images: uint8 (n, h, w, 3) RGB or (n, h, w, 1) gray → uint16 (n, gh, gw)
-        (int32 past 65,536 codes), equal to ``imgseq encode`` of the same images."""
+        """Tokens of images: uint8 (n, h, w, 3) RGB or (n, h, w, 1) gray → int64 (n, gh, gw),
+        equal to ``imgseq encode`` of the same images."""
         return self._m.encode(images, upscale, batch_size)
 
     def __repr__(self) -> str:

@@ -65,7 +65,7 @@ class ViT:
 def read_token_shards(
     source: Union[PathLike, Sequence[PathLike]],
 ) -> Iterator[Dict[str, Any]]:
-    """Samples ``{"key", "tokens" (h, w) uint16, "json", "shard"}`` of the WebDataset shards
+    """Samples ``{"key", "tokens" (h, w) int64, "json", "shard"}`` of the WebDataset shards
     of ``imgseq vq tokenize`` (a folder, one .tar, or a list). Pure Python."""
 
 def read_latent_shards(
@@ -76,7 +76,7 @@ def read_latent_shards(
 
 class Tokenizer:
     """Any tokenizer family imgseq reads (VQ families, LFQ, AutoencoderKL), opened by the
-    same loader as the command line. Codes are uint16, int32 past 65,536 codes."""
+    same loader as the command line. Codes are int64 (shards store uint16, int32 past 65,536)."""
 
     def __init__(self, inner: Any) -> None:
         """Internal: open tokenizers with ``from_pretrained``."""

@@ -146,27 +146,13 @@ pub(crate) fn int_array(x: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<i64>,
     )))
 }
 
-/// Token grids as a numpy (n, h, w) array in the codebook's storage dtype
-/// ([`imgseq_core::tokens::TokenDtype`]: uint16 up to 65,536 codes, else int32), as shards
-/// store them.
-pub(crate) fn token_array<'py>(
-    py: Python<'py>,
-    grid: &TokenGrid,
-    n_codes: usize,
-) -> Bound<'py, PyAny> {
+/// Token grids as a numpy (n, h, w) int64 array.
+pub(crate) fn token_array<'py>(py: Python<'py>, grid: &TokenGrid) -> Bound<'py, PyAny> {
     let shape = (grid.n, grid.h, grid.w);
-    match imgseq_core::tokens::TokenDtype::for_codebook(n_codes) {
-        imgseq_core::tokens::TokenDtype::U16 => {
-            let v: Vec<u16> = grid.data.iter().map(|&t| t as u16).collect();
-            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
-            a.into_pyarray(py).into_any()
-        }
-        imgseq_core::tokens::TokenDtype::I32 => {
-            let v: Vec<i32> = grid.data.iter().map(|&t| t as i32).collect();
-            let a = Array3::from_shape_vec(shape, v).expect("shape matches");
-            a.into_pyarray(py).into_any()
-        }
-    }
+    // The one token dtype rule (docs/formats.md): int64 at every API, as the CLI's `.npy`, the
+    // service and PyTorch's embedding indices; only shards store the smallest type.
+    let a = Array3::from_shape_vec(shape, grid.data.clone()).expect("shape matches");
+    a.into_pyarray(py).into_any()
 }
 
 /// `precision="f32"|"bf16"|"auto"`, as the CLI's `--precision`.

@@ -200,7 +200,7 @@ impl Tokenizer {
     }
 
     /// Images (n, h, w, 3) RGB, (n, h, w, 1) gray or one (h, w, 3) uint8 → discrete
-    /// tokenizers: (n, gh, gw) codes, uint16 (int32 past 65,536 codes); AutoencoderKL:
+    /// tokenizers: (n, gh, gw) int64 codes; AutoencoderKL:
     /// (n, C, h, w) float32 scaled latents, or (n, N, p²·C) with `patch`; `batch_size` images
     /// per forward pass (its memory checked first). An empty batch gives an empty array.
     #[pyo3(signature = (images, upscale=false, batch_size=8))]
@@ -230,7 +230,7 @@ impl Tokenizer {
                         batched: true,
                         data: Vec::new(),
                     };
-                    crate::token_array(py, &empty, n_codes)
+                    crate::token_array(py, &empty)
                 }
                 None => floats(py, &[&[0][..], &item[..]].concat(), Vec::new()),
             });
@@ -263,7 +263,7 @@ impl Tokenizer {
                 (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
                 all.data.extend(g.data);
             }
-            return Ok(crate::token_array(py, &all, n_codes));
+            return Ok(crate::token_array(py, &all));
         }
         let shape: Vec<usize> = std::iter::once(n).chain(item).collect();
         let values: Vec<f32> = parts

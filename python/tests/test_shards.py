@@ -77,7 +77,8 @@ def test_read_token_shards(tokenized, tokenizer256):
     assert len(samples) == 5
     assert len({s["key"] for s in samples}) == 5
     for s in samples:
-        assert s["tokens"].dtype == np.uint16 and s["tokens"].shape == (16, 16)
+        # Shards store uint16; the reader gives int64, as every API does.
+        assert s["tokens"].dtype == np.int64 and s["tokens"].shape == (16, 16)
         assert s["json"]["key"] == s["key"]
         np.testing.assert_array_equal(s["tokens"].astype(np.int64), expected[source_of(s["json"])])
     # One shard, a list of shards.

@@ -100,8 +100,8 @@ def test_every_family_gives_the_clis_tokens_in_the_shard_dtype(tmp_path, cli, na
     assert d["family"] == name and d["output"]["kind"] == "codes", d
     assert len(d["weights"]["sha256"]) == 64 and d["input"]["size"] == 32
     got = t.encode(img[None])
-    # One dtype rule with the shards: uint16 up to 65,536 codes, int32 past that.
-    assert got.dtype == (np.uint16 if t.n_codes <= 1 << 16 else np.int32), (got.dtype, t.n_codes)
+    # One dtype rule: int64 at every API (the CLI's .npy too); only shards store less.
+    assert got.dtype == np.int64, (got.dtype, t.n_codes)
     run_cli(cli, "vq", "encode", tmp_path / "e.png", "--weights", fx / weights, *cfg,
             "--size", 32, "-o", tmp_path / "e.npy")
     want = np.load(tmp_path / "e.npy")

@@ -128,7 +128,10 @@ fn bad_combinations_are_one_line_errors() {
         "-o",
         &o,
     ]);
-    assert!(e.contains("--raw applies to Lightning checkpoints with EMA copies"), "{e}");
+    assert!(
+        e.contains("--raw applies to Lightning checkpoints with EMA copies"),
+        "{e}"
+    );
     let no_ema = s(&fx("no_ema.ckpt"));
     let yaml = d.path().join("c.yaml");
     let text = std::fs::read_to_string(fx("tiny.yaml")).unwrap();
