@@ -9,6 +9,8 @@
 //! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
 //! `imgseq serve`       the models over HTTP, with a web viewer
 
+#[cfg(test)]
+mod documented_commands;
 mod gpt_cmd;
 mod gpt_judge;
 mod paths;
