@@ -5,6 +5,7 @@ pub mod budget;
 pub mod codes;
 pub mod data;
 pub mod error;
+pub mod eval;
 pub mod frechet;
 pub mod fsutil;
 pub mod image_io;

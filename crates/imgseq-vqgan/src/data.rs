@@ -9,70 +9,9 @@ use imgseq_core::{Error, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// The image files of `data`: a folder (all images below it, sorted), a `.txt` list (one
-/// path a line, `#` comments; relative paths are taken from the list's folder), or one image
-/// file (a set of one).
-pub fn data_paths(data: &Path) -> Result<Vec<PathBuf>> {
-    if data.is_dir() {
-        return imgseq_core::data::folder::list_images(data);
-    }
-    let text = match read_list(data)? {
-        ListFile::Image => return Ok(vec![data.to_path_buf()]),
-        ListFile::Text(text) => text,
-    };
-    Ok(imgseq_core::data::list::parse(data, &text)?
-        .into_iter()
-        .map(|e| e.path)
-        .collect())
-}
-
-/// Largest image list read, in bytes.
-const MAX_LIST_BYTES: u64 = 64 << 20;
-
-/// What a file given as image data turned out to be.
-enum ListFile {
-    /// An image file (its header is one): the set of that one image.
-    Image,
-    /// The text of an image list.
-    Text(String),
-}
-
-/// The text of an image list or the news that the file is one image, refusing anything else
-/// (binary data, a device that never ends, a list too large) with an error naming the file.
-fn read_list(data: &Path) -> Result<ListFile> {
-    use std::io::Read;
-    let not_a_list = |why: &str| {
-        Error::format(
-            data,
-            format!(
-                "not a text list of image paths ({why}; give an image, a folder or a .txt list)"
-            ),
-        )
-    };
-    let meta = std::fs::metadata(data).map_err(|e| Error::io(data, e))?;
-    if !meta.is_file() {
-        return Err(not_a_list("not a regular file"));
-    }
-    let f = std::fs::File::open(data).map_err(|e| Error::io(data, e))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_LIST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(data, e))?;
-    if image::guess_format(&bytes).is_ok() {
-        return Ok(ListFile::Image);
-    }
-    if bytes.len() as u64 > MAX_LIST_BYTES {
-        return Err(not_a_list(&format!(
-            "larger than {} MiB",
-            MAX_LIST_BYTES >> 20
-        )));
-    }
-    String::from_utf8(bytes)
-        .map(ListFile::Text)
-        .map_err(|_| not_a_list("not UTF-8 text"))
-}
+pub use imgseq_core::data::list::image_set as data_paths;
 
 /// Reads only the headers of `paths`: every file must be an image of at least `size` pixels
 /// on its shorter side (or `upscale`), so that a bad file fails before any compute.
@@ -180,16 +119,7 @@ fn shorter_side_at_least(img: &RgbImage, side: usize) -> Result<RgbImage> {
     }
 }
 
-/// The images of an IDX image file (Fashion-MNIST) centred on a zero `side`×`side` canvas
-/// ([`imgseq_core::data::idx::load_idx_images_centered`], the ViT's geometry), as gray RGB
-/// images (r = g = b, so [`random_crops`] with one channel gives back the stored pixels).
-pub fn load_idx_training_images(path: &Path, side: usize) -> Result<Vec<RgbImage>> {
-    let gray = imgseq_core::data::idx::load_idx_images_centered(path, side)?;
-    Ok(gray
-        .into_par_iter()
-        .map(|g| image::DynamicImage::ImageLuma8(g).to_rgb8())
-        .collect())
-}
+pub use imgseq_core::data::idx::load_idx_rgb_centered as load_idx_training_images;
 
 /// A batch of random `crop`×`crop` crops (random image, random offset, optional horizontal
 /// flip, optional random order of the colour channels) drawn from a generator seeded with

@@ -3,15 +3,19 @@
 //! classifier's accuracy on the originals and on the reconstructions of labelled IDX images
 //! (Fashion-MNIST's test set against the shipped ViT).
 
-use crate::vq_model_args::{load_choosing, ModelArgs, Preprocess};
+use crate::vq_model_args::{ModelArgs, Preprocess};
 use anyhow::{bail, Result};
 use clap::Args;
 use image::RgbImage;
+use imgseq_core::data::idx::load_idx_rgb_centered;
 use imgseq_core::data::idx::{is_idx_images_name, read_idx_labels, sibling_labels};
+use imgseq_core::data::list::image_set;
 use imgseq_core::data::Dataset;
+use imgseq_core::eval;
 use imgseq_core::image_io;
+use imgseq_core::tokenizer::Tokenizer;
+use imgseq_models::Opened;
 use imgseq_vit::inference::Classifier;
-use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
 
 use crate::precision_arg::PrecisionArg;
@@ -66,18 +70,17 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         let t = a
             .model
             .open(a.pre.size, &mut imgseq_core::fsutil::Outputs::default())?;
-        let mut paths = data::data_paths(&a.data)?;
+        let mut paths = image_set(&a.data)?;
         paths.truncate(limit);
-        let r = eval::evaluate_tokenizer(&t, &paths, a.pre.upscale, a.batch_size, true)?;
-        let shown = t.precision.as_ref().map_or("f32".into(), |c| c.to_string());
-        let name = t.precision.as_ref().map_or("f32", |c| c.precision.name());
-        return print_report(a.json, &r, &t.source, (name, shown.as_str()), None);
+        let r = eval::evaluate_files(&t, &paths, a.pre.upscale, a.batch_size, true)?;
+        return print_report(a.json, &r, &t, None);
     }
-    // Labelled IDX images (and the judge): a VQGAN of gray pictures.
-    let (model, weights, precision) =
-        load_choosing(&a.model, &mut imgseq_core::fsutil::Outputs::default())?;
-    let size = a.pre.size_for(model.config());
-    let mut imgs = data::load_idx_training_images(&a.data, size as usize)?;
+    // Labelled IDX images (and the judge): centred on the tokenizer's canvas.
+    let t = a
+        .model
+        .open(a.pre.size, &mut imgseq_core::fsutil::Outputs::default())?;
+    let size = t.input().size;
+    let mut imgs = load_idx_rgb_centered(&a.data, size as usize)?;
     let labels_path = sibling_labels(&a.data)?;
     let mut labels = read_idx_labels(&labels_path)?;
     if labels.len() != imgs.len() {
@@ -94,25 +97,24 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     let names: Vec<PathBuf> = (0..imgs.len())
         .map(|i| PathBuf::from(format!("{}:{i}", a.data.display())))
         .collect();
-    let (r, recons) = eval::evaluate_pictures(&model, &names, &imgs, a.batch_size, true)?;
+    let (r, recons) = eval::evaluate_pictures(&t, &names, &imgs, a.batch_size, true)?;
     let judged = match &a.judge {
         Some(j) => Some(judge(j, &imgs, &recons, &labels, &a.model.precision)?),
         None => None,
     };
-    let shown = precision.to_string();
-    let names = (precision.precision.name(), shown.as_str());
-    print_report(a.json, &r, &weights, names, judged)
+    print_report(a.json, &r, &t, judged)
 }
 
-/// Prints the report (as JSON with `json`); `precision`: its name and how it was chosen;
-/// `judged`: the classifier's scores.
+/// Prints the report of tokenizer `t` (as JSON with `json`) with its precision (its name,
+/// and how it was chosen); `judged`: the classifier's scores.
 fn print_report(
     json: bool,
     r: &eval::EvalReport,
-    weights: &Path,
-    (precision_name, precision): (&str, &str),
+    t: &Opened,
     judged: Option<Judged>,
 ) -> Result<()> {
+    let precision_name = t.precision.as_ref().map_or("f32", |c| c.precision.name());
+    let precision = t.precision.as_ref().map_or("f32".into(), |c| c.to_string());
     if json {
         let mut report = serde_json::to_value(r)?;
         report["precision"] = serde_json::json!(precision_name);
@@ -126,7 +128,7 @@ fn print_report(
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!("model: {}", weights.display());
+    println!("model: {}", t.source.display());
     println!("precision: {precision}");
     // Thousands of IDX images: the per-image lines only for small sets.
     if r.per_image.len() <= 100 {

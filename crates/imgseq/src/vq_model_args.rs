@@ -1,16 +1,16 @@
-//! What every `vq` command that runs a model shares: the model flags (`--weights`,
-//! `--config`, `--precision`) and their loading, the input-size flags, gray picture output.
+//! What every command that runs a tokenizer shares: the model flags (`--model`/`--weights`,
+//! `--config`, `--precision`, `--bf16-encoder`, `--raw`) and opening the model through the
+//! loader, the input-size flags, gray picture output.
 
 use anyhow::Result;
 use clap::Args;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::image_io;
-use imgseq_kernels::PrecisionChoice;
-use imgseq_models::{Family, OpenOptions, Opened, Probe};
-use imgseq_vqgan::{VqConfig, VqModel};
+use imgseq_models::{OpenOptions, Opened};
 use std::path::{Path, PathBuf};
 
 use crate::precision_arg::PrecisionArg;
+
 /// Which model to use.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
@@ -45,14 +45,6 @@ pub struct Preprocess {
     pub upscale: bool,
 }
 
-impl Preprocess {
-    /// --size, or its default for the model `cfg` (the loader's rule: 384 for colour models,
-    /// the training resolution for gray ones).
-    pub fn size_for(&self, cfg: &VqConfig) -> u32 {
-        imgseq_models::vq::default_size(cfg, self.size)
-    }
-}
-
 /// Writes a model's output picture: as an 8-bit gray image when `gray` (a one-channel
 /// model's pictures have r = g = b), else RGB.
 pub fn save_picture(path: &Path, img: &image::RgbImage, gray: bool) -> imgseq_core::Result<()> {
@@ -68,40 +60,6 @@ impl ModelArgs {
     pub fn given(&self) -> Vec<PathBuf> {
         self.weights.iter().chain(&self.config).cloned().collect()
     }
-}
-
-/// The VQ model `m` names (the shipped default without `--weights`), the weights it came from
-/// and the precision `--precision` resolved to (said on stderr with `--verbose`); its files
-/// added to `outs`. For the commands that run a VQGAN's layers themselves (IDX eval, training).
-pub fn load_choosing(
-    m: &ModelArgs,
-    outs: &mut Outputs,
-) -> Result<(VqModel, PathBuf, PrecisionChoice)> {
-    let weights = match &m.weights {
-        Some(w) => w.clone(),
-        None => imgseq_models::default_source()?,
-    };
-    let o = m.open_options(None);
-    let probe = Probe {
-        source: &weights,
-        options: &o,
-    };
-    if imgseq_models::lfq::OpenMagvit2.claims(&probe) {
-        anyhow::bail!(
-            "{}: Open-MAGVIT2 checkpoints are read by vq encode, decode, roundtrip, tokenize \
-             and eval only",
-            weights.display()
-        );
-    }
-    let loaded = imgseq_models::vq::load(&probe, &o)?;
-    for f in &loaded.files {
-        outs.add_input(f);
-    }
-    m.precision.report(&loaded.precision);
-    for n in &loaded.notes {
-        eprintln!("{n}");
-    }
-    Ok((loaded.model, weights, loaded.precision))
 }
 
 impl ModelArgs {

@@ -405,6 +405,18 @@ pub fn fashion_mnist(dir: Option<&Path>, split: Split) -> Result<Dataset> {
     load_idx_pair(images, labels, &FASHION_MNIST_CLASSES)
 }
 
+/// The images of an IDX image file (Fashion-MNIST) centred on a zero `side`×`side` canvas
+/// ([`load_idx_images_centered`], the ViT's geometry), as gray RGB images (r = g = b: a
+/// one-channel model reads back the stored pixels).
+pub fn load_idx_rgb_centered(path: &Path, side: usize) -> Result<Vec<image::RgbImage>> {
+    use rayon::prelude::*;
+    let gray = load_idx_images_centered(path, side)?;
+    Ok(gray
+        .into_par_iter()
+        .map(|g| image::DynamicImage::ImageLuma8(g).to_rgb8())
+        .collect())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -1,0 +1,254 @@
+//! How lossy a tokenizer is, whatever its family: the one scoring — PSNR, SSIM and sharpness
+//! on the 8-bit pictures scaled to [0, 1], codebook usage and perplexity — of `imgseq eval`,
+//! `imgseq roundtrip`, the service's round trips and the training reports, over any
+//! [`Tokenizer`].
+
+use crate::image_io::{self, PixelRange};
+use crate::input::InputSpec;
+use crate::tokenizer::Tokenizer;
+use crate::tokens::TokenGrid;
+use crate::{metrics, Error, Result};
+use candle_core::Device;
+use image::RgbImage;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Reconstruction quality of a tokenizer over a set of images.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub images: usize,
+    pub size: u32,
+    /// Mean PSNR (dB) and SSIM over the images, on the 8-bit pictures scaled to [0, 1].
+    pub psnr: f64,
+    pub ssim: f64,
+    /// Mean sharpness ([`metrics::sharpness`]: the rebuilt picture's mean luma gradient over
+    /// the original's) over the images that are not flat.
+    pub sharpness: f64,
+    /// Distinct codes used across the whole set, of `n_embed`, and their perplexity.
+    pub codes_used: usize,
+    pub n_embed: usize,
+    pub usage_percent: f64,
+    pub perplexity: f64,
+    pub tokens_per_image: usize,
+    pub per_image: Vec<ImageScore>,
+}
+
+/// PSNR and SSIM of one reconstruction.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageScore {
+    pub path: PathBuf,
+    pub psnr: f64,
+    pub ssim: f64,
+    /// `None` for a flat original.
+    pub sharpness: Option<f64>,
+}
+
+impl ImageScore {
+    /// Scores `recon` against `original` ([`score`], [`sharpness`]).
+    pub fn new(path: &std::path::Path, original: &RgbImage, recon: &RgbImage) -> Result<Self> {
+        let (psnr, ssim) = score(original, recon)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            psnr,
+            ssim,
+            sharpness: sharpness(original, recon)?,
+        })
+    }
+}
+
+/// Means of PSNR (each capped at 100 dB: identical images give an infinite one), SSIM and
+/// sharpness (over the images that have one; NaN when none has).
+pub fn means(per_image: &[ImageScore]) -> (f64, f64, f64) {
+    let n = per_image.len() as f64;
+    let psnr = per_image.iter().map(|s| s.psnr.min(100.0)).sum::<f64>() / n;
+    let ssim = per_image.iter().map(|s| s.ssim).sum::<f64>() / n;
+    let sharp: Vec<f64> = per_image.iter().filter_map(|s| s.sharpness).collect();
+    let sharpness = sharp.iter().sum::<f64>() / sharp.len() as f64;
+    (psnr, ssim, sharpness)
+}
+
+/// [`metrics::sharpness`] of `recon` against `original` on the 8-bit pictures scaled to
+/// [0, 1]; `None` for a flat original.
+pub fn sharpness(original: &RgbImage, recon: &RgbImage) -> Result<Option<f64>> {
+    let unit = |i: &RgbImage| image_io::to_tensor_chw(i, PixelRange::ZeroOne, &Device::Cpu);
+    let (a, b) = (unit(original)?, unit(recon)?);
+    let (c, h, w) = a.dims3()?;
+    let flat = |t: candle_core::Tensor| t.flatten_all()?.to_vec1::<f32>();
+    metrics::sharpness(&flat(a)?, &flat(b)?, (c, h, w))
+}
+
+/// (PSNR dB, SSIM) of `recon` against `original`, on the 8-bit pictures (what is saved)
+/// scaled to [0, 1] ([`metrics::score_pictures`]).
+pub fn score(original: &RgbImage, recon: &RgbImage) -> Result<(f64, f64)> {
+    metrics::score_pictures(original, recon)
+}
+
+/// Refuses a batch of no images.
+fn check_batch(batch: usize) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::setting("batch_size", batch, "must be positive"));
+    }
+    Ok(())
+}
+
+/// [`evaluate`] with any discrete tokenizer that decodes (Open-MAGVIT2, ...): every image
+/// brought to `tok`'s input, encoded, decoded and scored, `batch` images at a time.
+pub fn evaluate_files<T: Tokenizer + ?Sized>(
+    tok: &T,
+    paths: &[PathBuf],
+    upscale: bool,
+    batch: usize,
+    progress: bool,
+) -> Result<EvalReport> {
+    if paths.is_empty() {
+        return Err(Error::invalid("eval: no images"));
+    }
+    check_batch(batch)?;
+    let Some(n_embed) = tok.codebook_size() else {
+        return Err(Error::invalid(format!(
+            "eval scores codebook tokens; a {} gives continuous embeddings",
+            tok.label()
+        )));
+    };
+    tok.check_batch(batch.min(paths.len()))?;
+    let coder = |imgs: &[RgbImage]| {
+        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
+        let recons = tok.decode(&tokens)?;
+        Ok((tokens, recons))
+    };
+    score_files(
+        &tok.input(),
+        paths,
+        upscale,
+        batch,
+        progress,
+        n_embed,
+        coder,
+    )
+}
+
+/// The scoring loop of [`evaluate_files`] (and of a family's own evaluation): every file brought to `spec`'s
+/// input (headers checked first), `batch` at a time through `coder` (pictures → tokens and
+/// reconstructions), each picture scored, the codebook usage over the set.
+pub fn score_files(
+    spec: &InputSpec,
+    paths: &[PathBuf],
+    upscale: bool,
+    batch: usize,
+    progress: bool,
+    n_embed: usize,
+    mut coder: impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)>,
+) -> Result<EvalReport> {
+    spec.check_headers(paths, upscale)?;
+    let pb = if progress {
+        crate::progress::items(paths.len(), "vq eval")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut all_idx: Vec<i64> = Vec::new();
+    let mut per_image = Vec::with_capacity(paths.len());
+    let mut tokens_per_image = 0;
+    for chunk in paths.chunks(batch) {
+        let imgs = spec.load_all(chunk, upscale)?;
+        let (tokens, recons) = coder(&imgs)?;
+        tokens_per_image = tokens.h * tokens.w;
+        all_idx.extend(tokens.data);
+        for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
+            per_image.push(ImageScore::new(p, img, r)?);
+        }
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
+    let (psnr, ssim, sharpness) = means(&per_image);
+    Ok(EvalReport {
+        images: per_image.len(),
+        size: spec.size,
+        psnr,
+        ssim,
+        sharpness,
+        codes_used: used,
+        n_embed,
+        usage_percent: 100.0 * used as f64 / n_embed as f64,
+        perplexity,
+        tokens_per_image,
+        per_image,
+    })
+}
+
+/// [`evaluate_files`] for pictures already at the tokenizer's input size (`names[i]` names
+/// `imgs[i]` in the report; a gray tokenizer reads their luma and is scored against it), also
+/// giving back the reconstructions (gray ones with r = g = b), in order.
+pub fn evaluate_pictures<T: Tokenizer + ?Sized>(
+    tok: &T,
+    names: &[PathBuf],
+    imgs: &[RgbImage],
+    batch: usize,
+    progress: bool,
+) -> Result<(EvalReport, Vec<RgbImage>)> {
+    if imgs.is_empty() || names.len() != imgs.len() {
+        return Err(Error::invalid(format!(
+            "eval: {} images with {} names",
+            imgs.len(),
+            names.len()
+        )));
+    }
+    check_batch(batch)?;
+    let spec = tok.input();
+    let Some(n_embed) = tok.codebook_size() else {
+        return Err(Error::invalid(format!(
+            "eval scores codebook tokens; a {} gives continuous values",
+            tok.label()
+        )));
+    };
+    if let Some(i) = imgs
+        .iter()
+        .find(|i| i.dimensions() != (spec.size, spec.size))
+    {
+        return Err(Error::invalid(format!(
+            "eval: a {}x{} picture; the tokenizer reads {s}x{s}",
+            i.width(),
+            i.height(),
+            s = spec.size
+        )));
+    }
+    tok.check_batch(batch.min(imgs.len()))?;
+    let pb = if progress {
+        crate::progress::items(imgs.len(), "eval")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut all_idx: Vec<i64> = Vec::new();
+    let mut per_image = Vec::with_capacity(imgs.len());
+    let mut all_recons = Vec::with_capacity(imgs.len());
+    let mut tokens_per_image = 0;
+    for (chunk, chunk_names) in imgs.chunks(batch).zip(names.chunks(batch)) {
+        let chunk: Vec<RgbImage> = chunk.iter().map(|i| spec.channels_of(i.clone())).collect();
+        let tokens = tok.encode_pictures(&chunk)?.into_tokens()?;
+        let recons = tok.decode(&tokens)?;
+        tokens_per_image = tokens.h * tokens.w;
+        all_idx.extend(tokens.data);
+        for ((p, img), r) in chunk_names.iter().zip(&chunk).zip(&recons) {
+            per_image.push(ImageScore::new(p, img, r)?);
+        }
+        all_recons.extend(recons);
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
+    let (psnr, ssim, sharpness) = means(&per_image);
+    let report = EvalReport {
+        images: per_image.len(),
+        size: spec.size,
+        psnr,
+        ssim,
+        sharpness,
+        codes_used: used,
+        n_embed,
+        usage_percent: 100.0 * used as f64 / n_embed as f64,
+        perplexity,
+        tokens_per_image,
+        per_image,
+    };
+    Ok((report, all_recons))
+}
