@@ -222,7 +222,7 @@ impl Tokenizer {
         let item = self.inner.describe().output.shape;
         if n == 0 {
             return Ok(match self.n_codes() {
-                Some(n_codes) => {
+                Some(_) => {
                     let empty = TokenGrid {
                         n: 0,
                         h: item[0],
@@ -250,7 +250,7 @@ impl Tokenizer {
                     .collect()
             })
             .map_err(to_py)?;
-        if let Some(n_codes) = self.n_codes() {
+        if self.n_codes().is_some() {
             let mut all = TokenGrid {
                 n: 0,
                 h: 0,
