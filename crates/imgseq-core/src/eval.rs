@@ -127,9 +127,10 @@ pub fn evaluate_files<T: Tokenizer + ?Sized>(
     )
 }
 
-/// The scoring loop of [`evaluate_files`] (and of a family's own evaluation): every file brought to `spec`'s
-/// input (headers checked first), `batch` at a time through `coder` (pictures → tokens and
-/// reconstructions), each picture scored, the codebook usage over the set.
+/// The scoring loop of [`evaluate_files`] (and of a family's own evaluation): every file
+/// brought to `spec`'s input (headers checked first), `batch` at a time through `coder`
+/// (pictures → tokens and reconstructions), each picture scored, the codebook usage over the
+/// set.
 pub fn score_files(
     spec: &InputSpec,
     paths: &[PathBuf],
@@ -137,33 +138,64 @@ pub fn score_files(
     batch: usize,
     progress: bool,
     n_embed: usize,
-    mut coder: impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)>,
+    coder: impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)>,
 ) -> Result<EvalReport> {
     spec.check_headers(paths, upscale)?;
+    let batches = paths
+        .chunks(batch)
+        .map(|chunk| Ok((chunk.to_vec(), spec.load_all(chunk, upscale)?)));
+    let scored = score_batches(
+        batches,
+        paths.len(),
+        spec.size,
+        progress,
+        n_embed,
+        coder,
+        false,
+    )?;
+    Ok(scored.0)
+}
+
+/// The one loop under [`score_files`] and [`evaluate_pictures`]: each batch of named pictures
+/// through `coder`, every reconstruction scored against its picture, the tokens' codebook
+/// usage over the set; the reconstructions kept when `keep`.
+fn score_batches(
+    batches: impl Iterator<Item = Result<(Vec<PathBuf>, Vec<RgbImage>)>>,
+    total: usize,
+    size: u32,
+    progress: bool,
+    n_embed: usize,
+    mut coder: impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)>,
+    keep: bool,
+) -> Result<(EvalReport, Vec<RgbImage>)> {
     let pb = if progress {
-        crate::progress::items(paths.len(), "vq eval")
+        crate::progress::items(total, "eval")
     } else {
         indicatif::ProgressBar::hidden()
     };
     let mut all_idx: Vec<i64> = Vec::new();
-    let mut per_image = Vec::with_capacity(paths.len());
+    let mut per_image = Vec::with_capacity(total);
+    let mut kept = Vec::new();
     let mut tokens_per_image = 0;
-    for chunk in paths.chunks(batch) {
-        let imgs = spec.load_all(chunk, upscale)?;
+    for b in batches {
+        let (names, imgs) = b?;
         let (tokens, recons) = coder(&imgs)?;
         tokens_per_image = tokens.h * tokens.w;
         all_idx.extend(tokens.data);
-        for ((p, img), r) in chunk.iter().zip(&imgs).zip(&recons) {
+        for ((p, img), r) in names.iter().zip(&imgs).zip(&recons) {
             per_image.push(ImageScore::new(p, img, r)?);
         }
-        pb.inc(chunk.len() as u64);
+        if keep {
+            kept.extend(recons);
+        }
+        pb.inc(imgs.len() as u64);
     }
     pb.finish_and_clear();
     let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
     let (psnr, ssim, sharpness) = means(&per_image);
-    Ok(EvalReport {
+    let report = EvalReport {
         images: per_image.len(),
-        size: spec.size,
+        size,
         psnr,
         ssim,
         sharpness,
@@ -173,7 +205,8 @@ pub fn score_files(
         perplexity,
         tokens_per_image,
         per_image,
-    })
+    };
+    Ok((report, kept))
 }
 
 /// [`evaluate_files`] for pictures already at the tokenizer's input size (`names[i]` names
@@ -213,42 +246,25 @@ pub fn evaluate_pictures<T: Tokenizer + ?Sized>(
         )));
     }
     tok.check_batch(batch.min(imgs.len()))?;
-    let pb = if progress {
-        crate::progress::items(imgs.len(), "eval")
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let mut all_idx: Vec<i64> = Vec::new();
-    let mut per_image = Vec::with_capacity(imgs.len());
-    let mut all_recons = Vec::with_capacity(imgs.len());
-    let mut tokens_per_image = 0;
-    for (chunk, chunk_names) in imgs.chunks(batch).zip(names.chunks(batch)) {
-        let chunk: Vec<RgbImage> = chunk.iter().map(|i| spec.channels_of(i.clone())).collect();
-        let tokens = tok.encode_pictures(&chunk)?.into_tokens()?;
+    let batches = imgs
+        .chunks(batch)
+        .zip(names.chunks(batch))
+        .map(|(chunk, chunk_names)| {
+            let chunk: Vec<RgbImage> = chunk.iter().map(|i| spec.channels_of(i.clone())).collect();
+            Ok((chunk_names.to_vec(), chunk))
+        });
+    let coder = |imgs: &[RgbImage]| {
+        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
         let recons = tok.decode(&tokens)?;
-        tokens_per_image = tokens.h * tokens.w;
-        all_idx.extend(tokens.data);
-        for ((p, img), r) in chunk_names.iter().zip(&chunk).zip(&recons) {
-            per_image.push(ImageScore::new(p, img, r)?);
-        }
-        all_recons.extend(recons);
-        pb.inc(chunk.len() as u64);
-    }
-    pb.finish_and_clear();
-    let (used, perplexity) = metrics::codebook_usage(&all_idx, n_embed)?;
-    let (psnr, ssim, sharpness) = means(&per_image);
-    let report = EvalReport {
-        images: per_image.len(),
-        size: spec.size,
-        psnr,
-        ssim,
-        sharpness,
-        codes_used: used,
-        n_embed,
-        usage_percent: 100.0 * used as f64 / n_embed as f64,
-        perplexity,
-        tokens_per_image,
-        per_image,
+        Ok((tokens, recons))
     };
-    Ok((report, all_recons))
+    score_batches(
+        batches,
+        imgs.len(),
+        spec.size,
+        progress,
+        n_embed,
+        coder,
+        true,
+    )
 }
