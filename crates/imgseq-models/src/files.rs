@@ -75,3 +75,21 @@ pub fn convert(
     let label = r.family.label();
     Ok((r, label))
 }
+
+/// The codebook size of the model whose files are `weights` and/or `config`, read without
+/// building the model: a config file's (our JSON, taming's or IBQ's yaml), an Open-MAGVIT2
+/// checkpoint's (2^latent channels), or a VQ model's — the config beside its weights, else its
+/// codebook tensor (a LlamaGen `.pt` has no config). `None` when neither is given.
+pub fn codebook_size(weights: Option<&Path>, config: Option<&Path>) -> Result<Option<usize>> {
+    Ok(match (config, weights) {
+        (Some(c), _) => Some(imgseq_vqgan::VqConfig::from_file(c)?.n_embed),
+        (None, Some(w)) if imgseq_lfq::is_lfq_checkpoint(w) => {
+            Some(imgseq_lfq::load::codebook_size(w)?)
+        }
+        (None, Some(w)) => Some(
+            imgseq_vqgan::load::codebook_size(w)
+                .map_err(|e| Error::invalid(format!("{e}; pass --config")))?,
+        ),
+        (None, None) => None,
+    })
+}

@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use clap::{ArgMatches, Subcommand};
 use imgseq_core::fsutil::Outputs;
-use imgseq_vqgan::{TokenGrid, VqConfig};
+use imgseq_core::tokens::TokenGrid;
 use std::path::{Path, PathBuf};
 
 use crate::tokenizer_cmd;
@@ -121,19 +121,7 @@ fn edit(
     outs.check(out)?;
     let mut t = TokenGrid::read(tokens)?;
     t.check_non_negative(tokens)?;
-    let n_embed = match (config, weights) {
-        (Some(c), _) => Some(VqConfig::from_file(c)?.n_embed),
-        (None, Some(w)) if imgseq_lfq::is_lfq_checkpoint(w) => {
-            Some(imgseq_lfq::load::codebook_size(w)?)
-        }
-        // The config beside the weights, else the codebook's size in the weights (a LlamaGen
-        // `.pt` has no config).
-        (None, Some(w)) => Some(
-            imgseq_vqgan::load::codebook_size(w)
-                .map_err(|e| anyhow::anyhow!("{e}; pass --config"))?,
-        ),
-        (None, None) => None,
-    };
+    let n_embed = imgseq_models::files::codebook_size(weights, config)?;
     if let Some(n) = n_embed {
         t.check_codebook(tokens, n)?;
     }
