@@ -275,7 +275,6 @@ impl KlConfig {
         self.probe().weight_count()
     }
 
-    /// A short description for reports: `f8, 4 latent channels, scaling 0.18215`.
     /// The config as recorded in a latent shard set's manifest.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -290,6 +289,7 @@ impl KlConfig {
         })
     }
 
+    /// A short description for reports: `f8, 4 latent channels, scaling 0.18215`.
     pub fn describe(&self) -> String {
         let shift = match self.shift_factor {
             Some(s) => format!(", shift {s}"),
