@@ -33,6 +33,17 @@ pub enum OutputKind {
     Embeddings,
 }
 
+impl OutputKind {
+    /// The kind's name in descriptions (`codes`, `latents`, `embeddings`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputKind::Codes => "codes",
+            OutputKind::Latents => "latents",
+            OutputKind::Embeddings => "embeddings",
+        }
+    }
+}
+
 /// One image's output: its kind, array shape and (discrete tokenizers) codebook size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutputSpec {
@@ -263,5 +274,21 @@ pub trait Tokenizer: Send + Sync {
     /// Encodes prepared pictures.
     fn encode_pictures(&self, imgs: &[RgbImage]) -> Result<Encoded> {
         self.encode(&self.input_tensor(imgs)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_kind_names_are_their_serialised_names() {
+        for k in [
+            OutputKind::Codes,
+            OutputKind::Latents,
+            OutputKind::Embeddings,
+        ] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+        }
     }
 }

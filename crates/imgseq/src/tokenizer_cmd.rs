@@ -280,10 +280,10 @@ pub fn inspect(a: &InspectArgs) -> Result<()> {
     let t = a.model.open(a.pre.size, &mut Outputs::default())?;
     let d = t.describe_with_weights()?;
     eprintln!(
-        "{}: {} ({:?} of shape {:?}{}), input {}x{} {}",
+        "{}: {} ({} of shape {:?}{}), input {}x{} {}",
         t.source.display(),
         d.label,
-        d.output.kind,
+        d.output.kind.name(),
         d.output.shape,
         d.output
             .codebook_size
