@@ -21,8 +21,8 @@ use std::path::PathBuf;
 #[pyclass(module = "imgseq._imgseq", frozen)]
 pub struct Tokenizer {
     inner: Opened,
-    /// Its description as JSON (weights hashed once, at open).
-    description: String,
+    /// Its description as JSON (made, and the weights hashed, when first asked for).
+    description: std::sync::OnceLock<String>,
 }
 
 impl Tokenizer {
@@ -153,16 +153,13 @@ impl Tokenizer {
             sample_seed,
             tile,
         };
-        let (inner, description) = py
-            .detach(|| -> imgseq_core::Result<(Opened, String)> {
-                let t = imgseq_models::open(&path, &o)?;
-                let d = t.describe_with_weights()?;
-                let json = serde_json::to_string(&d)
-                    .map_err(|e| imgseq_core::Error::invalid(e.to_string()))?;
-                Ok((t, json))
-            })
+        let inner = py
+            .detach(|| imgseq_models::open(&path, &o))
             .map_err(to_py)?;
-        Ok(Self { inner, description })
+        Ok(Self {
+            inner,
+            description: std::sync::OnceLock::new(),
+        })
     }
 
     /// The family as users see it (`taming VQGAN`, `AutoencoderKL`, ...).
@@ -194,9 +191,19 @@ impl Tokenizer {
 
     /// The tokenizer's description (family, config, weights and their SHA-256, preprocessing,
     /// output, precision) as JSON text; `imgseq.Tokenizer.description` gives it as a dict.
+    /// (The weights' SHA-256 is read when this is first asked for, not at open.)
     #[getter]
-    fn description_json(&self) -> &str {
-        &self.description
+    fn description_json(&self, py: Python<'_>) -> PyResult<String> {
+        if let Some(d) = self.description.get() {
+            return Ok(d.clone());
+        }
+        let json = py
+            .detach(|| -> imgseq_core::Result<String> {
+                let d = self.inner.describe_with_weights()?;
+                serde_json::to_string(&d).map_err(|e| imgseq_core::Error::invalid(e.to_string()))
+            })
+            .map_err(to_py)?;
+        Ok(self.description.get_or_init(|| json).clone())
     }
 
     /// Images (n, h, w, 3) RGB, (n, h, w, 1) gray or one (h, w, 3) uint8 → discrete
