@@ -8,7 +8,9 @@
 use crate::to_py;
 use image::RgbImage;
 use imgseq_core::input::InputSpec;
-use imgseq_core::tokenizer::{Embeddings, Encoded, Latents, OutputKind, Tokenizer as _};
+use imgseq_core::tokenizer::{
+    check_batch_size, decode_batches, Embeddings, Encoded, Latents, OutputKind, Tokenizer as _,
+};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_models::{OpenOptions, Opened};
 use numpy::ndarray::{ArrayD, IxDyn};
@@ -66,21 +68,8 @@ impl Tokenizer {
         };
         let n_codes = self.inner.codebook_size().unwrap_or(0);
         grid.check_codebook("tokens", n_codes).map_err(to_py)?;
-        let plane = h * w;
-        py.detach(|| -> imgseq_core::Result<Vec<RgbImage>> {
-            let mut out = Vec::with_capacity(n);
-            for start in (0..n).step_by(batch) {
-                let k = batch.min(n - start);
-                let part = TokenGrid {
-                    n: k,
-                    data: grid.data[start * plane..(start + k) * plane].to_vec(),
-                    ..grid.clone()
-                };
-                out.extend(self.inner.decode(&part)?);
-            }
-            Ok(out)
-        })
-        .map_err(to_py)
+        py.detach(|| decode_batches(&self.inner, &grid, batch, |_| ()))
+            .map_err(to_py)
     }
 
     /// Float32 latents (n, ...) or one image's (...) of the tokenizer's output shape → what
@@ -219,9 +208,7 @@ impl Tokenizer {
         batch_size: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (data, (n, h, w, c)) = crate::picture_batch(images)?;
-        if batch_size == 0 {
-            return Err(PyValueError::new_err("batch_size 0 must be positive"));
-        }
+        check_batch_size(batch_size).map_err(to_py)?;
         self.inner
             .check_batch(batch_size.min(n).max(1))
             .map_err(to_py)?;
@@ -257,29 +244,23 @@ impl Tokenizer {
                     .collect()
             })
             .map_err(to_py)?;
-        if self.n_codes().is_some() {
-            let mut all = TokenGrid {
-                n: 0,
-                h: 0,
-                w: 0,
-                batched: true,
-                data: Vec::new(),
-            };
-            for p in parts {
-                let g = p.into_tokens().map_err(to_py)?;
-                (all.n, all.h, all.w) = (all.n + g.n, g.h, g.w);
-                all.data.extend(g.data);
-            }
-            return Ok(crate::token_array(py, &all));
+        let mut parts = parts.into_iter();
+        let mut all = parts
+            .next()
+            .ok_or_else(|| PyValueError::new_err("images: no batch encoded"))?;
+        for p in parts {
+            all.extend(p).map_err(to_py)?;
         }
-        let shape: Vec<usize> = std::iter::once(n).chain(item).collect();
-        let values: Vec<f32> = parts
-            .iter()
-            .flat_map(|e| {
-                (0..e.len()).flat_map(move |i| e.values(i).unwrap_or(&[]).iter().copied())
-            })
-            .collect();
-        Ok(floats(py, &shape, values))
+        Ok(match all {
+            Encoded::Tokens(mut g) => {
+                g.batched = true;
+                crate::token_array(py, &g)
+            }
+            e => {
+                let shape: Vec<usize> = std::iter::once(n).chain(item).collect();
+                floats(py, &shape, e.into_values().unwrap_or_default())
+            }
+        })
     }
 
     /// What `encode` gives (integer tokens of any integer dtype, or float32 latents) → uint8
@@ -291,9 +272,7 @@ impl Tokenizer {
         latents: &Bound<'py, PyAny>,
         batch_size: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if batch_size == 0 {
-            return Err(PyValueError::new_err("batch_size 0 must be positive"));
-        }
+        check_batch_size(batch_size).map_err(to_py)?;
         let imgs = if self.is_discrete() {
             self.decode_tokens(py, latents, batch_size)?
         } else {

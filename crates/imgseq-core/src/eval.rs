@@ -5,7 +5,7 @@
 
 use crate::image_io::{self, PixelRange};
 use crate::input::InputSpec;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{check_batch_size, Tokenizer};
 use crate::tokens::TokenGrid;
 use crate::{metrics, Error, Result};
 use candle_core::Device;
@@ -83,12 +83,16 @@ pub fn score(original: &RgbImage, recon: &RgbImage) -> Result<(f64, f64)> {
     metrics::score_pictures(original, recon)
 }
 
-/// Refuses a batch of no images.
-fn check_batch(batch: usize) -> Result<()> {
-    if batch == 0 {
-        return Err(Error::setting("batch_size", batch, "must be positive"));
+/// `tok` as a coder of [`score_files`]: pictures → their tokens and the pictures decoded
+/// from them.
+fn through<T: Tokenizer + ?Sized>(
+    tok: &T,
+) -> impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)> + '_ {
+    move |imgs| {
+        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
+        let recons = tok.decode(&tokens)?;
+        Ok((tokens, recons))
     }
-    Ok(())
 }
 
 /// [`evaluate`] with any discrete tokenizer that decodes (Open-MAGVIT2, ...): every image
@@ -103,7 +107,7 @@ pub fn evaluate_files<T: Tokenizer + ?Sized>(
     if paths.is_empty() {
         return Err(Error::invalid("eval: no images"));
     }
-    check_batch(batch)?;
+    check_batch_size(batch)?;
     let Some(n_embed) = tok.codebook_size() else {
         return Err(Error::invalid(format!(
             "eval scores codebook tokens; a {} gives continuous embeddings",
@@ -111,11 +115,7 @@ pub fn evaluate_files<T: Tokenizer + ?Sized>(
         )));
     };
     tok.check_batch(batch.min(paths.len()))?;
-    let coder = |imgs: &[RgbImage]| {
-        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
-        let recons = tok.decode(&tokens)?;
-        Ok((tokens, recons))
-    };
+    let coder = through(tok);
     score_files(
         &tok.input(),
         paths,
@@ -226,7 +226,7 @@ pub fn evaluate_pictures<T: Tokenizer + ?Sized>(
             names.len()
         )));
     }
-    check_batch(batch)?;
+    check_batch_size(batch)?;
     let spec = tok.input();
     let Some(n_embed) = tok.codebook_size() else {
         return Err(Error::invalid(format!(
@@ -253,11 +253,7 @@ pub fn evaluate_pictures<T: Tokenizer + ?Sized>(
             let chunk: Vec<RgbImage> = chunk.iter().map(|i| spec.channels_of(i.clone())).collect();
             Ok((chunk_names.to_vec(), chunk))
         });
-    let coder = |imgs: &[RgbImage]| {
-        let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
-        let recons = tok.decode(&tokens)?;
-        Ok((tokens, recons))
-    };
+    let coder = through(tok);
     score_batches(
         batches,
         imgs.len(),

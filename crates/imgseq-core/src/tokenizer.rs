@@ -166,6 +166,37 @@ impl Encoded {
         }
     }
 
+    /// Appends the next batch's output (of the same kind and per-image shape).
+    pub fn extend(&mut self, next: Encoded) -> Result<()> {
+        if self.item_shape() != next.item_shape() {
+            return Err(Error::invalid(format!(
+                "a batch of {:?} after batches of {:?}: the tokenizer changed its output shape",
+                next.item_shape(),
+                self.item_shape()
+            )));
+        }
+        match (self, next) {
+            (Encoded::Tokens(a), Encoded::Tokens(b)) => {
+                a.n += b.n;
+                a.data.extend(b.data);
+            }
+            (Encoded::Embeddings(a), Encoded::Embeddings(b)) => {
+                a.n += b.n;
+                a.data.extend(b.data);
+            }
+            (Encoded::Latents(a), Encoded::Latents(b)) => {
+                a.n += b.n;
+                a.data.extend(b.data);
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "the tokenizer changed its output kind between batches",
+                ))
+            }
+        }
+        Ok(())
+    }
+
     /// Images encoded.
     pub fn len(&self) -> usize {
         match self {
@@ -186,6 +217,15 @@ impl Encoded {
             Encoded::Tokens(t) => vec![t.h, t.w],
             Encoded::Embeddings(e) => vec![e.tokens, e.dim],
             Encoded::Latents(l) => l.shape.clone(),
+        }
+    }
+
+    /// Every image's continuous values, image after image (`None` for tokens).
+    pub fn into_values(self) -> Option<Vec<f32>> {
+        match self {
+            Encoded::Tokens(_) => None,
+            Encoded::Embeddings(e) => Some(e.data),
+            Encoded::Latents(l) => Some(l.data),
         }
     }
 
@@ -275,6 +315,38 @@ pub trait Tokenizer: Send + Sync {
     fn encode_pictures(&self, imgs: &[RgbImage]) -> Result<Encoded> {
         self.encode(&self.input_tensor(imgs)?)
     }
+}
+
+/// Refuses a batch size of 0 (`batch_size 0 must be positive`; the CLI names its flag).
+pub fn check_batch_size(batch: usize) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::setting("batch_size", batch, "must be positive"));
+    }
+    Ok(())
+}
+
+/// Pictures of token grids through `t`, `batch` images at a time (each batch's memory checked
+/// by the tokenizer's decode), `done(k)` told after each batch of `k`.
+pub fn decode_batches<T: Tokenizer + ?Sized>(
+    t: &T,
+    g: &TokenGrid,
+    batch: usize,
+    mut done: impl FnMut(usize),
+) -> Result<Vec<RgbImage>> {
+    check_batch_size(batch)?;
+    let plane = g.h * g.w;
+    let mut out = Vec::with_capacity(g.n);
+    for start in (0..g.n).step_by(batch) {
+        let k = batch.min(g.n - start);
+        let part = TokenGrid {
+            n: k,
+            data: g.data[start * plane..(start + k) * plane].to_vec(),
+            ..g.clone()
+        };
+        out.extend(t.decode(&part)?);
+        done(k);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -77,13 +77,8 @@ impl VqConfig {
     }
 }
 
-/// A batch size must be positive.
-pub fn check_batch(batch: usize) -> Result<()> {
-    if batch == 0 {
-        return Err(Error::setting("batch_size", batch, "must be positive"));
-    }
-    Ok(())
-}
+/// A batch size must be positive ([`imgseq_core::tokenizer::check_batch_size`]).
+pub use imgseq_core::tokenizer::check_batch_size as check_batch;
 
 /// Token grids of a batch of preprocessed images (`batched`, n = images).
 pub(crate) fn grid_of(indices: &Tensor) -> Result<TokenGrid> {

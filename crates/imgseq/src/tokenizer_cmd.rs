@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use image::RgbImage;
 use imgseq_core::fsutil::Outputs;
-use imgseq_core::tokenizer::{Encoded, Tokenizer};
+use imgseq_core::tokenizer::{check_batch_size, decode_batches, Encoded, Tokenizer};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{image_io, metrics, npy, progress};
 use imgseq_models::Opened;
@@ -69,14 +69,6 @@ pub struct InspectArgs {
     pre: Preprocess,
 }
 
-/// Refuses `--batch-size 0`.
-fn check_batch(batch: usize) -> Result<()> {
-    if batch == 0 {
-        anyhow::bail!("--batch-size 0 must be positive");
-    }
-    Ok(())
-}
-
 /// Whether the tokenizer's pictures are gray (saved as 8-bit gray images).
 fn gray(t: &Opened) -> bool {
     t.input().channels == 1
@@ -86,7 +78,7 @@ fn gray(t: &Opened) -> bool {
 /// latents / embeddings of the tokenizer's output shape (with n first for several images).
 pub fn encode(a: &EncodeArgs) -> Result<()> {
     let (images, m, pre, batch, out) = (&a.images, &a.model, &a.pre, a.batch_size, &a.output);
-    check_batch(batch)?;
+    check_batch_size(batch)?;
     let mut outs = Outputs::new(images.iter().chain(&m.given()));
     outs.check(out)?;
     let t = m.open(pre.size, &mut outs)?;
@@ -111,12 +103,10 @@ pub fn encode(a: &EncodeArgs) -> Result<()> {
         }
         e => {
             let mut shape = e.item_shape();
-            let data: Vec<f32> = (0..e.len())
-                .flat_map(|i| e.values(i).unwrap_or(&[]).to_vec())
-                .collect();
             if !one {
                 shape.insert(0, e.len());
             }
+            let data = e.into_values().unwrap_or_default();
             outs.write(out, |p| npy::write_npy_f32(p, &shape, &data))?;
             (shape, "float32".into())
         }
@@ -131,44 +121,17 @@ fn join(parts: Vec<Encoded>) -> Result<Encoded> {
     let mut it = parts.into_iter();
     let mut all = it.next().context("no image")?;
     for p in it {
-        match (&mut all, p) {
-            (Encoded::Tokens(a), Encoded::Tokens(b)) => {
-                a.n += b.n;
-                a.data.extend(b.data);
-            }
-            (Encoded::Embeddings(a), Encoded::Embeddings(b)) => {
-                a.n += b.n;
-                a.data.extend(b.data);
-            }
-            (Encoded::Latents(a), Encoded::Latents(b)) => {
-                a.n += b.n;
-                a.data.extend(b.data);
-            }
-            _ => anyhow::bail!("the tokenizer changed its output kind between batches"),
-        }
+        all.extend(p)?;
     }
     Ok(all)
 }
 
-/// Token grids → pictures, `batch` images at a time (each batch's memory checked by the
-/// tokenizer's decode), with a progress bar.
+/// Token grids → pictures, `batch` images at a time, with a progress bar.
 pub fn decode_batched(t: &dyn Tokenizer, g: &TokenGrid, batch: usize) -> Result<Vec<RgbImage>> {
-    let batch = batch.max(1);
-    let plane = g.h * g.w;
     let pb = progress::items(g.n, "decoding");
-    let mut out = Vec::with_capacity(g.n);
-    for start in (0..g.n).step_by(batch) {
-        let k = batch.min(g.n - start);
-        let part = TokenGrid {
-            n: k,
-            data: g.data[start * plane..(start + k) * plane].to_vec(),
-            ..g.clone()
-        };
-        out.extend(t.decode(&part)?);
-        pb.inc(k as u64);
-    }
+    let imgs = decode_batches(t, g, batch, |k| pb.inc(k as u64))?;
     pb.finish_and_clear();
-    Ok(out)
+    Ok(imgs)
 }
 
 /// The output files of `n` decoded images: `out` itself for one, OUT_000.ext, OUT_001.ext, ...
@@ -193,7 +156,7 @@ pub fn numbered(out: &Path, n: usize) -> Vec<PathBuf> {
 /// A token file → pictures (every token checked against the codebook first).
 pub fn decode(a: &DecodeArgs) -> Result<()> {
     let (tokens, m, batch, out) = (&a.tokens, &a.model, a.batch_size, &a.output);
-    check_batch(batch)?;
+    check_batch_size(batch)?;
     let mut outs = Outputs::new(std::iter::once(tokens.to_path_buf()).chain(m.given()));
     image_io::output_format(out)?;
     let g = TokenGrid::read(tokens)?;
