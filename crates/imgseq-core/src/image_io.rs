@@ -388,14 +388,16 @@ where
     } else {
         (((w as f64 * scale).round() as u32).max(size), size)
     };
-    let resized = if (nw, nh) == (w, h) {
-        img.clone()
-    } else {
-        image::imageops::resize(img, nw, nh, FILTER)
-    };
     let x = (nw - size) / 2;
     let y = (nh - size) / 2;
-    Ok(image::imageops::crop_imm(&resized, x, y, size, size).to_image())
+    // Only the crop is resized: the same bytes as resizing whole with [`FILTER`] and cropping,
+    // without the whole (an up-scaled sliver's would be gigabytes).
+    Ok(crate::catmull_rom::resize_window(
+        img,
+        (nw, nh),
+        x..x + size,
+        y..y + size,
+    ))
 }
 
 /// Fits the image inside `size`×`size` keeping its aspect ratio and pads the rest with

@@ -2,6 +2,7 @@
 //! token files (`.npy`), datasets and image-quality metrics.
 
 pub mod budget;
+pub mod catmull_rom;
 pub mod codes;
 pub mod data;
 pub mod error;

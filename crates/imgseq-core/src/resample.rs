@@ -37,6 +37,7 @@
 
 use crate::{Error, Result};
 use image::RgbImage;
+use std::ops::Range;
 
 /// Fixed-point fraction bits of Pillow's 8-bit resampling (`PRECISION_BITS = 32 − 8 − 2`).
 const PRECISION_BITS: u32 = 22;
@@ -99,40 +100,41 @@ struct Taps {
     weights: Vec<i32>,
 }
 
-/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc`.
-fn taps(in_size: usize, out_size: usize, filter: Filter) -> Vec<Taps> {
+/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for the output coordinates `outs`
+/// (each coordinate's taps depend on it alone, so a window of the output is computed exactly
+/// as Pillow computes it within the whole).
+fn taps(in_size: usize, out_size: usize, outs: Range<usize>, filter: Filter) -> Vec<Taps> {
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
     let support = filter.support() * filterscale;
     let ss = 1.0 / filterscale;
     let one = (1u32 << PRECISION_BITS) as f64;
-    (0..out_size)
-        .map(|xx| {
-            let center = (xx as f64 + 0.5) * scale;
-            // C's `(int)` truncates toward zero; both values here are > −1, as in Pillow.
-            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
-            let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
-            let w: Vec<f64> = (xmin..xmax.max(xmin))
-                .map(|x| filter.weight((x as f64 - center + 0.5) * ss))
-                .collect();
-            let total: f64 = w.iter().sum();
-            let weights = w
-                .iter()
-                .map(|&k| {
-                    let k = if total != 0.0 { k / total } else { k };
-                    if k < 0.0 {
-                        (-0.5 + k * one) as i32
-                    } else {
-                        (0.5 + k * one) as i32
-                    }
-                })
-                .collect();
-            Taps {
-                first: xmin,
-                weights,
-            }
-        })
-        .collect()
+    outs.map(|xx| {
+        let center = (xx as f64 + 0.5) * scale;
+        // C's `(int)` truncates toward zero; both values here are > −1, as in Pillow.
+        let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+        let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
+        let w: Vec<f64> = (xmin..xmax.max(xmin))
+            .map(|x| filter.weight((x as f64 - center + 0.5) * ss))
+            .collect();
+        let total: f64 = w.iter().sum();
+        let weights = w
+            .iter()
+            .map(|&k| {
+                let k = if total != 0.0 { k / total } else { k };
+                if k < 0.0 {
+                    (-0.5 + k * one) as i32
+                } else {
+                    (0.5 + k * one) as i32
+                }
+            })
+            .collect();
+        Taps {
+            first: xmin,
+            weights,
+        }
+    })
+    .collect()
 }
 
 /// Pillow's `clip8`: the rounded fixed-point sum back to a byte.
@@ -163,42 +165,75 @@ pub fn resize_pil(
     (out_h, out_w): (usize, usize),
     filter: Filter,
 ) -> Vec<u8> {
+    let whole = Window {
+        y: 0..out_h,
+        x: 0..out_w,
+    };
+    resize_pil_window(src, (h, w, c), (out_h, out_w), whole, filter)
+}
+
+/// Rows and columns of a resized image's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    pub y: Range<usize>,
+    pub x: Range<usize>,
+}
+
+/// The `window` of [`resize_pil`]'s output, byte for byte, computing only what it needs: the
+/// horizontal pass over the source rows and for the columns the window reads. A crop of an
+/// up-scaled sliver (16384×1 to a shorter side of 384: 6.3 M × 384 pixels whole) costs the
+/// crop, not the whole resized image.
+///
+/// # Shapes
+/// src: h·w·c bytes, row-major, channels last → window.y.len()·window.x.len()·c bytes
+pub fn resize_pil_window(
+    src: &[u8],
+    (h, w, c): (usize, usize, usize),
+    (out_h, out_w): (usize, usize),
+    window: Window,
+    filter: Filter,
+) -> Vec<u8> {
     debug_assert_eq!(src.len(), h * w * c);
-    let kv = (h != out_h).then(|| taps(h, out_h, filter));
+    debug_assert!(window.y.end <= out_h && window.x.end <= out_w);
+    let (wh, ww) = (window.y.len(), window.x.len());
+    let kv = (h != out_h).then(|| taps(h, out_h, window.y.clone(), filter));
     // Rows the vertical pass reads (Pillow's horizontal pass covers only those).
     let (first, last) = match &kv {
         Some(kv) => (
             kv.first().map_or(0, |t| t.first),
             kv.last().map_or(0, |t| t.first + t.weights.len()),
         ),
-        None => (0, h),
+        None => (window.y.start, window.y.end),
     };
     let rows = last - first;
     // Horizontal pass (skipped by Pillow when the width does not change).
     let tmp = if w != out_w {
-        let kh = taps(w, out_w, filter);
-        let mut tmp = vec![0u8; rows * out_w * c];
+        let kh = taps(w, out_w, window.x.clone(), filter);
+        let mut tmp = vec![0u8; rows * ww * c];
         for y in 0..rows {
             let row = &src[(first + y) * w * c..(first + y + 1) * w * c];
             for (x, t) in kh.iter().enumerate() {
                 for ch in 0..c {
-                    tmp[(y * out_w + x) * c + ch] = tap_sum(t, |i| row[i * c + ch]);
+                    tmp[(y * ww + x) * c + ch] = tap_sum(t, |i| row[i * c + ch]);
                 }
             }
         }
         tmp
     } else {
-        src[first * w * c..last * w * c].to_vec()
+        let mut tmp = Vec::with_capacity(rows * ww * c);
+        for y in first..last {
+            tmp.extend_from_slice(&src[(y * w + window.x.start) * c..(y * w + window.x.end) * c]);
+        }
+        tmp
     };
     let Some(kv) = kv else {
         return tmp;
     };
-    let mut out = vec![0u8; out_h * out_w * c];
+    let mut out = vec![0u8; wh * ww * c];
     for (y, t) in kv.iter().enumerate() {
-        for x in 0..out_w {
+        for x in 0..ww {
             for ch in 0..c {
-                out[(y * out_w + x) * c + ch] =
-                    tap_sum(t, |i| tmp[((i - first) * out_w + x) * c + ch]);
+                out[(y * ww + x) * c + ch] = tap_sum(t, |i| tmp[((i - first) * ww + x) * c + ch]);
             }
         }
     }
@@ -267,24 +302,48 @@ pub fn adm_center_crop(img: &RgbImage, size: u32) -> Result<RgbImage> {
     if size == 0 {
         return Err(Error::setting("size", size, "must be positive"));
     }
-    let mut img = img.clone();
-    while img.width().min(img.height()) >= 2 * size {
-        img = pil_resize(&img, img.width() / 2, img.height() / 2, Filter::Box);
+    let mut halved: Option<RgbImage> = None;
+    loop {
+        let cur = halved.as_ref().unwrap_or(img);
+        if cur.width().min(cur.height()) < 2 * size {
+            break;
+        }
+        halved = Some(pil_resize(
+            cur,
+            cur.width() / 2,
+            cur.height() / 2,
+            Filter::Box,
+        ));
     }
+    let img = halved.as_ref().unwrap_or(img);
     let (w, h) = (img.width(), img.height());
+    if w == 0 || h == 0 {
+        return Err(Error::invalid("adm_center_crop: the image is empty"));
+    }
     let scale = size as f64 / w.min(h) as f64;
     let (nw, nh) = (
         round_half_even(w as f64 * scale),
         round_half_even(h as f64 * scale),
     );
-    let img = pil_resize(&img, nw, nh, Filter::Bicubic);
     if nw < size || nh < size {
         return Err(Error::invalid(format!(
             "the resized image is {nw}x{nh}, smaller than {size}x{size}"
         )));
     }
+    // Only the crop of the bicubic resize is computed (the same bytes as resizing whole).
     let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
-    Ok(image::imageops::crop_imm(&img, x0, y0, size, size).to_image())
+    let window = Window {
+        y: y0 as usize..(y0 + size) as usize,
+        x: x0 as usize..(x0 + size) as usize,
+    };
+    let out = resize_pil_window(
+        img.as_raw(),
+        (h as usize, w as usize, 3),
+        (nh as usize, nw as usize),
+        window,
+        Filter::Bicubic,
+    );
+    Ok(RgbImage::from_raw(size, size, out).expect("the window is size x size"))
 }
 
 /// The padding colour of Janus's image processor: `int(0.5 · 255)` per channel (its mean).
@@ -353,6 +412,40 @@ mod tests {
         let out = pil_resize(&img, 2, 1, Filter::Box);
         assert_eq!(out.get_pixel(0, 0).0, [5, 0, 255]);
         assert_eq!(out.get_pixel(1, 0).0, [25, 0, 255]);
+    }
+
+    /// A window of a resize is the whole resize cropped, byte for byte, for every filter,
+    /// shrinking and growing; ADM's crop computed through it equals the whole-image path.
+    #[test]
+    fn resize_window_equals_the_whole_resize_cropped() {
+        let img = RgbImage::from_fn(41, 17, |x, y| {
+            let v = x.wrapping_mul(2654435761u32.wrapping_mul(y + 1)) ^ (y * 97);
+            image::Rgb([v as u8, (v >> 8) as u8, (v >> 16) as u8])
+        });
+        for filter in [Filter::Box, Filter::Bilinear, Filter::Bicubic] {
+            for (oh, ow, wy, wx) in [
+                (9, 20, 2..7, 3..18),
+                (68, 164, 10..60, 40..150),
+                (17, 100, 0..17, 90..100),
+                (5, 41, 1..3, 0..41),
+            ] {
+                let whole = resize_pil(img.as_raw(), (17, 41, 3), (oh, ow), filter);
+                let want: Vec<u8> = wy
+                    .clone()
+                    .flat_map(|y| whole[(y * ow + wx.start) * 3..(y * ow + wx.end) * 3].to_vec())
+                    .collect();
+                let window = Window {
+                    y: wy.clone(),
+                    x: wx.clone(),
+                };
+                let got = resize_pil_window(img.as_raw(), (17, 41, 3), (oh, ow), window, filter);
+                assert_eq!(got, want, "{filter:?} to {oh}x{ow}, {wy:?} x {wx:?}");
+            }
+        }
+        let (nw, nh) = (round_half_even(41.0 * 16.0 / 17.0), 16);
+        let whole = pil_resize(&img, nw, nh, Filter::Bicubic);
+        let want = image::imageops::crop_imm(&whole, (nw - 16) / 2, 0, 16, 16).to_image();
+        assert_eq!(adm_center_crop(&img, 16).unwrap(), want);
     }
 
     #[test]

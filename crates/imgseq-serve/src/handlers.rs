@@ -107,9 +107,19 @@ fn too_late(state: &AppState) -> ApiError {
     )
 }
 
-/// Runs `task` on `served`'s queue within the request deadline.
-async fn run(state: &AppState, served: &Served, task: Task) -> Result<Output, ApiError> {
-    let deadline = tokio::time::Instant::now() + state.cfg.deadline;
+/// When a request that arrives now must be answered: its deadline counts from its arrival, so
+/// reading and preparing its image count too (the handler takes it first, before the body).
+fn deadline_of(state: &AppState) -> tokio::time::Instant {
+    tokio::time::Instant::now() + state.cfg.deadline
+}
+
+/// Runs `task` on `served`'s queue within the request's `deadline`.
+async fn run(
+    state: &AppState,
+    served: &Served,
+    task: Task,
+    deadline: tokio::time::Instant,
+) -> Result<Output, ApiError> {
     let answer = submit(served, task, deadline)?;
     match tokio::time::timeout_at(deadline, answer).await {
         Err(_) => Err(too_late(state)),
@@ -118,25 +128,32 @@ async fn run(state: &AppState, served: &Served, task: Task) -> Result<Output, Ap
     }
 }
 
-/// Reads an image body and prepares it for `served` on the blocking pool.
+/// Reads an image body and prepares it for `served` on the blocking pool, by the request's
+/// `deadline` (504 after it).
 async fn image_task(
     state: &Arc<AppState>,
     served: &Arc<Served>,
     headers: &HeaderMap,
     body: Body,
     upscale: bool,
+    deadline: tokio::time::Instant,
 ) -> Result<RgbImage, ApiError> {
-    let bytes = read_body(
-        headers,
-        body,
-        state.cfg.max_body_bytes,
-        state.cfg.body_timeout,
-    )
-    .await?;
-    let (s, max) = (served.clone(), state.cfg.max_pixels);
-    tokio::task::spawn_blocking(move || picture(&bytes, &s, max, upscale))
+    let prepared = async {
+        let bytes = read_body(
+            headers,
+            body,
+            state.cfg.max_body_bytes,
+            state.cfg.body_timeout,
+        )
+        .await?;
+        let (s, max) = (served.clone(), state.cfg.max_pixels);
+        tokio::task::spawn_blocking(move || picture(&bytes, &s, max, upscale))
+            .await
+            .map_err(|_| ApiError::internal("decoding the image panicked"))?
+    };
+    tokio::time::timeout_at(deadline, prepared)
         .await
-        .map_err(|_| ApiError::internal("decoding the image panicked"))?
+        .map_err(|_| too_late(state))?
 }
 
 fn unexpected() -> ApiError {
@@ -154,9 +171,10 @@ pub async fn tokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
-    let pic = image_task(&state, &served, &headers, body, q.upscale).await?;
-    let Output::Tokens(g) = run(&state, &served, Task::Encode(pic)).await? else {
+    let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
+    let Output::Tokens(g) = run(&state, &served, Task::Encode(pic), deadline).await? else {
         return Err(unexpected());
     };
     if wants_npy(&headers) {
@@ -178,15 +196,16 @@ pub async fn roundtrip(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
-    let pic = image_task(&state, &served, &headers, body, q.upscale).await?;
+    let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
     let input = png_base64(&pic)?;
     let Output::Roundtrip {
         tokens,
         reconstruction,
         psnr,
         ssim,
-    } = run(&state, &served, Task::Roundtrip(pic)).await?
+    } = run(&state, &served, Task::Roundtrip(pic), deadline).await?
     else {
         return Err(unexpected());
     };
@@ -268,6 +287,7 @@ pub async fn detokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
     let bytes: Bytes = read_body(
         &headers,
@@ -287,7 +307,7 @@ pub async fn detokenize(
             )));
         }
     }
-    let Output::Image(img) = run(&state, &served, Task::Decode(grid)).await? else {
+    let Output::Image(img) = run(&state, &served, Task::Decode(grid), deadline).await? else {
         return Err(unexpected());
     };
     Ok(([(header::CONTENT_TYPE, "image/png")], png_bytes(&img)?).into_response())
@@ -300,9 +320,10 @@ pub async fn embed(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vit)?;
-    let pic = image_task(&state, &served, &headers, body, q.upscale).await?;
-    let Output::Embedding(e) = run(&state, &served, Task::Embed(pic)).await? else {
+    let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
+    let Output::Embedding(e) = run(&state, &served, Task::Embed(pic), deadline).await? else {
         return Err(unexpected());
     };
     if wants_npy(&headers) {
@@ -325,13 +346,14 @@ pub async fn classify(
     headers: HeaderMap,
     body: Body,
 ) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vit)?;
     let k = q.k.unwrap_or(5);
     if k == 0 || k > 1000 {
         return Err(ApiError::bad(format!("k {k} must be between 1 and 1000")));
     }
-    let pic = image_task(&state, &served, &headers, body, q.upscale).await?;
-    let Output::TopK(top) = run(&state, &served, Task::Classify(pic, k)).await? else {
+    let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
+    let Output::TopK(top) = run(&state, &served, Task::Classify(pic, k), deadline).await? else {
         return Err(unexpected());
     };
     let classes = &served.info.classes;
@@ -422,6 +444,7 @@ async fn sample_request(
 
 /// `POST /v1/sample`: a class → generated images (tokens and PNGs).
 pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Answer {
+    let deadline = deadline_of(&state);
     let (served, class, n, options) = sample_request(&state, &headers, body).await?;
     let classes = &served.info.classes;
     let task = Task::Sample {
@@ -430,7 +453,7 @@ pub async fn sample(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         options,
         stream: None,
     };
-    let Output::Samples { tokens, images } = run(&state, &served, task).await? else {
+    let Output::Samples { tokens, images } = run(&state, &served, task, deadline).await? else {
         return Err(unexpected());
     };
     if wants_npy(&headers) {
@@ -469,7 +492,7 @@ pub async fn sample_stream(
     let (served, class, n, options) = sample_request(&state, &headers, body).await?;
     let rows = served.info.grid.map_or(1, |g| g[0]);
     let (tx, mut rx) = tokio::sync::mpsc::channel(rows + 2);
-    let deadline = tokio::time::Instant::now() + state.cfg.deadline;
+    let deadline = deadline_of(&state);
     let sink = crate::stream::RowSink {
         tx,
         deadline: deadline.into_std(),
@@ -548,6 +571,7 @@ pub struct TestQuery {
 /// `POST /v1/_test?action=panic|sleep&ms=N` (tests only): work that panics in the worker or
 /// holds it for `ms` (at most 10 s).
 pub async fn test_task(State(state): State<Arc<AppState>>, Q(q): Q<TestQuery>) -> Answer {
+    let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
     let task = match q.action.as_str() {
         "panic" => Task::Panic,
@@ -558,6 +582,6 @@ pub async fn test_task(State(state): State<Arc<AppState>>, Q(q): Q<TestQuery>) -
             )))
         }
     };
-    run(&state, &served, task).await?;
+    run(&state, &served, task, deadline).await?;
     Ok(Json(json!({"done": q.action})).into_response())
 }

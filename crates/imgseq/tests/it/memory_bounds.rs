@@ -133,3 +133,49 @@ fn stats_reads_a_sparse_805_mb_shard_one_sample_at_a_time() {
     assert!(done, "{err}");
     assert!(peak < 512.0, "peak RSS {peak:.0} MiB");
 }
+
+/// A 16384×1 RGB PNG (about a kilobyte), written with the `image` crate's encoder.
+fn sliver_png(path: &Path) {
+    let img = image::RgbImage::from_fn(16384, 1, |x, _| {
+        image::Rgb([(x % 251) as u8, (x % 13 * 19) as u8, 128])
+    });
+    img.save(path).unwrap();
+    assert!(std::fs::metadata(path).unwrap().len() < 64 * 1024);
+}
+
+/// `--upscale` of a 16384×1 sliver used to resize the whole picture before cropping: to a
+/// shorter side of 128 here, 2,097,152×128 pixels (over 800 MB; at 384, over 6 GB). Now only
+/// the crop is resized (about 90 MB peak, the model's), for the shorter-side rule (taming)
+/// and ADM's (LlamaGen) alike.
+#[test]
+fn encode_upscales_a_16384x1_sliver_by_its_crop_in_little_memory() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("sliver.png");
+    sliver_png(&src);
+    let fx = |name: &str| {
+        s(&Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures")
+            .join(name))
+    };
+    let taming = [
+        "--weights".to_string(),
+        fx("vqgan/tiny.safetensors"),
+        "--config".into(),
+        fx("vqgan/tiny_config.json"),
+        "--precision".into(),
+        "f32".into(),
+    ];
+    let llamagen = ["--weights".to_string(), fx("llamagen/vq_tiny.pt")];
+    for (family, model) in [("taming", &taming[..]), ("llamagen", &llamagen[..])] {
+        let out = d.path().join(format!("{family}.npy"));
+        let (done, err, peak) = peak_rss_mib(&args(
+            &["vq", "encode", &s(&src)],
+            model,
+            &["--size", "128", "--upscale", "-o", &s(&out)],
+        ));
+        assert!(done, "{family}: {err}");
+        let (shape, tokens) = imgseq_core::npy::read_npy_i64(&out).unwrap();
+        assert_eq!(shape.iter().product::<usize>(), tokens.len());
+        assert!(peak < 256.0, "{family}: peak RSS {peak:.0} MiB");
+    }
+}
