@@ -45,13 +45,26 @@ impl Default for SampleOptions {
     }
 }
 
+/// The smallest positive temperature and the largest: the draw divides logits by it in f32,
+/// where 1e-50 is 0 (a division giving NaN) and 1e-30 turns every logit gap into infinity.
+pub const TEMPERATURE_RANGE: (f64, f64) = (1e-3, 1e3);
+
+/// The largest guidance scale, in size: the guided logits `u + (c − u)·g` are computed in f32,
+/// where a scale of 1e308 is infinity (every token the same).
+pub const MAX_GUIDANCE: f64 = 100.0;
+
 impl SampleOptions {
+    /// Refuses settings the arithmetic cannot honour, in the type it uses (f32): temperature 0
+    /// (greedy) or within [`TEMPERATURE_RANGE`], top-k positive, top-p in (0, 1], guidance
+    /// within ±[`MAX_GUIDANCE`], batch positive.
     pub fn validate(&self) -> Result<()> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+        let (t_min, t_max) = TEMPERATURE_RANGE;
+        let t = self.temperature;
+        if !(t == 0.0 || (t_min..=t_max).contains(&t)) {
             return Err(Error::setting(
                 "temperature",
-                self.temperature,
-                "must be a number ≥ 0",
+                t,
+                format!("must be 0 (greedy) or between {t_min} and {t_max}"),
             ));
         }
         if self.top_k == Some(0) {
@@ -62,11 +75,11 @@ impl SampleOptions {
                 return Err(Error::setting("top_p", p, "must be in (0, 1]"));
             }
         }
-        if !self.guidance.is_finite() {
+        if !(self.guidance.abs() <= MAX_GUIDANCE) {
             return Err(Error::setting(
                 "guidance",
                 self.guidance,
-                "must be a finite number",
+                format!("must be between -{MAX_GUIDANCE} and {MAX_GUIDANCE} (1: none)"),
             ));
         }
         if self.batch == 0 {
@@ -76,36 +89,54 @@ impl SampleOptions {
     }
 }
 
-/// One draw from `logits` (a row over the codes) with temperature, top-k and top-p.
-pub fn draw(logits: &[f32], o: &SampleOptions, rng: &mut impl Rng) -> u32 {
-    let argmax = |v: &[f32]| {
-        v.iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
-                if x > bv {
-                    (i, x)
-                } else {
-                    (bi, bv)
-                }
-            })
-            .0 as u32
+/// One draw from `logits` (a row over the codes) with temperature, top-k and top-p. A logit
+/// that is NaN is never drawn (it counts as −∞); a row without a finite logit, or whose
+/// probabilities do not sum to a positive finite number, is an error rather than a token.
+pub fn draw(logits: &[f32], o: &SampleOptions, rng: &mut impl Rng) -> Result<u32> {
+    let finite = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
+    let not_a_distribution = || {
+        Error::invalid(format!(
+            "the model's logits over {} codes give no probability distribution (NaN or \
+             infinite values): nothing to draw from",
+            logits.len()
+        ))
     };
+    let best = logits
+        .iter()
+        .enumerate()
+        .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if finite(x) > bv {
+                (i, finite(x))
+            } else {
+                (bi, bv)
+            }
+        });
+    if !best.1.is_finite() {
+        return Err(not_a_distribution());
+    }
     if o.temperature == 0.0 {
-        return argmax(logits);
+        return Ok(best.0 as u32);
     }
     // Candidates by decreasing logit (ties: lower index first).
     let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| {
+        finite(logits[b])
+            .total_cmp(&finite(logits[a]))
+            .then(a.cmp(&b))
+    });
     if let Some(k) = o.top_k {
         order.truncate(k.max(1));
     }
     let t = o.temperature as f32;
-    let m = logits[order[0]];
+    let m = best.1;
     let mut p: Vec<f64> = order
         .iter()
-        .map(|&i| (((logits[i] - m) / t) as f64).exp())
+        .map(|&i| (((finite(logits[i]) - m) / t) as f64).exp())
         .collect();
     let z: f64 = p.iter().sum();
+    if !(z.is_finite() && z > 0.0) {
+        return Err(not_a_distribution());
+    }
     p.iter_mut().for_each(|x| *x /= z);
     if let Some(top_p) = o.top_p {
         let mut acc = 0.0;
@@ -127,10 +158,12 @@ pub fn draw(logits: &[f32], o: &SampleOptions, rng: &mut impl Rng) -> u32 {
     for (i, x) in p.iter().enumerate() {
         acc += x;
         if u < acc {
-            return order[i] as u32;
+            return Ok(order[i] as u32);
         }
     }
-    order[p.len() - 1] as u32
+    // Rounding left `acc` just under 1: the last candidate with any probability.
+    let last = p.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+    Ok(order[last] as u32)
 }
 
 /// One request: the class to generate (None: unconditional) and the first tokens to keep.
@@ -311,7 +344,7 @@ fn generate_batch(
         let rows_v = last.to_vec2::<f32>()?;
         let mut next = Vec::with_capacity(rows);
         for (i, row) in rows_v.iter().enumerate() {
-            let tok = draw(row, o, &mut rngs[i]);
+            let tok = draw(row, o, &mut rngs[i])?;
             seqs[i].push(tok);
             next.push(tok);
         }

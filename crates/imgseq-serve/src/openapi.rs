@@ -53,9 +53,9 @@ fn grid() -> Value {
 fn sample_body() -> Value {
     json!({"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["class"], "properties": {
         "model": {"type": "string"}, "class": {"description": "class name or index"},
-        "n": {"type": "integer", "default": 1}, "temperature": {"type": "number", "default": 1.0},
-        "top_k": {"type": "integer"}, "top_p": {"type": "number"},
-        "guidance": {"type": "number", "default": 1.0}, "seed": {"type": "integer", "default": 0}}}}}})
+        "n": {"type": "integer", "default": 1}, "temperature": {"type": "number", "default": 1.0, "minimum": 0, "maximum": 1000, "description": "0 (greedy) or 0.001 to 1000"},
+        "top_k": {"type": "integer", "minimum": 1}, "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "guidance": {"type": "number", "default": 1.0, "minimum": -100, "maximum": 100, "description": "classifier-free guidance scale (1: none)"}, "seed": {"type": "integer", "default": 0}}}}}})
 }
 
 /// The endpoints the viewer's ViT position map and GPT stream read.

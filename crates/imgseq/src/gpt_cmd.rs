@@ -55,7 +55,7 @@ pub struct VqArgs {
 
 #[derive(Args)]
 pub struct DrawArgs {
-    /// Softmax temperature (0: greedy).
+    /// Softmax temperature: 0 (greedy) or 0.001 to 1000.
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
     /// Sample from the k most likely codes only.
@@ -64,7 +64,7 @@ pub struct DrawArgs {
     /// Sample from the smallest set of codes whose probability reaches p.
     #[arg(long)]
     top_p: Option<f64>,
-    /// Classifier-free guidance scale (1: none).
+    /// Classifier-free guidance scale, -100 to 100 (1: none).
     #[arg(long, default_value_t = 2.0)]
     guidance: f64,
     #[arg(long, default_value_t = 0)]

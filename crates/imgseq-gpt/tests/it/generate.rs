@@ -193,15 +193,18 @@ fn draw_respects_top_k_top_p_and_temperature() {
         ..Default::default()
     };
     for _ in 0..200 {
-        let t = draw(&logits, &o(Some(2), None, 1.0), &mut rng);
+        let t = draw(&logits, &o(Some(2), None, 1.0), &mut rng).unwrap();
         assert!(t == 1 || t == 2);
-        assert_eq!(draw(&logits, &o(None, Some(0.01), 1.0), &mut rng), 1);
-        assert_eq!(draw(&logits, &o(None, None, 0.0), &mut rng), 1);
+        assert_eq!(
+            draw(&logits, &o(None, Some(0.01), 1.0), &mut rng).unwrap(),
+            1
+        );
+        assert_eq!(draw(&logits, &o(None, None, 0.0), &mut rng).unwrap(), 1);
     }
     // Plain sampling reaches every code; frequencies follow the softmax.
     let mut counts = [0usize; 5];
     for _ in 0..20000 {
-        counts[draw(&logits, &o(None, None, 1.0), &mut rng) as usize] += 1;
+        counts[draw(&logits, &o(None, None, 1.0), &mut rng).unwrap() as usize] += 1;
     }
     let z: f32 = logits.iter().map(|x| x.exp()).sum();
     for (i, &c) in counts.iter().enumerate() {
@@ -258,4 +261,54 @@ fn row_callback_reports_each_row_and_can_stop_sampling() {
         imgseq_core::error::ErrorKind::ResourceLimit,
         "{e}"
     );
+}
+
+/// A temperature of 1e-50 is 0 in the f32 the draw divides in (NaN logits, and the draw then
+/// returned the least likely code); a guidance of 1e308 is infinity in f32. Both are refused
+/// by `validate`, in the type the arithmetic uses, and a row of logits with NaN never yields
+/// a NaN's code: NaN counts as −∞, and a row with nothing finite is an error.
+#[test]
+fn tiny_temperature_huge_guidance_and_nan_logits_never_draw_a_wrong_token() {
+    let with = |t: f64, g: f64| SampleOptions {
+        temperature: t,
+        guidance: g,
+        ..Default::default()
+    };
+    for t in [1e-50, 1e-30, 1e-4, -1.0, f64::NAN, f64::INFINITY, 1e5] {
+        let e = with(t, 1.0).validate().unwrap_err().to_string();
+        assert!(e.contains("temperature"), "{t}: {e}");
+    }
+    for t in [0.0, 1e-3, 0.7, 1.0, 1e3] {
+        with(t, 1.0).validate().unwrap();
+    }
+    for g in [1e308, -1e308, 101.0, f64::NAN] {
+        let e = with(1.0, g).validate().unwrap_err().to_string();
+        assert!(e.contains("guidance"), "{g}: {e}");
+    }
+    for g in [-100.0, 0.0, 1.0, 7.5, 100.0] {
+        with(1.0, g).validate().unwrap();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let nan = [0.0f32, f32::NAN, 2.0, -1.0];
+    for t in [0.0, 1e-3, 1.0] {
+        for _ in 0..200 {
+            let code = draw(&nan, &with(t, 1.0), &mut rng).unwrap();
+            assert_ne!(code, 1, "temperature {t} drew the NaN's code");
+        }
+    }
+    // At the smallest temperature the most likely code is the draw.
+    assert_eq!(
+        draw(&[0.0, 5.0, 4.9], &with(1e-3, 1.0), &mut rng).unwrap(),
+        1
+    );
+    for row in [
+        [f32::NAN; 3],
+        [f32::NEG_INFINITY; 3],
+        [0.0, f32::INFINITY, 1.0],
+    ] {
+        let e = draw(&row, &with(1.0, 1.0), &mut rng)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("NaN or infinite"), "{row:?}: {e}");
+    }
 }

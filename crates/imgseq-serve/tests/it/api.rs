@@ -282,6 +282,16 @@ fn gpt_sample_equals_the_library_sampler() {
         .post("/v1/sample", &[], br#"{"class": 0, "n": 1000}"#)
         .error(400);
     assert!(e.contains("n 1000"), "{e}");
+    // Settings the f32 arithmetic cannot honour are 400 with the range, not the least
+    // likely token (temperature 1e-50 is 0 in f32) or every token alike (guidance 1e308).
+    for (body, setting) in [
+        (&br#"{"class": 0, "temperature": 1e-50}"#[..], "temperature"),
+        (br#"{"class": 0, "guidance": 1e308}"#, "guidance"),
+        (br#"{"class": 0, "top_p": 0}"#, "top_p"),
+    ] {
+        let e = s.post("/v1/sample", &[], body).error(400);
+        assert!(e.contains(setting), "{e}");
+    }
 }
 
 #[test]

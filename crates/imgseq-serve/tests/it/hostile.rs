@@ -89,6 +89,11 @@ fn bad_image_bodies_are_400_or_413_and_the_server_stays_healthy() {
         s.post("/v1/tokenize?upscale=true", &[], &png(8, 8)).status,
         200
     );
+    // An up-scaled 16384×1 sliver: only its crop is resized (the whole would be 524288×32).
+    assert_eq!(
+        s.post("/v1/tokenize?upscale=true", &[], &png(16384, 1)).status,
+        200
+    );
     let e = s.post("/v1/tokenize?colour=red", &[], &good).error(400);
     assert!(e.contains("colour"), "{e}");
     let e = s.post("/v1/tokenize?model=nope", &[], &good).error(404);
