@@ -2,7 +2,8 @@
 //! JSON, PNG or `.npy`.
 
 use crate::http::{
-    f32_le, i64_le, npy_response, png_base64, png_bytes, read_body, wants_npy, ApiError, NPY, Q,
+    content_type_is, f32_le, i64_le, npy_response, png_base64, png_bytes, read_body, wants_npy,
+    ApiError, NPY, Q,
 };
 use crate::models::Kind;
 use crate::state::{AppState, Served};
@@ -225,10 +226,7 @@ pub async fn roundtrip(
 /// The token grid of a detokenize body: JSON `{"tokens": [[...], ...]}` or a `.npy` (h, w)
 /// integer array, checked against the model's codebook.
 fn token_grid(headers: &HeaderMap, bytes: &[u8], n_codes: usize) -> Result<TokenGrid, ApiError> {
-    let is_npy = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with(NPY));
+    let is_npy = content_type_is(headers, NPY);
     let name = Path::new("request body");
     let (h, w, data) = if is_npy {
         let a = imgseq_core::npy::parse_npy(name, bytes)?;

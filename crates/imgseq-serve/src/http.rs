@@ -139,12 +139,54 @@ pub async fn read_body(
     }
 }
 
-/// Whether the client asks for `.npy` (`Accept: application/x-npy`).
+/// The media type of a `Content-Type` value or of one `Accept` element, as HTTP defines it
+/// (RFC 9110 §8.3.1): `type/subtype` before any `;` parameter, case-insensitive — lowercased
+/// here — and its `q` weight (1 when absent; `None` when it does not parse).
+fn media_type(v: &str) -> (String, Option<f32>) {
+    let mut parts = v.split(';');
+    let ty = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let mut q = Some(1.0);
+    for p in parts {
+        if let Some((k, val)) = p.split_once('=') {
+            if k.trim().eq_ignore_ascii_case("q") {
+                q = val
+                    .trim()
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|q| (0.0..=1.0).contains(q));
+            }
+        }
+    }
+    (ty, q)
+}
+
+/// Whether `headers`' `Content-Type` is the media type `want` (given in lowercase):
+/// `APPLICATION/X-NPY` is, `application/x-npyfoo` is not.
+pub fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| media_type(v).0 == want)
+}
+
+/// Whether the client asks for `.npy`: an `Accept` element `application/x-npy` (any case,
+/// with parameters) whose `q` is not 0.
 pub fn wants_npy(headers: &HeaderMap) -> bool {
     headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim().starts_with(NPY)))
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(media_type)
+        .any(|(ty, q)| ty == NPY && q.is_some_and(|q| q > 0.0))
+}
+
+/// The token of an `Authorization` value in the Bearer scheme (RFC 6750 §2.1, the scheme
+/// name case-insensitive as RFC 9110 §11.1 has it, one or more spaces before the token).
+pub fn bearer_token(v: &str) -> Option<&str> {
+    let (scheme, token) = v.split_once(' ')?;
+    let token = token.trim_start_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// A `.npy` answer: `descr` (`<i8`, `<f4`), `shape`, little-endian data.
@@ -198,6 +240,58 @@ impl Future for CatchPanic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Media types compare as HTTP defines them: case-insensitive, parameters aside, whole
+    /// (`application/x-npyfoo` is not `.npy`); an `Accept` element with q=0 refuses.
+    #[test]
+    fn media_types_are_parsed_not_prefix_matched() {
+        let h = |name, v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(name, v.parse().unwrap());
+            m
+        };
+        for v in [
+            "application/x-npy",
+            "APPLICATION/X-NPY",
+            "Application/X-Npy; charset=x",
+        ] {
+            assert!(content_type_is(&h(header::CONTENT_TYPE, v), NPY), "{v}");
+        }
+        for v in ["application/x-npyfoo", "application/json", "x-npy", ""] {
+            assert!(!content_type_is(&h(header::CONTENT_TYPE, v), NPY), "{v}");
+        }
+        for v in [
+            "text/html, APPLICATION/X-NPY",
+            "application/x-npy;q=0.5",
+            "*/*;q=0.1, application/x-npy",
+        ] {
+            assert!(wants_npy(&h(header::ACCEPT, v)), "{v}");
+        }
+        for v in [
+            "application/x-npyfoo",
+            "application/x-npy;q=0",
+            "application/x-npy;q=2",
+            "*/*",
+        ] {
+            assert!(!wants_npy(&h(header::ACCEPT, v)), "{v}");
+        }
+    }
+
+    /// The auth scheme's name is case-insensitive; the token is not, and must be there.
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        for (v, want) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("BEARER   abc", Some("abc")),
+            ("Bearer", None),
+            ("Bearer ", None),
+            ("Basic abc", None),
+            ("Bearerabc", None),
+        ] {
+            assert_eq!(bearer_token(v), want, "{v}");
+        }
+    }
 
     #[test]
     fn error_body_is_one_json_line() {

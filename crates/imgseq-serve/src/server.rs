@@ -130,7 +130,7 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(crate::http::bearer_token);
         if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
             let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong bearer token")
                 .into_response();

@@ -90,15 +90,21 @@ fn detokenize_and_roundtrip_equal_the_library_decode_and_scores() {
     // The same tokens as .npy.
     let mut npy = imgseq_core::npy::npy_header("<i8", &[16, 16]);
     npy.extend(rt.tokens.data.iter().flat_map(|t| t.to_le_bytes()));
+    for ct in ["application/x-npy", "APPLICATION/X-NPY"] {
+        let r = s.post("/v1/detokenize", &[("Content-Type", ct)], &npy);
+        assert_eq!(
+            image::load_from_memory(&r.body).unwrap().to_rgb8(),
+            rt.reconstruction,
+            "{ct}"
+        );
+    }
+    // Not the .npy media type: read as JSON, which it is not.
     let r = s.post(
         "/v1/detokenize",
-        &[("Content-Type", "application/x-npy")],
+        &[("Content-Type", "application/x-npyfoo")],
         &npy,
     );
-    assert_eq!(
-        image::load_from_memory(&r.body).unwrap().to_rgb8(),
-        rt.reconstruction
-    );
+    assert_eq!(r.status, 400);
 }
 
 /// A model's batch bound in pixels caps its batches (here two 32² inputs), shows in
@@ -341,14 +347,12 @@ fn bearer_token_guards_the_api_but_not_health_or_viewer() {
         401
     );
     assert_eq!(s.get("/metrics").status, 401);
-    let r = crate::common::request(
-        s.addr,
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer s3cret")],
-        b"",
-    );
-    assert_eq!(r.status, 200);
+    // The scheme's name is case-insensitive (RFC 9110 §11.1).
+    for auth in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+        let r =
+            crate::common::request(s.addr, "GET", "/v1/models", &[("Authorization", auth)], b"");
+        assert_eq!(r.status, 200, "{auth}");
+    }
     assert_eq!(s.get("/healthz").status, 200);
     let page = s.get("/");
     assert_eq!(page.status, 200);

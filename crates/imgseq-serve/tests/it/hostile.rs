@@ -91,7 +91,8 @@ fn bad_image_bodies_are_400_or_413_and_the_server_stays_healthy() {
     );
     // An up-scaled 16384×1 sliver: only its crop is resized (the whole would be 524288×32).
     assert_eq!(
-        s.post("/v1/tokenize?upscale=true", &[], &png(16384, 1)).status,
+        s.post("/v1/tokenize?upscale=true", &[], &png(16384, 1))
+            .status,
         200
     );
     let e = s.post("/v1/tokenize?colour=red", &[], &good).error(400);
