@@ -17,6 +17,7 @@ pub mod optim;
 pub mod progress;
 pub mod resample;
 pub mod run;
+pub mod safetensors_header;
 pub mod shipped;
 pub mod tokenizer;
 pub mod tokens;

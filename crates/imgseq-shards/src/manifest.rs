@@ -380,12 +380,23 @@ pub fn merge(dir: &Path) -> Result<Manifest> {
         ));
     }
     out.recount();
-    let indices: Vec<usize> = out.shards.iter().map(|s| s.index).collect();
-    if indices != (0..out.num_shards).collect::<Vec<_>>() {
+    // Checked against the shards the parts list, never against the count they claim (a part
+    // claiming 10^12 shards must not make a list of them).
+    if let Some((i, s)) = out.shards.iter().enumerate().find(|(i, s)| s.index != *i) {
         return Err(Error::format(
             dir,
             format!(
-                "the job manifests hold shards {indices:?}, expected 0..{}",
+                "the job manifests do not hold shard {i} exactly once (shard {} is in its place)",
+                s.index
+            ),
+        ));
+    }
+    if out.shards.len() != out.num_shards {
+        return Err(Error::format(
+            dir,
+            format!(
+                "the job manifests hold {} shards, expected {}",
+                out.shards.len(),
                 out.num_shards
             ),
         ));

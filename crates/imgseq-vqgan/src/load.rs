@@ -362,8 +362,24 @@ fn candle_dtype_name(d: DType) -> &'static str {
     }
 }
 
+/// [`candle_dtype_name`]'s name of a safetensors header's dtype (`F32` → `float32`).
+fn safetensors_dtype_name(d: &str) -> &'static str {
+    match d {
+        "F32" => "float32",
+        "F16" => "float16",
+        "BF16" => "bfloat16",
+        "F64" => "float64",
+        "I64" => "int64",
+        "I32" => "int32",
+        "I16" => "int16",
+        "U32" => "uint32",
+        "U8" => "uint8",
+        _ => "other",
+    }
+}
+
 /// Lists the tensors of a safetensors file or torch checkpoint without building a model
-/// (checkpoint tensor data is not read); the family from a config beside it, else the names.
+/// (no tensor data is read: safetensors' header, the checkpoint's pickle); the family from a config beside it, else the names.
 pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let path = path.as_ref();
     let path = &resolve_weights(path)?;
@@ -385,12 +401,20 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
             top_level_keys: c.top_level_keys(),
         }
     } else {
-        let bytes = imgseq_core::weights::read_regular_file(
-            path,
-            imgseq_core::weights::MAX_SAFETENSORS_BYTES,
-            "a safetensors file",
-        )?;
-        summarize_safetensors(path, &bytes)?
+        // The header only: inspecting a 200 MB file reads kilobytes.
+        let tensors = imgseq_core::safetensors_header::read_header(path)?
+            .into_iter()
+            .map(|e| TensorInfo {
+                dtype: safetensors_dtype_name(&e.dtype).into(),
+                name: e.name,
+                shape: e.shape,
+            })
+            .collect();
+        WeightsSummary {
+            format: "safetensors",
+            tensors,
+            ..Default::default()
+        }
     };
     s.tensors.sort_by(|a, b| a.name.cmp(&b.name));
     check_counts(path, &s.tensors)?;

@@ -243,6 +243,37 @@ fn manifests_with_absurd_codebooks_grids_or_job_counts_are_refused_before_alloca
     assert!(e.contains("1000000000000000000 jobs"), "{e}");
 }
 
+/// `vq merge-manifests` aborted (a 10^12-shard list, 8 TB) on parts that claim 10^12 shards:
+/// the parts' shards are checked against what they list, and the claim is a one-line error.
+#[test]
+fn merge_refuses_parts_claiming_a_trillion_shards_without_allocating_them() {
+    let d = tempfile::tempdir().unwrap();
+    let src = images(d.path(), 2);
+    let out = d.path().join("out");
+    tokenize(&src, &out).unwrap();
+    let good = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let shards = v["num_shards"].as_u64().unwrap();
+    let part = good
+        .replacen(
+            &format!("\"num_shards\": {shards}"),
+            "\"num_shards\": 1000000000000",
+            1,
+        )
+        .replacen(
+            "\"shards\"",
+            "\"job\": {\"index\": 0, \"count\": 1},\n  \"shards\"",
+            1,
+        );
+    assert!(part.contains("1000000000000"));
+    std::fs::write(out.join("manifest-0000-of-0001.json"), part).unwrap();
+    let e = imgseq_shards::manifest::merge(&out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected 1000000000000"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
 #[test]
 fn a_token_shard_whose_grid_wraps_or_is_empty_is_refused() {
     use imgseq_shards::wds::ShardWriter;

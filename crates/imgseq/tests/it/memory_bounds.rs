@@ -179,3 +179,24 @@ fn encode_upscales_a_16384x1_sliver_by_its_crop_in_little_memory() {
         assert!(peak < 256.0, "{family}: peak RSS {peak:.0} MiB");
     }
 }
+
+/// `weights inspect` read a whole safetensors file to list its tensors (206 MB peak for a
+/// 200 MB sparse file): it reads the header now.
+#[test]
+fn weights_inspect_reads_a_sparse_200_mb_safetensors_header_only() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("big.safetensors");
+    let n = 50_000_000u64;
+    let header = format!(
+        r#"{{"encoder.conv_in.weight":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
+        4 * n
+    );
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(header.as_bytes()).unwrap();
+    f.set_len(8 + header.len() as u64 + 4 * n).unwrap();
+    drop(f);
+    let (done, err, peak) = peak_rss_mib(&["weights", "inspect", &s(&p)]);
+    assert!(done, "{err}");
+    assert!(peak < 100.0, "peak RSS {peak:.0} MiB");
+}
