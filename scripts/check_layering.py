@@ -9,7 +9,9 @@
 3. No library source file over 700 lines (tests, examples, benches and generated code aside)
    and no function over 100 lines.
 4. A light tree: no tracked file over 10 MB, no optimizer state, no unfinished training run.
-5. Families are plug-ins: no source file outside the family layer (the family crates in
+5. Test hooks stay in tests: no normal dependency turns on a crate's `test-hooks` feature
+   (imgseq-serve's test routes; its own tests turn it on as a dev-dependency).
+6. Families are plug-ins: no source file outside the family layer (the family crates in
    FAMILY_CRATES and the loader, imgseq-models) names a family crate; the CLI, the service,
    the dataset job and the Python package reach every family through
    `imgseq_models::open` and the `Tokenizer` contract.
@@ -81,7 +83,13 @@ def check_crate_deps(dirs: dict[str, Path]) -> list[str]:
             errors.append((f"{d.relative_to(ROOT)}: crate {name} has no layer in LAYERS", f"layer {name}"))
             continue
         deps = tomllib.loads((d / "Cargo.toml").read_text()).get("dependencies", {})
-        for dep in deps:
+        for dep, spec in deps.items():
+            if isinstance(spec, dict) and "test-hooks" in spec.get("features", []):
+                errors.append((
+                    f"{d.relative_to(ROOT)}/Cargo.toml: {name} turns on {dep}'s test-hooks "
+                    "feature in a normal dependency: test hooks stay out of what users run",
+                    f"hooks {name} -> {dep}",
+                ))
             if dep in dirs and LAYERS[dep] >= LAYERS[name]:
                 errors.append((
                     f"{d.relative_to(ROOT)}/Cargo.toml: {name} (layer {LAYERS[name]}) depends on "

@@ -17,8 +17,7 @@
 //! Each output pixel depends on its own row's and column's taps alone, so a window computes
 //! exactly the pixels the whole resize would. A test compares the two on many shapes.
 
-use crate::image_io::Image8;
-use image::Pixel;
+use image::{ImageBuffer, Pixel};
 use std::ops::Range;
 
 /// Mitchell–Netravali's cubic with `b`, `c`, as the `image` crate writes it (Catmull-Rom:
@@ -85,11 +84,11 @@ fn taps(in_size: u32, out_size: u32, outs: Range<u32>) -> Vec<Taps> {
 /// Catmull-Rom, without making the rest. The window must lie inside `nw`×`nh`; the image must
 /// not be empty.
 pub fn resize_window<P>(
-    img: &Image8<P>,
+    img: &ImageBuffer<P, Vec<u8>>,
     (nw, nh): (u32, u32),
     window_x: Range<u32>,
     window_y: Range<u32>,
-) -> Image8<P>
+) -> ImageBuffer<P, Vec<u8>>
 where
     P: Pixel<Subpixel = u8> + 'static,
 {
@@ -138,7 +137,7 @@ where
             }
         }
     }
-    Image8::from_raw(ww, wh, out).expect("the window's size")
+    ImageBuffer::from_raw(ww, wh, out).expect("the window's size")
 }
 
 #[cfg(test)]

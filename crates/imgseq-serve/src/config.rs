@@ -78,6 +78,9 @@ pub struct ServeConfig {
     pub vq_size: Option<u32>,
     /// Adds `POST /v1/_test?action=panic|sleep&ms=N` (work that panics or holds the worker):
     /// for tests of panic isolation, full queues and deadlines.
+    /// Built only with the `test-hooks` feature (the crate's own tests): not in the binary
+    /// users run.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub test_routes: bool,
 }
@@ -100,6 +103,7 @@ impl Default for ServeConfig {
             max_connections: 64,
             max_samples: 16,
             vq_size: None,
+            #[cfg(feature = "test-hooks")]
             test_routes: false,
         }
     }

@@ -557,6 +557,7 @@ pub async fn positions(
 }
 
 /// Query of the test route.
+#[cfg(feature = "test-hooks")]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestQuery {
@@ -568,6 +569,7 @@ pub struct TestQuery {
 
 /// `POST /v1/_test?action=panic|sleep&ms=N` (tests only): work that panics in the worker or
 /// holds it for `ms` (at most 10 s).
+#[cfg(feature = "test-hooks")]
 pub async fn test_task(State(state): State<Arc<AppState>>, Q(q): Q<TestQuery>) -> Answer {
     let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 /// The routes metrics are kept for by name (others count as `other`).
-pub const ROUTES: [&str; 16] = [
+pub const ROUTES: &[&str] = &[
     "/",
     "/viewer.js",
     "/viewer.css",
@@ -40,12 +40,13 @@ pub const ROUTES: [&str; 16] = [
     "/v1/sample",
     "/v1/sample/stream",
     "/v1/models/{name}/positions",
+    #[cfg(feature = "test-hooks")]
     "/v1/_test",
 ];
 
 /// The router of a loaded state.
 pub fn router(state: Arc<AppState>) -> Router {
-    let mut v1 = Router::new()
+    let v1 = Router::new()
         .route("/v1/models", get(list_models))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/tokenize", post(handlers::tokenize))
@@ -57,9 +58,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/sample/stream", post(handlers::sample_stream))
         .route("/v1/models/{name}/positions", get(handlers::positions))
         .route("/metrics", get(metrics));
-    if state.cfg.test_routes {
-        v1 = v1.route("/v1/_test", post(handlers::test_task));
-    }
+    #[cfg(feature = "test-hooks")]
+    let v1 = if state.cfg.test_routes {
+        v1.route("/v1/_test", post(handlers::test_task))
+    } else {
+        v1
+    };
     let v1 = v1.layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))

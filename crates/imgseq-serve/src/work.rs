@@ -34,8 +34,10 @@ pub enum Task {
         stream: Option<RowSink>,
     },
     /// Panics inside the worker (tests of panic isolation only).
+    #[cfg(feature = "test-hooks")]
     Panic,
     /// Holds the worker this long (tests of full queues and deadlines only).
+    #[cfg(feature = "test-hooks")]
     Hold(std::time::Duration),
 }
 
@@ -48,7 +50,9 @@ impl Task {
             Task::Decode(g) => Some((2, g.h, g.w)),
             Task::Embed(_) => Some((3, 0, 0)),
             Task::Classify(..) => Some((4, 0, 0)),
-            Task::Sample { .. } | Task::Panic | Task::Hold(_) => None,
+            Task::Sample { .. } => None,
+            #[cfg(feature = "test-hooks")]
+            Task::Panic | Task::Hold(_) => None,
         }
     }
 }
@@ -151,7 +155,9 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
             let images = vq.decode(&tokens)?;
             Ok(vec![Output::Samples { tokens, images }])
         }
+        #[cfg(feature = "test-hooks")]
         (_, Task::Panic) => panic!("a request asked the worker to panic"),
+        #[cfg(feature = "test-hooks")]
         (_, Task::Hold(d)) => {
             std::thread::sleep(*d);
             Ok(vec![Output::Tokens(TokenGrid {
