@@ -65,6 +65,9 @@ pub struct ServeConfig {
     pub body_timeout: Duration,
     /// Request headers not received within this close the connection.
     pub header_timeout: Duration,
+    /// An answer the client reads none of for this long closes the connection (clients that
+    /// pipeline requests and never read would otherwise hold their connection slots).
+    pub write_timeout: Duration,
     /// Largest request body (413 beyond).
     pub max_body_bytes: usize,
     /// Largest image (width × height, read from the header before decoding).
@@ -98,6 +101,7 @@ impl Default for ServeConfig {
             deadline: Duration::from_secs(60),
             body_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             max_body_bytes: 16 << 20,
             max_pixels: 40_000_000,
             max_connections: 64,
@@ -138,6 +142,7 @@ impl ServeConfig {
             ("deadline", self.deadline),
             ("body_timeout", self.body_timeout),
             ("header_timeout", self.header_timeout),
+            ("write_timeout", self.write_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::setting(name, "0", "must be positive"));

@@ -12,6 +12,7 @@
 //!   embedded web viewer.
 
 pub mod config;
+pub mod conn;
 pub mod handlers;
 pub mod http;
 pub mod metrics;

@@ -2,6 +2,7 @@
 //! metrics and panic layers, and the accept loop (connection limit, header timeout, drain on
 //! SIGTERM / Ctrl-C).
 
+use crate::conn::WriteBound;
 use crate::handlers;
 use crate::http::{error_body, ApiError, CatchPanic};
 use crate::models::ModelInfo;
@@ -202,10 +203,14 @@ pub async fn serve(
             continue;
         };
         let svc = TowerToHyperService::new(app.clone());
+        // A client that half-closes after its request (`nc -N`, some proxies) is answered;
+        // one that stops reading its answers loses the connection after `write_timeout`.
+        let io = TokioIo::new(WriteBound::new(stream, state.cfg.write_timeout));
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(state.cfg.header_timeout)
-            .serve_connection(TokioIo::new(stream), svc);
+            .half_close(true)
+            .serve_connection(io, svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;

@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Seconds within which a request body must arrive (else 408).
     #[arg(long, default_value_t = 10.0)]
     body_timeout: f64,
+    /// Seconds an answer may wait for the client to read any of it (else the connection is
+    /// closed: clients that never read their answers do not hold connection slots).
+    #[arg(long, default_value_t = 10.0)]
+    write_timeout: f64,
     /// Largest request body in MiB (else 413).
     #[arg(long, default_value_t = 16)]
     max_body_mib: usize,
@@ -110,6 +114,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         queue_capacity: a.queue,
         deadline: seconds("deadline", a.deadline)?,
         body_timeout: seconds("body-timeout", a.body_timeout)?,
+        write_timeout: seconds("write-timeout", a.write_timeout)?,
         max_body_bytes: a.max_body_mib << 20,
         max_pixels: (a.max_megapixels * 1e6) as u64,
         max_connections: a.max_connections,

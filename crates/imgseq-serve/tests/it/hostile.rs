@@ -299,3 +299,58 @@ fn a_request_past_its_deadline_is_504() {
     assert!(t0.elapsed() < Duration::from_millis(2500));
     assert_eq!(s.get("/healthz").status, 200);
 }
+
+/// A client that sends its request and half-closes (`nc -N`, some proxies) used to get no
+/// answer though the work ran: it is answered.
+#[test]
+fn a_client_that_half_closes_after_its_request_is_answered() {
+    let s = Server::start(config());
+    let body = png(40, 40);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "POST /v1/tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&body).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    let r = parse(&raw);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.json()["tokens"].is_array());
+}
+
+/// Clients that pipeline requests for large answers and never read them held every
+/// connection slot (only header reading was timed; `/healthz` got 429 for as long as they
+/// stayed): an answer the client reads none of for `write_timeout` closes its connection.
+#[test]
+fn clients_that_never_read_their_answers_lose_their_slots_after_the_write_timeout() {
+    let cfg = imgseq_serve::ServeConfig {
+        max_connections: 4,
+        write_timeout: Duration::from_secs(1),
+        ..config()
+    };
+    let s = Server::start(cfg);
+    // 300 pipelined requests of the 46 kB OpenAPI description: 14 MB of answers, more than
+    // the socket buffers hold, on each of the four slots.
+    let req = "GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n\r\n".repeat(300);
+    let hogs: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = TcpStream::connect(s.addr).unwrap();
+            c.write_all(req.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    while s.get_status("/healthz") != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "connections that never read still hold every slot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(hogs);
+}
