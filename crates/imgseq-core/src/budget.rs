@@ -1,7 +1,10 @@
 //! The one memory budget: every forward pass whose size comes from a file or a flag is
 //! estimated and checked here before anything is allocated, so that an absurd size is a clean
-//! error instead of an aborted allocation. Work done side by side by several threads (image
-//! decodes) also takes its share from [`reserve`], so that what runs at once fits too.
+//! error instead of an aborted allocation ([`check_memory`]). What runs at once takes its
+//! estimate from one process-wide pool of the same size while it runs — image decodes with
+//! [`reserve`], forward passes with [`admit`] — so that the sum of what runs side by side
+//! (a server's uploads beside another request's decode, a CLI's prefetching beside its batch)
+//! stays within the limit under any interleaving: work waits its turn instead.
 
 use std::sync::{Condvar, Mutex};
 
@@ -56,68 +59,177 @@ pub fn size_text(bytes: u128) -> String {
     }
 }
 
-/// Bytes held by live [`Reserved`] values, and the condition waiters sleep on.
+/// Bytes held by live [`Reserved`] values across the process, the most ever held at once,
+/// and the condition waiters sleep on.
 static IN_USE: Mutex<u128> = Mutex::new(0);
+static PEAK: Mutex<u128> = Mutex::new(0);
 static FREED: Condvar = Condvar::new();
 
-/// A share of the budget held by one piece of work running beside others; released on drop.
+thread_local! {
+    /// Bytes admitted by [`admit`] on this thread and still held (nested admissions take
+    /// only what exceeds it, so a thread never waits for itself).
+    static HELD_HERE: std::cell::Cell<u128> = const { std::cell::Cell::new(0) };
+}
+
+/// A share of the one process-wide budget held by a piece of work; released on drop.
 #[derive(Debug)]
-pub struct Reserved(u128);
+pub struct Reserved {
+    bytes: u128,
+    /// For an [`admit`]: this thread's admitted bytes before it, restored on drop.
+    restore_here: Option<u128>,
+}
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        let mut used = IN_USE.lock().unwrap_or_else(|e| e.into_inner());
-        *used -= self.0;
-        FREED.notify_all();
+        if let Some(before) = self.restore_here {
+            HELD_HERE.with(|h| h.set(before));
+        }
+        if self.bytes > 0 {
+            let mut used = IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+            *used -= self.bytes;
+            FREED.notify_all();
+        }
     }
 }
 
-/// Reserves `bytes` of the shared half of the budget (half of [`memory_limit`]; the other half
-/// is for what the command keeps, e.g. a model and its batch): waits while work running in other
-/// threads holds too much of it, and refuses at once a piece of work that needs more than the
-/// whole share (the reason, as [`check_memory`]'s, for the caller to put after the file).
-pub fn reserve(bytes: u128) -> std::result::Result<Reserved, String> {
-    let share = memory_limit()? / 2;
-    if bytes > share {
-        return Err(format!(
-            "needs about {} of memory, more than the {} that work running side by side may \
-             take (half the {} limit, IMGSEQ_MAX_MEMORY_GB)",
-            size_text(bytes),
-            size_text(share),
-            size_text(share * 2)
-        ));
-    }
+/// Takes `bytes` from the pool, waiting while other work holds too much of it.
+fn take(bytes: u128, limit: u128) -> Reserved {
     let mut used = IN_USE.lock().unwrap_or_else(|e| e.into_inner());
-    while *used + bytes > share {
+    while *used + bytes > limit {
         used = FREED.wait(used).unwrap_or_else(|e| e.into_inner());
     }
     *used += bytes;
-    Ok(Reserved(bytes))
+    let mut peak = PEAK.lock().unwrap_or_else(|e| e.into_inner());
+    *peak = (*peak).max(*used);
+    Reserved {
+        bytes,
+        restore_here: None,
+    }
+}
+
+/// Reserves `bytes` for work that runs beside other work and holds nothing else while it
+/// waits (an image decode): from the one process-wide pool of [`memory_limit`], waiting while
+/// other work holds too much of it. One piece of such work may take at most half the limit
+/// (the rest stays for forward passes); more is refused at once (the reason, as
+/// [`check_memory`]'s, for the caller to put after the file).
+pub fn reserve(bytes: u128) -> std::result::Result<Reserved, String> {
+    let limit = memory_limit()?;
+    let share = limit / 2;
+    if bytes > share {
+        return Err(format!(
+            "needs about {} of memory, more than the {} that one piece of work running \
+             beside others may take (half the {} limit, IMGSEQ_MAX_MEMORY_GB)",
+            size_text(bytes),
+            size_text(share),
+            size_text(limit)
+        ));
+    }
+    Ok(take(bytes, limit))
+}
+
+/// Admits a forward pass estimated at `bytes` (refused over [`memory_limit`], as
+/// [`check_memory`]): holds them in the one process-wide pool until the returned value drops,
+/// waiting while image decodes and other passes hold too much. Every piece of work whose size
+/// comes from a request or a file takes from this pool, so their sum stays within the limit
+/// under any interleaving. Nested admissions on one thread (a batch, then its chunks) take
+/// only what exceeds what the thread already holds.
+pub fn admit(bytes: u128) -> std::result::Result<Reserved, String> {
+    check_memory(bytes)?;
+    let limit = memory_limit()?;
+    let here = HELD_HERE.with(|h| h.get());
+    let extra = bytes.saturating_sub(here);
+    let mut r = take(extra, limit);
+    HELD_HERE.with(|h| h.set(here.max(bytes)));
+    r.restore_here = Some(here);
+    Ok(r)
+}
+
+/// The most bytes the pool held at once since the process started (`/metrics`).
+pub fn peak_in_use() -> u128 {
+    *PEAK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bytes the pool holds now.
+pub fn in_use() -> u128 {
+    *IN_USE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Decodes (reserve) and forward passes (admit) take from one pool: a pass of 70% waits
+    /// while a decode holds 40%, and no piece of decode work takes more than half.
     #[test]
-    fn reservations_over_the_shared_half_are_refused_and_others_wait_their_turn() {
+    fn decodes_and_forward_passes_share_one_pool_and_wait_their_turn() {
         let limit = memory_limit().unwrap();
         let e = reserve(limit / 2 + 1).unwrap_err();
         assert!(e.contains("IMGSEQ_MAX_MEMORY_GB"), "{e}");
-        // Two reservations of 40% each cannot be held at once: the second waits for the first.
-        let first = reserve(limit / 5 * 2).unwrap();
+        let e = admit(limit + 1).unwrap_err();
+        assert!(e.contains("IMGSEQ_MAX_MEMORY_GB"), "{e}");
+        let decode = reserve(limit / 5 * 2).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
-            let r = reserve(limit / 5 * 2).unwrap();
+            let r = admit(limit / 10 * 7).unwrap();
             tx.send(()).unwrap();
             drop(r);
         });
         assert!(rx
             .recv_timeout(std::time::Duration::from_millis(200))
             .is_err());
-        drop(first);
+        drop(decode);
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         t.join().unwrap();
+    }
+
+    /// A thread that admits a batch and then its chunks (or the same batch twice) does not
+    /// wait for itself: nested admissions take only what exceeds what it holds.
+    #[test]
+    fn nested_admissions_on_one_thread_take_only_the_excess() {
+        let limit = memory_limit().unwrap();
+        std::thread::spawn(move || {
+            let outer = admit(limit / 10 * 6).unwrap();
+            let inner = admit(limit / 10 * 6).unwrap();
+            assert_eq!(inner.bytes, 0);
+            let more = admit(limit / 10 * 8).unwrap();
+            assert_eq!(more.bytes, limit / 10 * 8 - limit / 10 * 6);
+            drop(more);
+            drop(inner);
+            drop(outer);
+            assert_eq!(HELD_HERE.with(|h| h.get()), 0);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Many threads admitting and reserving at random never hold more than the limit at once.
+    #[test]
+    fn interleaved_work_never_holds_more_than_the_limit() {
+        let limit = memory_limit().unwrap();
+        let ts: Vec<_> = (0..8u64)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                    for _ in 0..200 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let frac = (x % 45 + 1) as u128;
+                        let held = if x % 2 == 0 {
+                            reserve(limit * frac / 100).unwrap()
+                        } else {
+                            admit(limit * frac / 100).unwrap()
+                        };
+                        assert!(in_use() <= limit);
+                        drop(held);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert!(peak_in_use() <= limit);
     }
 
     #[test]

@@ -256,6 +256,13 @@ pub trait Tokenizer: Send + Sync {
         Ok(())
     }
 
+    /// About how many bytes `work` needs while it runs (its forward pass), what
+    /// [`admit`] holds of the process-wide budget; 0 for a tokenizer without an estimate.
+    fn work_bytes(&self, work: Work) -> u128 {
+        let _ = work;
+        0
+    }
+
     /// What the tokenizer reads.
     fn input(&self) -> InputSpec;
 
@@ -311,10 +318,28 @@ pub trait Tokenizer: Send + Sync {
             .collect()
     }
 
-    /// Encodes prepared pictures.
+    /// Encodes prepared pictures (admitted to the memory budget by their estimate).
     fn encode_pictures(&self, imgs: &[RgbImage]) -> Result<Encoded> {
+        let _admitted = admit(self, Work::Encode(imgs.len()))?;
         self.encode(&self.input_tensor(imgs)?)
     }
+}
+
+/// A batch of work a tokenizer does, for its memory estimate ([`Tokenizer::work_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// `n` pictures at the input size.
+    Encode(usize),
+    /// `n` token grids of `h`×`w`.
+    Decode { n: usize, h: usize, w: usize },
+}
+
+/// Holds `work`'s estimate in the process-wide memory budget ([`crate::budget::admit`]) while
+/// the returned value lives: work running beside it (image decodes, other requests' passes)
+/// waits until the sum fits.
+pub fn admit<T: Tokenizer + ?Sized>(t: &T, work: Work) -> Result<crate::budget::Reserved> {
+    crate::budget::admit(t.work_bytes(work))
+        .map_err(|why| Error::invalid(format!("{}: this batch {why}", t.label())))
 }
 
 /// Refuses a batch size of 0 (`batch_size 0 must be positive`; the CLI names its flag).
@@ -343,7 +368,16 @@ pub fn decode_batches<T: Tokenizer + ?Sized>(
             data: g.data[start * plane..(start + k) * plane].to_vec(),
             ..g.clone()
         };
+        let admitted = admit(
+            t,
+            Work::Decode {
+                n: k,
+                h: g.h,
+                w: g.w,
+            },
+        )?;
         out.extend(t.decode(&part)?);
+        drop(admitted);
         done(k);
     }
     Ok(out)

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::image_io::{self, PixelRange};
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Description, Encoded, OutputKind, OutputSpec, Tokenizer};
+use imgseq_core::tokenizer::{Description, Encoded, OutputKind, OutputSpec, Tokenizer, Work};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{progress, Result};
 
@@ -101,6 +101,18 @@ impl Tokenizer for LfqTokenizer {
     fn check_batch(&self, n: usize) -> Result<()> {
         let s = self.size as usize;
         self.model.config().check_memory(n, s, s)
+    }
+
+    fn work_bytes(&self, work: Work) -> u128 {
+        let cfg = self.model.config();
+        let (n, h, w) = match work {
+            Work::Encode(n) => (n, self.size as usize, self.size as usize),
+            Work::Decode { n, h, w } => {
+                let f = cfg.downsample_factor();
+                (n, h * f, w * f)
+            }
+        };
+        cfg.forward_bytes(n, h, w)
     }
 
     fn input(&self) -> InputSpec {

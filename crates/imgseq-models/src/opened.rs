@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 use image::RgbImage;
 use imgseq_core::input::InputSpec;
-use imgseq_core::tokenizer::{Description, Encoded, Tokenizer, WeightsRef};
+use imgseq_core::tokenizer::{Description, Encoded, Tokenizer, WeightsRef, Work};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::Result;
 use imgseq_kernels::PrecisionChoice;
@@ -103,6 +103,10 @@ impl Tokenizer for Opened {
 
     fn check_batch(&self, n: usize) -> Result<()> {
         self.tokenizer.check_batch(n)
+    }
+
+    fn work_bytes(&self, work: Work) -> u128 {
+        self.tokenizer.work_bytes(work)
     }
 
     fn input(&self) -> InputSpec {

@@ -137,6 +137,26 @@ impl Metrics {
                 let labels = format!("model=\"{model}\"");
                 h.render(&mut out, "imgseq_batch_size", &labels, &BATCH_BUCKETS);
             }
+            let budget = imgseq_core::budget::memory_limit().unwrap_or(0);
+            for (name, help, v) in [
+                (
+                    "imgseq_memory_budget_bytes",
+                    "The process-wide memory budget work is admitted against (IMGSEQ_MAX_MEMORY_GB).",
+                    budget,
+                ),
+                (
+                    "imgseq_memory_admitted_bytes",
+                    "Estimated bytes of the image decodes and forward passes running now.",
+                    imgseq_core::budget::in_use(),
+                ),
+                (
+                    "imgseq_memory_admitted_peak_bytes",
+                    "The most estimated bytes admitted at once since the start.",
+                    imgseq_core::budget::peak_in_use(),
+                ),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+            }
             out.push_str(
                 "# HELP imgseq_refused_connections_total Connections refused over the limit.\n",
             );

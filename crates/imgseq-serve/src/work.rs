@@ -6,7 +6,7 @@
 use crate::models::Engine;
 use crate::stream::RowSink;
 use image::RgbImage;
-use imgseq_core::tokenizer::{Embeddings, Encoded, Tokenizer};
+use imgseq_core::tokenizer::{admit, Embeddings, Encoded, Tokenizer, Work};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{Error, Result};
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
@@ -204,7 +204,15 @@ fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
 
 fn roundtrip(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
     let g = t.encode_pictures(pics)?.into_tokens()?;
-    let recons = t.decode(&g)?;
+    let recons = {
+        let work = Work::Decode {
+            n: g.n,
+            h: g.h,
+            w: g.w,
+        };
+        let _admitted = admit(t, work)?;
+        t.decode(&g)?
+    };
     pics.iter()
         .zip(recons)
         .enumerate()
@@ -235,6 +243,12 @@ fn decode(t: &impl Tokenizer, tasks: &[Task]) -> Result<Vec<Output>> {
         batched: true,
         data: grids.iter().flat_map(|g| g.data.iter().copied()).collect(),
     };
+    let work = Work::Decode {
+        n: all.n,
+        h: all.h,
+        w: all.w,
+    };
+    let _admitted = admit(t, work)?;
     Ok(t.decode(&all)?.into_iter().map(Output::Image).collect())
 }
 
@@ -263,6 +277,7 @@ fn classify(m: &imgseq_vit::inference::Classifier, tasks: &[Task]) -> Result<Vec
             _ => 1,
         })
         .collect();
+    let _admitted = admit(m, Work::Encode(tasks.len()))?;
     let x = m.input_tensor(&pictures(tasks))?;
     let k_max = ks.iter().copied().max().unwrap_or(1);
     Ok(m.top_k(&x, k_max)?

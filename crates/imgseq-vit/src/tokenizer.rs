@@ -8,7 +8,9 @@ use candle_core::Tensor;
 use image::{DynamicImage, RgbImage};
 use imgseq_core::image_io::{rgb_to_gray, PixelRange};
 use imgseq_core::input::{Crop, InputSpec};
-use imgseq_core::tokenizer::{Description, Embeddings, Encoded, OutputKind, OutputSpec, Tokenizer};
+use imgseq_core::tokenizer::{
+    Description, Embeddings, Encoded, OutputKind, OutputSpec, Tokenizer, Work,
+};
 use imgseq_core::Result;
 use std::path::Path;
 
@@ -34,6 +36,15 @@ impl Tokenizer for Classifier {
             precision: "f32".into(),
             draw: None,
             decoder_precision: None,
+        }
+    }
+
+    /// The whole encoder's estimate (embedding alone needs less; classification needs this).
+    fn work_bytes(&self, work: Work) -> u128 {
+        let s = self.cfg.image_size;
+        match work {
+            Work::Encode(n) => self.cfg.forward_bytes(n, s, s, true),
+            Work::Decode { .. } => 0,
         }
     }
 

@@ -9,7 +9,7 @@ use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::{Crop, InputSpec};
 use imgseq_core::tokenizer::{
-    Description, Embeddings, Encoded, Latents, OutputKind, OutputSpec, Tokenizer,
+    Description, Embeddings, Encoded, Latents, OutputKind, OutputSpec, Tokenizer, Work,
 };
 use imgseq_core::{Error, Result};
 
@@ -98,6 +98,19 @@ impl Tokenizer for KlTokenizer {
     fn check_batch(&self, n: usize) -> Result<()> {
         let s = self.size as usize;
         self.model.check_input(n, s, s, self.tile)
+    }
+
+    fn work_bytes(&self, work: Work) -> u128 {
+        let f = self.model.config().downsample_factor();
+        let (n, h, w) = match work {
+            Work::Encode(n) => (n, self.size as usize, self.size as usize),
+            Work::Decode { n, h, w } => (n, h * f, w * f),
+        };
+        let (h, w) = match self.tile {
+            Some(t) => (h.min(t), w.min(t)),
+            None => (h, w),
+        };
+        self.model.forward_bytes(n, h, w)
     }
 
     fn input(&self) -> InputSpec {
