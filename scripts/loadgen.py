@@ -14,12 +14,23 @@ machine only their ratio means much.
     python3 scripts/loadgen.py --imgseq target/release/imgseq --endpoint /v1/classify \\
         --images assets/fmnist-t10k-00001.png --clients 8 --seconds 15 --max-batch 1 256 --cli
     python3 scripts/loadgen.py --url http://127.0.0.1:8080 --clients 4 --seconds 10   # a running server
+
+With --hostile N, N more threads attack the server during the run, in turn: pipelining 300
+requests for the 46 kB OpenAPI description and never reading, half-closing after a request,
+up-scaling a 16384x1 sliver, uploading a 40-megapixel image, declaring a 60000x60000 PNG; the
+row then counts their answers and the server's peak RSS says whether the memory budget held:
+
+    python3 scripts/loadgen.py --imgseq target/release/imgseq --vq-size 384 --clients 4 \
+        --seconds 30 --max-batch 256 --hostile 8
 """
 from __future__ import annotations
 
 import argparse
 import http.client
 import json
+import socket
+import struct
+import zlib
 import os
 import re
 import signal
@@ -60,6 +71,65 @@ def client(host, port, path, bodies, until, out, lock):
             out["errors"][str(k)] = out["errors"].get(str(k), 0) + v
 
 
+def png_bytes(w, h, row):
+    """An RGB PNG of w x h pixels whose every row is `row` (w*3 bytes), made with zlib."""
+    raw = zlib.compress(b"".join(b"\x00" + row for _ in range(h)), 6)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", raw) + chunk(b"IEND", b""))
+
+
+def hostile_bodies():
+    sliver = png_bytes(16384, 1, bytes((x * 7) % 256 for x in range(16384 * 3)))
+    big = png_bytes(7000, 5700, bytes((x // 3) % 256 for x in range(7000 * 3)))
+    declared = png_bytes(1, 1, b"\x00\x00\x00")
+    declared = declared[:16] + struct.pack(">II", 60000, 60000) + declared[24:29] + \
+        struct.pack(">I", zlib.crc32(declared[12:16] + struct.pack(">II", 60000, 60000) + declared[24:29])) + declared[33:]
+    return sliver, big, declared
+
+
+def raw_request(host, port, data, half_close=False, read=True, timeout=60):
+    s = socket.create_connection((host, port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        if not read:
+            time.sleep(15)
+            return "unread"
+        head = s.recv(64).split(b"\r\n", 1)[0].decode(errors="replace")
+        return head.split(" ")[1] if " " in head else "no answer"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+
+
+def hostile(host, port, until, out, lock, k):
+    sliver, big, declared = hostile_bodies()
+    post = lambda path, body: (f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Length: {len(body)}\r\n\r\n"
+                               .encode() + body)
+    kinds = [
+        ("never_reads", lambda: raw_request(host, port, b"GET /v1/openapi.json HTTP/1.1\r\nHost: h\r\n\r\n" * 300,
+                                            read=False)),
+        ("half_close", lambda: raw_request(host, port, post("/v1/tokenize?upscale=true", sliver), half_close=True)),
+        ("sliver_upscale", lambda: raw_request(host, port, post("/v1/tokenize?upscale=true", sliver))),
+        ("40mp_upload", lambda: raw_request(host, port, post("/v1/tokenize", big))),
+        ("declares_60000x60000", lambda: raw_request(host, port, post("/v1/tokenize", declared))),
+    ]
+    i = k
+    while time.monotonic() < until:
+        name, f = kinds[i % len(kinds)]
+        i += 1
+        status = f()
+        with lock:
+            key = f"{name}:{status}"
+            out["hostile"][key] = out["hostile"].get(key, 0) + 1
+
+
 def rss_mib(pid):
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -77,15 +147,17 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))]
 
 
-def run_load(url, endpoint, bodies, clients, seconds, pid=None):
+def run_load(url, endpoint, bodies, clients, seconds, pid=None, n_hostile=0):
     u = urlparse(url)
     if u.hostname not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("loadgen runs against loopback servers only")
-    out, lock = {"lat": [], "errors": {}}, threading.Lock()
+    out, lock = {"lat": [], "errors": {}, "hostile": {}}, threading.Lock()
     t0 = time.monotonic()
     until = t0 + seconds
     ts = [threading.Thread(target=client, args=(u.hostname, u.port, endpoint, bodies, until, out, lock))
           for _ in range(clients)]
+    ts += [threading.Thread(target=hostile, args=(u.hostname, u.port, until, out, lock, k))
+           for k in range(n_hostile)]
     for t in ts:
         t.start()
     for t in ts:
@@ -97,6 +169,7 @@ def run_load(url, endpoint, bodies, clients, seconds, pid=None):
         "images_per_s": round(len(lat) / wall, 2),
         "p50_ms": round(1000 * pct(lat, 0.50), 1), "p99_ms": round(1000 * pct(lat, 0.99), 1),
         "errors": out["errors"], "server_peak_rss_mib": rss_mib(pid) if pid else None,
+        **({"hostile_answers": out["hostile"]} if n_hostile else {}),
     }
 
 
@@ -155,6 +228,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--cli", action="store_true", help="also time `imgseq vq encode` on the same images")
+    ap.add_argument("--hostile", type=int, default=0, help="hostile clients mixed in (see above)")
     a = ap.parse_args()
     if not 1 <= a.clients <= MAX_CLIENTS or not 0 < a.seconds <= MAX_SECONDS:
         sys.exit(f"--clients 1..{MAX_CLIENTS}, --seconds up to {MAX_SECONDS}")
@@ -162,13 +236,15 @@ def main():
     extra = a.server_arg + (["--vq-size", str(a.vq_size)] if a.vq_size else [])
     rows = []
     if a.url:
-        rows.append(run_load(a.url, a.endpoint, bodies, a.clients, a.seconds))
+        rows.append(run_load(a.url, a.endpoint, bodies, a.clients, a.seconds, n_hostile=a.hostile))
     elif a.imgseq:
         for b in a.max_batch:
             p, url = start_server(a.imgseq, b, a.batch_wait_ms, extra)
             try:
                 run_load(url, a.endpoint, bodies, 1, min(3, a.seconds))  # warm-up
-                r = run_load(url, a.endpoint, bodies, a.clients, a.seconds, p.pid)
+                r = run_load(url, a.endpoint, bodies, a.clients, a.seconds, p.pid, a.hostile)
+                r["memory_admitted_peak_mib"] = [round(int(l.split()[-1]) / 2**20, 1) for l in
+                                                 metric(url, "imgseq_memory_admitted_peak_bytes")]
                 r["max_batch"] = b
                 r["batching"] = json.loads(get(url, "/healthz")).get("batching")
                 counts = metric(url, "imgseq_batch_size_sum") + metric(url, "imgseq_batch_size_count")
