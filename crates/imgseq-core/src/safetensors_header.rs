@@ -55,12 +55,19 @@ pub fn read_header(path: &Path) -> Result<Vec<TensorEntry>> {
     }
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
+    parse_header(path, &header, len - 8 - n)
+}
+
+/// The entries of a safetensors header's JSON `header`, checked against a data section of
+/// `data_len` bytes; `path` names the file in errors (the fuzz target `safetensors_audited`
+/// feeds it through [`fuzz_header_bytes`]).
+pub fn parse_header(path: &Path, header: &[u8], data_len: u64) -> Result<Vec<TensorEntry>> {
+    let bad = |why: String| Error::format(path, format!("not a valid safetensors file ({why})"));
     let json: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("its header is not JSON: {e}")))?;
+        serde_json::from_slice(header).map_err(|e| bad(format!("its header is not JSON: {e}")))?;
     let serde_json::Value::Object(map) = json else {
         return Err(bad("its header is not a JSON object".into()));
     };
-    let data_len = len - 8 - n;
     let mut out = Vec::with_capacity(map.len());
     for (name, v) in map {
         if name == "__metadata__" {
@@ -96,6 +103,21 @@ pub fn read_header(path: &Path) -> Result<Vec<TensorEntry>> {
         out.push(entry);
     }
     Ok(out)
+}
+
+/// Fuzz body: `bytes` as a whole safetensors file, its header parsed as [`read_header`] does.
+#[doc(hidden)]
+pub fn fuzz_header_bytes(bytes: &[u8]) {
+    let Some(n8) = bytes.get(..8) else {
+        return;
+    };
+    let n = u64::from_le_bytes(n8.try_into().expect("8 bytes"));
+    let len = bytes.len() as u64;
+    if n > MAX_HEADER_BYTES || n > len - 8 {
+        return;
+    }
+    let header = &bytes[8..8 + n as usize];
+    let _ = parse_header(Path::new("fuzz.safetensors"), header, len - 8 - n);
 }
 
 fn entry(name: &str, v: &serde_json::Value) -> Option<TensorEntry> {

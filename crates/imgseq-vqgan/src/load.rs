@@ -503,12 +503,13 @@ pub fn fuzz_safetensors_tiny(data: &[u8]) {
     CFG.with(|c| fuzz_safetensors_bytes(data, c));
 }
 
-/// What the `safetensors_audited` fuzz target runs (and the corpus replay test): the bytes
-/// summarised as `weights inspect` does, then loaded with the audit into the model of `cfg`
+/// What the `safetensors_audited` fuzz target runs (and the corpus replay test): the bytes'
+/// header read as `weights inspect` does, summarised, then loaded with the audit into the model of `cfg`
 /// (a tiny one). Must never panic.
 #[doc(hidden)]
 pub fn fuzz_safetensors_bytes(data: &[u8], cfg: &VqConfig) {
     let path = Path::new("fuzz.safetensors");
+    imgseq_core::safetensors_header::fuzz_header_bytes(data);
     if let Ok(s) = summarize_safetensors(path, data) {
         let _ = check_counts(path, &s.tensors);
     }
