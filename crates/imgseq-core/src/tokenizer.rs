@@ -342,6 +342,16 @@ pub fn admit<T: Tokenizer + ?Sized>(t: &T, work: Work) -> Result<crate::budget::
         .map_err(|why| Error::invalid(format!("{}: this batch {why}", t.label())))
 }
 
+/// Pixels per token row and column of a tokenizer with a 2-D output (its input side over the
+/// output grid's), 1 for any other.
+pub fn downsample_factor<T: Tokenizer + ?Sized>(t: &T) -> usize {
+    let d = t.describe();
+    match d.output.shape.first() {
+        Some(&g) if g > 0 && d.output.shape.len() == 2 => (d.input.size as usize / g).max(1),
+        _ => 1,
+    }
+}
+
 /// Refuses a batch size of 0 (`batch_size 0 must be positive`; the CLI names its flag).
 pub fn check_batch_size(batch: usize) -> Result<()> {
     if batch == 0 {

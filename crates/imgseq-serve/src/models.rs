@@ -164,15 +164,7 @@ pub fn kind_of(path: &Path) -> Result<Kind> {
     })
 }
 
-/// Pixels per token row and column of a tokenizer with a 2-D output (its input side over the
-/// output grid's), 1 for any other.
-pub fn downsample_factor(t: &dyn Tokenizer) -> usize {
-    let d = t.describe();
-    match d.output.shape.first() {
-        Some(&g) if g > 0 && d.output.shape.len() == 2 => (d.input.size as usize / g).max(1),
-        _ => 1,
-    }
-}
+pub use imgseq_core::tokenizer::downsample_factor;
 
 /// Opens a tokenizer as `imgseq` does (the loader's default size unless `side`, precision
 /// `auto`), described with its weights' file name and hash (never the server's path).

@@ -12,6 +12,8 @@
 //! - [`train`]: AdamW training with warmup + cosine.
 //! - [`eval`]: evaluation over an image set: accuracy, per-class accuracy, confusion matrix.
 //! - [`inference`]: a trained [`Classifier`]: image preprocessing, tokens, top-k labels.
+//! - [`judge`]: a classifier judging pictures other models made (reconstructions, samples):
+//!   accuracy and CLS-feature Fréchet distances, for `vq eval --judge` and `gpt judge`.
 //! - [`precision`]: f32 or bf16 linear layers (`--precision`), with `auto`'s agreement check.
 
 pub mod checkpoint;
@@ -21,6 +23,7 @@ pub mod eval;
 pub mod fused;
 pub mod inference;
 pub mod interpolate;
+pub mod judge;
 pub mod model;
 pub mod position_plot;
 pub mod precision;

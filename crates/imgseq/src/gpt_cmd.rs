@@ -5,6 +5,8 @@ use candle_core::Device;
 use clap::{Args, Subcommand};
 use image::{Rgb, RgbImage};
 use imgseq_core::fsutil::Outputs;
+use imgseq_core::tokenizer::{decode_batches, downsample_factor, Tokenizer};
+use imgseq_core::tokens::TokenGrid;
 use imgseq_gpt::config::{GptConfig, SeqLayout};
 use imgseq_gpt::data;
 use imgseq_gpt::grid::labelled_grid;
@@ -12,8 +14,8 @@ use imgseq_gpt::job;
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
 use imgseq_gpt::train::{self as gtrain, TrainConfig};
 use imgseq_gpt::Gpt2LMHeadModel;
-use imgseq_vqgan::model::VqModel;
-use imgseq_vqgan::tokens::TokenGrid;
+use imgseq_kernels::PrecisionRequest;
+use imgseq_models::{OpenOptions, Opened};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -247,31 +249,47 @@ impl ModelArgs {
 }
 
 impl VqArgs {
-    /// The VQ model, checked against the GPT's codebook size.
-    fn load(&self, cfg: &GptConfig, layout: &SeqLayout, outs: &mut Outputs) -> Result<VqModel> {
+    /// The VQ tokenizer (any discrete family the loader opens, in f32; with `size`, at that
+    /// input side), checked against the GPT's codebook size.
+    fn load(
+        &self,
+        cfg: &GptConfig,
+        layout: &SeqLayout,
+        size: Option<u32>,
+        outs: &mut Outputs,
+    ) -> Result<Opened> {
         let path = match (&self.vq, &cfg.imgseq_vq) {
             (Some(p), _) => p.clone(),
             (None, Some(rec)) if Path::new(rec).exists() => PathBuf::from(rec),
             (None, _) => default_model(DEFAULT_VQ)?,
         };
-        let file = imgseq_vqgan::load::resolve_weights(&path)?;
-        outs.add_input(&file);
-        let vq = imgseq_vqgan::load_model(&file, None, &Device::Cpu)
+        let options = OpenOptions {
+            size,
+            precision: PrecisionRequest::F32,
+            ..OpenOptions::default()
+        };
+        let vq = imgseq_models::open(&path, &options)
             .with_context(|| format!("loading the VQ {}", path.display()))?;
-        let n = vq.config().n_embed;
-        if n != layout.n_codes {
-            bail!(
+        for f in &vq.files {
+            outs.add_input(f);
+        }
+        match vq.codebook_size() {
+            Some(n) if n == layout.n_codes => Ok(vq),
+            Some(n) => bail!(
                 "the VQ {} has {n} codes but the GPT was trained on {} (a different tokenizer)",
                 path.display(),
                 layout.n_codes
-            );
+            ),
+            None => bail!(
+                "{} makes continuous latents, not the codebook tokens the GPT was trained on",
+                path.display()
+            ),
         }
-        Ok(vq)
     }
 }
 
-/// Decodes token sequences (each h·w codes) into pictures.
-fn decode(vq: &VqModel, layout: &SeqLayout, seqs: &[Vec<u32>]) -> Result<Vec<RgbImage>> {
+/// Decodes token sequences (each h·w codes) into pictures, 100 at a time.
+fn decode(vq: &Opened, layout: &SeqLayout, seqs: &[Vec<u32>]) -> Result<Vec<RgbImage>> {
     let grid = TokenGrid {
         n: seqs.len(),
         h: layout.h,
@@ -279,9 +297,7 @@ fn decode(vq: &VqModel, layout: &SeqLayout, seqs: &[Vec<u32>]) -> Result<Vec<Rgb
         batched: true,
         data: seqs.iter().flatten().map(|&t| t as i64).collect(),
     };
-    Ok(imgseq_vqgan::inference::decode_tokens(
-        vq, &grid, 100, false,
-    )?)
+    Ok(decode_batches(vq, &grid, 100, |_| ())?)
 }
 
 fn sample(a: SampleArgs) -> Result<()> {
@@ -313,9 +329,9 @@ fn sample(a: SampleArgs) -> Result<()> {
     if classes.is_empty() {
         bail!("the model has no classes: nothing to condition on");
     }
-    let vq = a.vq.load(&cfg, &layout, &mut outs)?;
+    let vq = a.vq.load(&cfg, &layout, None, &mut outs)?;
     // The grid and the memory of every image, checked before sampling.
-    let f = vq.config().downsample_factor();
+    let f = downsample_factor(&vq);
     let side = ((layout.h * f) as u32, (layout.w * f) as u32);
     let label = classes
         .iter()
@@ -381,7 +397,7 @@ fn load_for_vq(path: &Path, size: u32, channels: usize) -> Result<RgbImage> {
         imgseq_core::image_io::load_rgb_square(path, size, false)?
     };
     Ok(if channels == 1 {
-        imgseq_vqgan::data::as_gray(&img)
+        imgseq_core::input::as_gray(&img)
     } else {
         img
     })
@@ -409,17 +425,25 @@ fn complete(a: CompleteArgs) -> Result<()> {
         .as_deref()
         .map(|c| layout.class_index(c))
         .transpose()?;
-    let vq = a.vq.load(&cfg, &layout, &mut outs)?;
-    let vcfg = vq.config();
-    let size = (layout.h * vcfg.downsample_factor()) as u32;
-    let side = (size, (layout.w * vcfg.downsample_factor()) as u32);
+    // The VQ at the side its grid of the GPT's shape needs.
+    let first = a.vq.load(&cfg, &layout, None, &mut outs)?;
+    let f = downsample_factor(&first);
+    let size = (layout.h * f) as u32;
+    let vq = if first.input().size == size {
+        first
+    } else {
+        a.vq.load(&cfg, &layout, Some(size), &mut outs)?
+    };
+    let side = (size, (layout.w * f) as u32);
     let label = class.map_or(0, |c| layout.class_names[c].chars().count());
     imgseq_gpt::grid::check_grid(1, a.n.saturating_add(2), side, label, a.scale)?;
     let picture = u128::from(side.0) * u128::from(side.1) * 3;
     imgseq_gpt::sample::check_memory(&cfg, a.n, o.batch, picture)?;
-    let original = load_for_vq(&a.image, size, vcfg.ddconfig.in_channels)?;
-    let (grid, recon) =
-        imgseq_vqgan::inference::encode_decode(&vq, std::slice::from_ref(&original))?;
+    let original = load_for_vq(&a.image, size, vq.input().channels)?;
+    let grid = vq
+        .encode_pictures(std::slice::from_ref(&original))?
+        .into_tokens()?;
+    let recon = vq.decode(&grid)?;
     if (grid.h, grid.w) != (layout.h, layout.w) {
         bail!(
             "the VQ gives a {}x{} grid for this image but the GPT expects {}x{}",
@@ -442,7 +466,7 @@ fn complete(a: CompleteArgs) -> Result<()> {
     let secs = t0.elapsed().as_secs_f64();
     let completions = decode(&vq, &layout, &seqs)?;
     // The kept rows: the reconstruction above the cut, mid-gray below.
-    let cut = (a.keep_rows * vcfg.downsample_factor()) as u32;
+    let cut = (a.keep_rows * f) as u32;
     let mut kept = recon[0].clone();
     for y in cut..kept.height() {
         for x in 0..kept.width() {
@@ -491,7 +515,7 @@ fn eval(a: EvalArgs) -> Result<()> {
     }
     // Refuse a bad VQ or judge before the minutes of measuring.
     let vq = match &a.judge.judge {
-        Some(_) => Some(a.vq.load(&cfg, &layout, &mut outs)?),
+        Some(_) => Some(a.vq.load(&cfg, &layout, None, &mut outs)?),
         None => None,
     };
     if a.draw.batch == 0 {

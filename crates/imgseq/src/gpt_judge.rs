@@ -10,19 +10,19 @@
 //!
 //! Every image is judged on the ViT's own canvas (Fashion-MNIST: 28×28 centred on 32×32), which
 //! is also the VQ's input, so reconstructions and samples go to the judge as they come out.
+//! The measuring is the library's ([`imgseq_vit::judge`], shared with `vq eval --judge`); the
+//! VQ is any discrete tokenizer the loader opens.
 
-use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor};
+use anyhow::{bail, Result};
 use clap::Args;
 use imgseq_core::data::Split;
-use imgseq_core::frechet::{frechet_distance, GaussianStats};
-use imgseq_core::image_io::PixelRange;
+use imgseq_core::tokenizer::{decode_batches, Tokenizer};
+use imgseq_core::tokens::TokenGrid;
 use imgseq_gpt::config::SeqLayout;
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
 use imgseq_gpt::Gpt2LMHeadModel;
 use imgseq_vit::data::{DataSource, ImageSet};
-use imgseq_vit::inference::Classifier;
-use imgseq_vqgan::{Bottleneck, VqModel};
+use imgseq_vit::judge::Judge;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -50,47 +50,18 @@ pub struct JudgeArgs {
     pub json: Option<PathBuf>,
 }
 
-/// u8 images `(n, c, s, s)` → the VQ's input in [−1, 1].
-fn to_vq_input(set: &ImageSet, idx: &[usize]) -> Result<Tensor> {
-    let per = set.channels * set.height * set.width;
-    let mut v = Vec::with_capacity(idx.len() * per);
-    for &i in idx {
-        v.extend(
-            set.image(i)
-                .iter()
-                .map(|&b| PixelRange::MinusOneOne.to_f32(b)),
-        );
-    }
-    Ok(Tensor::from_vec(
-        v,
-        (idx.len(), set.channels, set.height, set.width),
-        &Device::Cpu,
-    )?)
-}
-
-/// VQ output `(b, c, s, s)` in [−1, 1] → u8, appended to `out`.
-fn from_vq_output(y: &Tensor, out: &mut Vec<u8>) -> Result<()> {
-    let v = y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    out.extend(v.into_iter().map(|x| PixelRange::MinusOneOne.to_u8(x)));
-    Ok(())
-}
-
-fn stats(features: &[f32], dim: usize) -> Result<GaussianStats> {
-    Ok(GaussianStats::from_features(features, dim)?)
-}
-
 fn pct(x: f64) -> String {
     format!("{:.2}%", 100.0 * x)
 }
 
 /// Checks that the judge, the VQ and the GPT fit together: channels, image side, classes.
-fn check_fit(clf: &Classifier, vq: &VqModel, layout: &SeqLayout) -> Result<()> {
-    let (c, s) = (clf.cfg.num_channels, clf.cfg.image_size);
-    let vq_c = vq.config().ddconfig.in_channels;
+fn check_fit(judge: &Judge, vq: &impl Tokenizer, layout: &SeqLayout) -> Result<()> {
+    let (s, c) = judge.canvas();
+    let vq_c = vq.input().channels;
     if vq_c != c {
         bail!("the judge takes {c}-channel images but the VQ model makes {vq_c}-channel ones");
     }
-    let f = vq.config().downsample_factor();
+    let f = imgseq_core::tokenizer::downsample_factor(vq);
     if (layout.h * f, layout.w * f) != (s, s) {
         bail!(
             "the GPT's {}×{} token grid decodes to {}×{} images, the judge takes {s}×{s}",
@@ -100,35 +71,28 @@ fn check_fit(clf: &Classifier, vq: &VqModel, layout: &SeqLayout) -> Result<()> {
             layout.w * f
         );
     }
-    if clf.cfg.num_labels() != layout.n_classes() {
+    if judge.clf.cfg.num_labels() != layout.n_classes() {
         bail!(
             "the judge has {} classes, the GPT {}",
-            clf.cfg.num_labels(),
+            judge.clf.cfg.num_labels(),
             layout.n_classes()
         );
     }
     Ok(())
 }
 
-/// The VQ reconstructions of `test`, as a set with its labels.
-fn reconstructions(vq: &VqModel, test: &ImageSet) -> Result<ImageSet> {
-    let mut recon = Vec::with_capacity(test.images.len());
-    let idx: Vec<usize> = (0..test.n).collect();
+/// The VQ reconstructions of `test`'s pictures (encoded and decoded 250 at a time).
+fn reconstructions(vq: &impl Tokenizer, test: &ImageSet) -> Result<Vec<image::RgbImage>> {
+    let pics = Judge::pictures(test);
     let pb = imgseq_core::progress::bar(test.n as u64, 0, "recon");
-    for chunk in idx.chunks(250) {
-        let x = to_vq_input(test, chunk)?; // (b, c, s, s)
-        let y = vq.forward(&x, Bottleneck::Quantize)?.reconstruction; // (b, c, s, s)
-        from_vq_output(&y, &mut recon)?;
+    let mut recon = Vec::with_capacity(test.n);
+    for chunk in pics.chunks(250) {
+        let tokens = vq.encode_pictures(chunk)?.into_tokens()?;
+        recon.extend(decode_batches(vq, &tokens, chunk.len(), |_| ())?);
         pb.inc(chunk.len() as u64);
     }
     pb.finish_and_clear();
-    let shape = (test.channels, test.height, test.width);
-    Ok(ImageSet::new(
-        recon,
-        test.labels.clone(),
-        shape,
-        test.class_names.clone(),
-    )?)
+    Ok(recon)
 }
 
 /// `per_class` generated images of every class, class-major, labelled with the requested
@@ -136,7 +100,8 @@ fn reconstructions(vq: &VqModel, test: &ImageSet) -> Result<ImageSet> {
 fn samples(
     gpt: &Gpt2LMHeadModel,
     layout: &SeqLayout,
-    vq: &VqModel,
+    vq: &impl Tokenizer,
+    judge: &Judge,
     per_class: usize,
     opts: &SampleOptions,
     like: &ImageSet,
@@ -152,19 +117,19 @@ fn samples(
     let t_gen = Instant::now();
     let tokens = generate(gpt, layout, &requests, opts, true)?;
     let gen_secs = t_gen.elapsed().as_secs_f64();
-    let shape = (like.channels, like.height, like.width);
-    let mut gen = Vec::with_capacity(requests.len() * shape.0 * shape.1 * shape.2);
-    let (gh, gw) = (layout.h, layout.w);
-    for chunk in tokens.chunks(250) {
-        let flat: Vec<u32> = chunk.iter().flatten().copied().collect();
-        let ids = Tensor::from_vec(flat, (chunk.len(), gh, gw), &Device::Cpu)?;
-        from_vq_output(&vq.decode_indices(&ids)?, &mut gen)?;
-    }
+    let grid = TokenGrid {
+        n: tokens.len(),
+        h: layout.h,
+        w: layout.w,
+        batched: true,
+        data: tokens.iter().flatten().map(|&t| t as i64).collect(),
+    };
+    let pics = decode_batches(vq, &grid, 250, |_| ())?;
     let labels: Vec<u16> = requests
         .iter()
         .map(|r| r.class.unwrap_or(0) as u16)
         .collect();
-    let set = ImageSet::new(gen, labels, shape, like.class_names.clone())?;
+    let set = judge.set_of(&pics, labels, like.class_names.clone())?;
     Ok((set, gen_secs))
 }
 
@@ -191,46 +156,44 @@ pub fn judge(
     args: &JudgeArgs,
     gpt: &Gpt2LMHeadModel,
     layout: &SeqLayout,
-    vq: &VqModel,
+    vq: &impl Tokenizer,
     opts: &SampleOptions,
     bits_per_token: Option<f64>,
 ) -> Result<serde_json::Value> {
     let t0 = Instant::now();
-    let clf = Classifier::load(judge_dir)
-        .with_context(|| format!("loading the judge {}", judge_dir.display()))?;
-    check_fit(&clf, vq, layout)?;
-    let dim = clf.cfg.hidden_size;
+    let judge = Judge::load(judge_dir)?;
+    check_fit(&judge, vq, layout)?;
     let source = DataSource::FashionMnist(args.fashion_mnist.clone());
 
     // Originals and the floor.
-    let test = clf.load_split(&source, Split::Test, args.test_images)?;
-    let train = clf.load_split(&source, Split::Train, Some(args.train_images))?;
+    let test = judge
+        .clf
+        .load_split(&source, Split::Test, args.test_images)?;
+    let train = judge
+        .clf
+        .load_split(&source, Split::Train, Some(args.train_images))?;
     eprintln!("judging {} test and {} training images", test.n, train.n);
-    let (acc_test, f_test) = clf.judge(&test, true)?;
-    let (_, f_train) = clf.judge(&train, true)?;
-    let s_test = stats(&f_test, dim)?;
-    let fd_floor = frechet_distance(&stats(&f_train, dim)?, &s_test)?;
+    let on_test = judge.score(&test)?;
+    let fd_floor = judge.frechet(&judge.score(&train)?, &on_test)?;
 
-    let recon_set = reconstructions(vq, &test)?;
-    let (acc_recon, f_recon) = clf.judge(&recon_set, true)?;
-    let fd_recon = frechet_distance(&stats(&f_recon, dim)?, &s_test)?;
+    let (recon, _) = judge.reconstructions(&test, &on_test, &reconstructions(vq, &test)?)?;
 
-    let (gen_set, gen_secs) = samples(gpt, layout, vq, args.per_class, opts, &test)?;
-    let (acc_gen, f_gen) = clf.judge(&gen_set, true)?;
-    let fd_gen = frechet_distance(&stats(&f_gen, dim)?, &s_test)?;
+    let (gen_set, gen_secs) = samples(gpt, layout, vq, &judge, args.per_class, opts, &test)?;
+    let on_gen = judge.score(&gen_set)?;
+    let fd_gen = judge.frechet(&on_gen, &on_test)?;
 
     let f = Figures {
         test_n: test.n,
         train_n: train.n,
-        acc_test: acc_test.accuracy,
-        acc_recon: acc_recon.accuracy,
-        acc_gen: acc_gen.accuracy,
-        acc_gen_per_class: acc_gen.per_class,
+        acc_test: recon.original_accuracy,
+        acc_recon: recon.reconstruction_accuracy,
+        acc_gen: on_gen.report.accuracy,
+        acc_gen_per_class: on_gen.report.per_class,
         gen_n: gen_set.n,
         gen_secs,
-        dim,
+        dim: judge.clf.cfg.hidden_size,
         fd_gen,
-        fd_recon,
+        fd_recon: recon.fd_reconstructions,
         fd_floor,
     };
     report(judge_dir, args, layout, &f, bits_per_token);

@@ -10,12 +10,10 @@ use image::RgbImage;
 use imgseq_core::data::idx::load_idx_rgb_centered;
 use imgseq_core::data::idx::{is_idx_images_name, read_idx_labels, sibling_labels};
 use imgseq_core::data::list::image_set;
-use imgseq_core::data::Dataset;
 use imgseq_core::eval;
-use imgseq_core::image_io;
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_models::Opened;
-use imgseq_vit::inference::Classifier;
+use imgseq_vit::judge::{Judge, ReconstructionFigures};
 use std::path::{Path, PathBuf};
 
 use crate::precision_arg::PrecisionArg;
@@ -40,18 +38,6 @@ pub struct EvalArgs {
     /// Print the report as JSON (with per-image scores) on stdout.
     #[arg(long)]
     json: bool,
-}
-
-/// The classifier's accuracy on the originals and on the reconstructions.
-#[derive(Debug, Clone)]
-pub struct Judged {
-    pub judge: PathBuf,
-    pub images: usize,
-    /// Accuracies in [0, 1].
-    pub original_accuracy: f64,
-    pub reconstruction_accuracy: f64,
-    /// `reconstruction_accuracy − original_accuracy`.
-    pub gap: f64,
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
@@ -111,7 +97,7 @@ fn print_report(
     json: bool,
     r: &eval::EvalReport,
     t: &Opened,
-    judged: Option<Judged>,
+    judged: Option<ReconstructionFigures>,
 ) -> Result<()> {
     let precision_name = t.precision.as_ref().map_or("f32", |c| c.precision.name());
     let precision = t.precision.as_ref().map_or("f32".into(), |c| c.to_string());
@@ -119,11 +105,7 @@ fn print_report(
         let mut report = serde_json::to_value(r)?;
         report["precision"] = serde_json::json!(precision_name);
         if let Some(j) = &judged {
-            report["judged"] = serde_json::json!({
-                "judge": j.judge, "images": j.images,
-                "original_accuracy": j.original_accuracy,
-                "reconstruction_accuracy": j.reconstruction_accuracy, "gap": j.gap,
-            });
+            report["judged"] = serde_json::to_value(j)?;
         }
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -156,38 +138,39 @@ fn print_report(
     if let Some(j) = judged {
         println!(
             "judge {}: accuracy {:.2}% on the originals, {:.2}% on the reconstructions \
-             (gap {:+.2} points, {} images)",
+             (gap {:+.2} points, {} images); Fréchet distance of the reconstructions' features \
+             to the originals' {:.3}",
             j.judge.display(),
             100.0 * j.original_accuracy,
             100.0 * j.reconstruction_accuracy,
             100.0 * j.gap,
-            j.images
+            j.images,
+            j.fd_reconstructions
         );
     }
     Ok(())
 }
 
-/// The classifier in `dir` (in the tokenizer's `--precision`) on the originals and on the
+/// The judge in `dir` (in the tokenizer's `--precision`) on the originals and on the
 /// reconstructions (both gray pictures of the classifier's input size, r = g = b), scored
-/// against `labels` (its label ids).
+/// against `labels` (its label ids): [`imgseq_vit::judge`], as `gpt judge` does.
 pub fn judge(
     dir: &Path,
     originals: &[RgbImage],
     recons: &[RgbImage],
     labels: &[u8],
     precision: &PrecisionArg,
-) -> Result<Judged> {
-    let mut c = Classifier::load(dir)?;
-    let choice = c.choose_precision(precision.precision)?;
+) -> Result<ReconstructionFigures> {
+    let mut j = Judge::load(dir)?;
+    let choice = j.clf.choose_precision(precision.precision)?;
     if precision.verbose {
         eprintln!("judge precision: {choice}");
     }
-    let side = c.cfg.image_size;
-    if c.cfg.num_channels != 1 {
+    let (side, channels) = j.canvas();
+    if channels != 1 {
         bail!(
-            "--judge {}: a {}-channel classifier; the judge reads gray images",
-            dir.display(),
-            c.cfg.num_channels
+            "--judge {}: a {channels}-channel classifier; the judge reads gray images",
+            dir.display()
         );
     }
     if let Some(img) = originals.first() {
@@ -201,22 +184,8 @@ pub fn judge(
             );
         }
     }
-    let names: Vec<String> = (0..c.cfg.num_labels()).map(|i| c.cfg.label(i)).collect();
-    let set = |imgs: &[RgbImage]| -> Result<Dataset> {
-        let bytes: Vec<u8> = imgs
-            .iter()
-            .flat_map(|i| image_io::rgb_to_gray(i).into_raw())
-            .collect();
-        let labels = labels.iter().map(|&l| l as u16).collect();
-        Ok(Dataset::new(bytes, labels, (1, side, side), names.clone())?)
-    };
-    let on_originals = c.evaluate(&set(originals)?, true)?;
-    let on_recons = c.evaluate(&set(recons)?, true)?;
-    Ok(Judged {
-        judge: dir.to_path_buf(),
-        images: originals.len(),
-        original_accuracy: on_originals.accuracy,
-        reconstruction_accuracy: on_recons.accuracy,
-        gap: on_recons.accuracy - on_originals.accuracy,
-    })
+    let labels = labels.iter().map(|&l| l as u16).collect();
+    let set = j.set_of(originals, labels, j.class_names())?;
+    let scored = j.score(&set)?;
+    Ok(j.reconstructions(&set, &scored, recons)?.0)
 }

@@ -240,6 +240,10 @@ fn gray_tokenizer_in_every_vq_command_and_idx_as_a_source() {
         "{j} vs vit eval {vit_acc}%"
     );
     let recon = j["reconstruction_accuracy"].as_f64().unwrap();
+    // The judge is the library's, as `gpt judge`'s: it also gives the Fréchet distance of the
+    // reconstructions' CLS features to the originals'.
+    let fd = j["fd_reconstructions"].as_f64().unwrap();
+    assert!(fd.is_finite() && fd >= 0.0, "{j}");
     assert!(
         (j["gap"].as_f64().unwrap() - (recon - orig)).abs() < 1e-12,
         "{j}"
