@@ -11,6 +11,7 @@ pub mod frechet;
 pub mod fsutil;
 pub mod image_io;
 pub mod input;
+pub mod latent_patch;
 pub mod metrics;
 pub mod npy;
 pub mod optim;

@@ -81,6 +81,23 @@ pub struct WeightsRef {
     pub sha256: String,
 }
 
+impl LatentSpec {
+    /// One line for people, with the tokenizer's input side: `f8, 4 latent channels, scaling
+    /// 0.18215` (and the shift where there is one).
+    pub fn summary(&self, input_size: u32) -> String {
+        let f = input_size as usize / self.grid[0].max(1);
+        let shift = if self.shift_factor != 0.0 {
+            format!(", shift {}", self.shift_factor)
+        } else {
+            String::new()
+        };
+        format!(
+            "f{f}, {} latent channels, scaling {}{shift}",
+            self.channels, self.scaling_factor
+        )
+    }
+}
+
 /// A tokenizer's account of itself: what manifests, `run.json`, `/v1/models`, `weights
 /// inspect` and Python's `repr` print.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +122,27 @@ pub struct Description {
     /// The decoder's, where the family decodes and it differs from [`Self::precision`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoder_precision: Option<String>,
+    /// What a continuous-latent tokenizer's values are (latent shards' manifests record it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latent: Option<LatentSpec>,
+}
+
+/// The meaning of a continuous-latent tokenizer's values: latent = (mean − shift_factor) ·
+/// scaling_factor on a `grid` of `channels`-vector cells, as the diffusion pipelines feed their
+/// transformer (decode with z / scaling_factor + shift_factor), as maps or p×p patch tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatentSpec {
+    /// The released configuration named (`sd`, `sdxl`, `sd3`, `flux`), if one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    pub scaling_factor: f64,
+    pub shift_factor: f64,
+    pub channels: usize,
+    /// The latent map's (h, w).
+    pub grid: [usize; 2],
+    /// Patch side p of (h/p·w/p, p²·C) patch tokens; `None`: (C, h, w) maps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<usize>,
 }
 
 /// Continuous tokens of `n` images: `tokens` vectors of `dim` values each.
@@ -131,6 +169,7 @@ impl Description {
             precision: "f32".into(),
             draw: None,
             decoder_precision: None,
+            latent: None,
         }
     }
 }

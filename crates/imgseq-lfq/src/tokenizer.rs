@@ -95,6 +95,7 @@ impl Tokenizer for LfqTokenizer {
             ),
             draw: None,
             decoder_precision: None,
+            latent: None,
         }
     }
 

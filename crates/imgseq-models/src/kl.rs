@@ -41,6 +41,7 @@ impl Family for AutoencoderKl {
         let mut t = KlTokenizer::new(model, o.size.unwrap_or(DEFAULT_SIZE), o.patch)?;
         t.draw = o.sample_seed.map_or(Draw::Mean, Draw::Sample);
         t.tile = o.tile;
+        t.preset = o.preset.clone();
         let mut files = vec![file.clone()];
         files.extend(o.config.clone());
         Ok(Opened::new(Box::new(t), p.source, &file, files))

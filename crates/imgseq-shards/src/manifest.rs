@@ -3,7 +3,7 @@
 //! `manifest-I-of-N.json`; [`merge`] checks the `N` parts against each other and joins them.
 
 use imgseq_core::fsutil::{read_json, write_json};
-use imgseq_core::tokenizer::{Description, Preprocessing, WeightsRef};
+use imgseq_core::tokenizer::{Description, LatentSpec, Preprocessing, WeightsRef};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -53,6 +53,22 @@ pub struct LatentInfo {
     pub draw: String,
 }
 
+impl LatentInfo {
+    /// A latent tokenizer's account of its values (`d`: its description, for the shape and
+    /// the draw), stored as float16.
+    pub fn from_spec(l: &LatentSpec, d: &Description) -> Self {
+        Self {
+            preset: l.preset.clone(),
+            scaling_factor: l.scaling_factor,
+            shift_factor: l.shift_factor,
+            patch: l.patch,
+            dtype: "float16".into(),
+            shape: d.output.shape.clone(),
+            draw: d.draw.clone().unwrap_or_else(|| "mean".into()),
+        }
+    }
+}
+
 /// The tokenizer and preprocessing that made the tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenizerInfo {
@@ -98,11 +114,17 @@ impl TokenizerInfo {
     /// What a discrete tokenizer's [`Description`] says, as a token manifest records it (the
     /// loader's weights source and hash; `upscale` and `pad`: the job's own options).
     pub fn from_description(d: &Description, upscale: bool, pad: bool) -> Result<Self> {
-        let (Some(n_codes), &[h, w]) = (d.output.codebook_size, &d.output.shape[..]) else {
-            return Err(Error::invalid(format!(
-                "token shards hold a grid of codebook tokens; a {} gives {:?} of shape {:?}",
-                d.label, d.output.kind, d.output.shape
-            )));
+        let (n_codes, grid, latent) = match (d.output.codebook_size, &d.output.shape[..], &d.latent)
+        {
+            (Some(n), &[h, w], _) => (n, [h, w], None),
+            (None, _, Some(l)) => (0, l.grid, Some(LatentInfo::from_spec(l, d))),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "shards hold a grid of codebook tokens or a latent tokenizer's latents; a {} \
+                     gives {:?} of shape {:?}",
+                    d.label, d.output.kind, d.output.shape
+                )))
+            }
         };
         let w_ref = d.weights.clone().unwrap_or_else(|| WeightsRef {
             source: String::new(),
@@ -115,11 +137,11 @@ impl TokenizerInfo {
             config: d.config.clone(),
             n_codes,
             size: d.input.size,
-            grid: [h, w],
+            grid,
             crop: crop_text(pad, &d.input),
             upscale,
             precision: d.precision.clone(),
-            latent: None,
+            latent,
         })
     }
 }

@@ -36,6 +36,7 @@ impl Tokenizer for Classifier {
             precision: "f32".into(),
             draw: None,
             decoder_precision: None,
+            latent: None,
         }
     }
 

@@ -61,6 +61,7 @@ impl Tokenizer for VqTokenizer {
             precision: enc.name().into(),
             draw: None,
             decoder_precision: (dec != enc).then(|| dec.name().into()),
+            latent: None,
         }
     }
 

@@ -1,19 +1,19 @@
 //! `imgseq vae ...`: image ↔ continuous latents of a diffusers `AutoencoderKL` (SD, SDXL,
-//! SD3, FLUX VAEs), as latent maps or as patch sequences. Flags and printing only: the work
-//! is `imgseq_vqgan::kl`'s.
+//! SD3, FLUX VAEs), as latent maps or as patch sequences. Flags and printing only: the model
+//! is opened by the loader ([`imgseq_models::open`]) and used through the `Tokenizer`
+//! contract; the latent patch order is [`imgseq_core::latent_patch`]'s.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use clap::{Args, Subcommand};
 use imgseq_core::fsutil::Outputs;
-use imgseq_core::image_io::{self, PixelRange};
+use imgseq_core::image_io;
+use imgseq_core::latent_patch;
 use imgseq_core::npy;
-use imgseq_core::tokenizer::Tokenizer;
+use imgseq_core::tokenizer::{Encoded, LatentSpec, Latents, Tokenizer};
+use imgseq_models::{OpenOptions, Opened};
 use imgseq_shards::job::Through;
-use imgseq_shards::manifest::LatentInfo;
 use imgseq_shards::TokenizerInfo;
-use imgseq_vqgan::kl::{self, patch, Draw, KlModel, KlPreset, KlTokenizer};
-use imgseq_vqgan::{data, eval};
 use std::path::{Path, PathBuf};
 
 /// Input side when --size is not given (DiT's 256²).
@@ -137,33 +137,46 @@ impl VaeModelArgs {
             .collect()
     }
 
-    fn load(&self, outs: &mut Outputs) -> Result<KlModel> {
-        let preset = self
-            .preset
-            .as_deref()
-            .map(KlPreset::from_name)
-            .transpose()?;
-        if let Ok(f) = imgseq_vqgan::load::resolve_weights(&self.weights) {
+    /// The VAE through the loader, making latents as `o` says (without `o`: latent maps at the
+    /// default size, for decoding), tiled with `tile`; its files become `outs`' inputs.
+    fn open(
+        &self,
+        o: Option<&LatentOpts>,
+        tile: Option<usize>,
+        outs: &mut Outputs,
+    ) -> Result<Opened> {
+        let options = OpenOptions {
+            config: self.config.clone(),
+            preset: self.preset.clone(),
+            size: o.map(|o| o.size),
+            patch: o.and_then(|o| o.patch),
+            sample_seed: o.filter(|o| o.sample).map(|o| o.seed),
+            tile,
+            ..OpenOptions::default()
+        };
+        let t = imgseq_models::open(&self.weights, &options)?;
+        if t.describe().latent.is_none() {
+            bail!(
+                "{}: a {}, not a VAE making continuous latents (use `imgseq encode` or `vq`)",
+                self.weights.display(),
+                t.label()
+            );
+        }
+        for f in &t.files {
             outs.add_input(f);
         }
-        Ok(kl::load_kl(
-            &self.weights,
-            self.config.as_deref(),
-            preset,
-            &Device::Cpu,
-        )?)
+        Ok(t)
     }
 }
 
-fn tokenizer(model: KlModel, o: &LatentOpts) -> Result<KlTokenizer> {
-    let mut t = KlTokenizer::new(model, o.size, o.patch)?;
-    t.draw = if o.sample {
-        Draw::Sample(o.seed)
-    } else {
-        Draw::Mean
-    };
-    t.tile = o.tile;
-    Ok(t)
+/// What `t`'s latents are (it is a VAE: [`VaeModelArgs::open`] checked).
+fn latent_spec(t: &Opened) -> LatentSpec {
+    t.describe().latent.expect("a VAE describes its latents")
+}
+
+/// One line on the model: its latents and scaling.
+fn summary(t: &Opened) -> String {
+    latent_spec(t).summary(t.input().size)
 }
 
 pub fn run(cmd: VaeCmd) -> Result<()> {
@@ -227,66 +240,41 @@ fn tokenize(
     o: &LatentOpts,
     job: &crate::tokenize_cmd::JobArgs,
 ) -> Result<()> {
-    let t = tokenizer(m.load(&mut Outputs::default())?, o)?;
+    let t = m.open(Some(o), o.tile, &mut Outputs::default())?;
     let opts = job.options(o.upscale, job.pad(sources))?;
-    let s = o.size as usize;
-    t.model.check_input(opts.batch, s, s, t.tile)?;
-    let file = imgseq_vqgan::load::resolve_weights(&m.weights)?;
-    let c = t.model.config();
-    let info = TokenizerInfo {
-        family: "AutoencoderKL".into(),
-        weights: m.weights.display().to_string(),
-        weights_sha256: imgseq_shards::wds::sha256_file(&file)?,
-        config: c.to_json(),
-        n_codes: 0,
-        size: o.size,
-        grid: [t.grid(), t.grid()],
-        crop: imgseq_shards::manifest::crop_text(opts.pad, &t.describe().input),
-        upscale: o.upscale,
-        precision: "f32".into(),
-        latent: Some(latent_info(&t, m.preset.as_deref())),
-    };
+    t.check_batch(opts.batch)?;
+    let mut d = t.describe();
+    d.weights = Some(imgseq_core::tokenizer::WeightsRef {
+        source: m.weights.display().to_string(),
+        sha256: t.weights_sha256()?,
+    });
+    let info = TokenizerInfo::from_description(&d, o.upscale, opts.pad)?;
     let r = imgseq_shards::job::run(&Through(&t), &info, sources, &job.output, &opts)?;
-    let shape = &info.latent.as_ref().expect("set above").shape;
-    crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", c.describe()))
+    let shape = &info.latent.as_ref().expect("a VAE's").shape;
+    crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", summary(&t)))
 }
 
-/// The manifest's account of `t`'s latents (`preset`: the released configuration named).
-fn latent_info(t: &KlTokenizer, preset: Option<&str>) -> LatentInfo {
-    let c = t.model.config();
-    LatentInfo {
-        preset: preset.map(str::to_string),
-        scaling_factor: c.scaling_factor,
-        shift_factor: c.shift_factor.unwrap_or(0.0),
-        patch: t.patch,
-        dtype: "float16".into(),
-        shape: t.shape(),
-        draw: t.describe().draw.unwrap_or_else(|| "mean".into()),
-    }
-}
-
-/// (n, C, h, w) latents as written: the maps, or with `patch` the (n, N, p²·C) sequences.
-fn latents_out(z: &Tensor, patch: Option<usize>) -> Result<(Vec<usize>, Vec<f32>)> {
-    let t = match patch {
-        Some(p) => patch::patchify(z, p)?,
-        None => z.clone(),
-    };
-    Ok((t.dims().to_vec(), t.flatten_all()?.to_vec1()?))
-}
-
-/// Scaled latents of prepared pictures, in batches: (n, C, h, w).
-fn encode_pictures(t: &KlTokenizer, imgs: &[image::RgbImage], batch: usize) -> Result<Tensor> {
+/// Scaled latents of prepared pictures (maps, or patch sequences), in batches.
+fn encode_pictures(t: &Opened, imgs: &[image::RgbImage], batch: usize) -> Result<Encoded> {
     let bar = imgseq_core::progress::items(imgs.len(), "encode");
-    let mut parts = Vec::new();
+    let mut all: Option<Encoded> = None;
     for chunk in imgs.chunks(batch.max(1)) {
-        let x = t.input_tensor(chunk)?;
-        let (n, _, h, w) = x.dims4()?;
-        t.model.check_input(n, h, w, t.tile)?;
-        parts.push(t.model.encode(&x, t.draw, t.tile)?);
+        let e = t.encode_pictures(chunk)?;
+        match &mut all {
+            Some(a) => a.extend(e)?,
+            None => all = Some(e),
+        }
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
-    Ok(Tensor::cat(&parts, 0)?)
+    all.context("no image")
+}
+
+/// (n, ...) latents as written: the maps (n, C, h, w), or the (n, N, p²·C) sequences.
+fn latents_out(e: Encoded) -> (Vec<usize>, Vec<f32>) {
+    let mut shape = e.item_shape();
+    shape.insert(0, e.len());
+    (shape, e.into_values().unwrap_or_default())
 }
 
 fn encode(
@@ -298,11 +286,10 @@ fn encode(
 ) -> Result<()> {
     let mut outs = Outputs::new(images.iter().chain(&m.given()));
     outs.check(out)?;
-    let t = tokenizer(m.load(&mut outs)?, o)?;
-    data::check_headers(images, o.size, o.upscale)?;
+    let t = m.open(Some(o), o.tile, &mut outs)?;
+    t.input().check_headers(images, o.upscale)?;
     let imgs = t.load(images, o.upscale)?;
-    let z = encode_pictures(&t, &imgs, batch)?;
-    let (mut shape, data) = latents_out(&z, o.patch)?;
+    let (mut shape, data) = latents_out(encode_pictures(&t, &imgs, batch)?);
     if images.len() == 1 {
         shape.remove(0);
     }
@@ -311,15 +298,15 @@ fn encode(
     eprintln!(
         "wrote {} {shape:?} float32 ({})",
         out.display(),
-        t.model.config().describe()
+        summary(&t)
     );
     Ok(())
 }
 
-/// A latents file as (n, C, h, w): latent maps, or square patch sequences with `patch`.
-fn read_latents(path: &Path, model: &KlModel, patch: Option<usize>) -> Result<Tensor> {
+/// A latents file as (n, C, h, w): latent maps, or square patch sequences with `patch`, of a
+/// `c`-channel latent.
+fn read_latents(path: &Path, c: usize, patch: Option<usize>) -> Result<Tensor> {
     let (mut shape, data) = npy::read_npy_f32(path)?;
-    let c = model.config().latent_channels();
     let seq = patch.is_some();
     let want = if seq { 3 } else { 4 };
     if shape.len() == want - 1 {
@@ -359,7 +346,7 @@ fn read_latents(path: &Path, model: &KlModel, patch: Option<usize>) -> Result<Te
                 );
             }
             let t = Tensor::from_vec(data, (n, tokens, dim), &Device::Cpu)?;
-            Ok(patch::unpatchify(&t, c, side * p, side * p, p)?)
+            Ok(latent_patch::unpatchify(&t, c, side * p, side * p, p)?)
         }
     }
 }
@@ -373,11 +360,20 @@ fn decode(
 ) -> Result<()> {
     let mut outs = Outputs::new(std::iter::once(latents.to_path_buf()).chain(m.given()));
     image_io::output_format(out)?;
-    let model = m.load(&mut outs)?;
-    let z = read_latents(latents, &model, p)?;
-    let (n, _, h, w) = z.dims4()?;
-    let f = model.config().downsample_factor();
-    model.check_input(1, h * f, w * f, tile)?;
+    let t = m.open(None, tile, &mut outs)?;
+    let l = latent_spec(&t);
+    let z = read_latents(latents, l.channels, p)?;
+    let (n, c, h, w) = z.dims4()?;
+    let f = t.input().size as usize / l.grid[0].max(1);
+    let work = imgseq_core::tokenizer::Work::Decode { n: 1, h, w };
+    imgseq_core::budget::check_memory(t.work_bytes(work)).map_err(|why| {
+        anyhow::anyhow!(
+            "{}: decoding a {h}x{w} latent ({}x{} pixels) {why}; use --tile",
+            latents.display(),
+            h * f,
+            w * f
+        )
+    })?;
     let files = crate::tokenizer_cmd::numbered(out, n);
     for f in &files {
         outs.check(f)?;
@@ -385,13 +381,15 @@ fn decode(
     let bar = imgseq_core::progress::items(n, "decode");
     let mut imgs = Vec::with_capacity(n);
     for i in 0..n {
-        let x = model
-            .decode(&z.narrow(0, i, 1)?, tile)
+        let one = Encoded::Latents(Latents {
+            n: 1,
+            shape: vec![c, h, w],
+            data: z.get(i)?.flatten_all()?.to_vec1()?,
+        });
+        let img = t
+            .decode_encoded(&one)
             .with_context(|| format!("{}: cannot decode", latents.display()))?;
-        imgs.push(image_io::from_tensor_chw(
-            &x.get(0)?,
-            PixelRange::MinusOneOne,
-        )?);
+        imgs.extend(img);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -412,13 +410,12 @@ fn roundtrip(image: &Path, m: &VaeModelArgs, o: &LatentOpts, out: &Path) -> Resu
     let mut outs = Outputs::new(std::iter::once(image.to_path_buf()).chain(m.given()));
     // Fail fast: the folder must be a folder (or absent), its files replaceable.
     outs.check_folder(out, &ROUNDTRIP_FILES, "vae roundtrip")?;
-    let t = tokenizer(m.load(&mut outs)?, o)?;
+    let t = m.open(Some(o), o.tile, &mut outs)?;
     let img = t.input().load(image, o.upscale)?;
     let z = encode_pictures(&t, std::slice::from_ref(&img), 1)?;
-    let (shape, data) = latents_out(&z, o.patch)?;
-    let x = t.model.decode(&z, t.tile)?;
-    let recon = image_io::from_tensor_chw(&x.get(0)?, PixelRange::MinusOneOne)?;
-    let (psnr, ssim) = eval::score(&img, &recon)?;
+    let recon = t.decode_encoded(&z)?.remove(0);
+    let (shape, data) = latents_out(z);
+    let (psnr, ssim) = imgseq_core::eval::score(&img, &recon)?;
     let pair = image_io::side_by_side(&[img, recon.clone()], 4);
     outs.create_dir_all(out)?;
     let [lat, rec, sbs] = ROUNDTRIP_FILES.map(|f| out.join(f));
@@ -426,11 +423,7 @@ fn roundtrip(image: &Path, m: &VaeModelArgs, o: &LatentOpts, out: &Path) -> Resu
     outs.write(&rec, |p| image_io::save_image(p, &recon))?;
     outs.write(&sbs, |p| image_io::save_image(p, &pair))?;
     outs.finish();
-    println!(
-        "model: {} ({})",
-        m.weights.display(),
-        t.model.config().describe()
-    );
+    println!("model: {} ({})", m.weights.display(), summary(&t));
     let what = if o.sample {
         format!("a draw (seed {})", o.seed)
     } else {

@@ -9,7 +9,7 @@ use image::RgbImage;
 use imgseq_core::image_io::PixelRange;
 use imgseq_core::input::{Crop, InputSpec};
 use imgseq_core::tokenizer::{
-    Description, Embeddings, Encoded, Latents, OutputKind, OutputSpec, Tokenizer, Work,
+    Description, Embeddings, Encoded, LatentSpec, Latents, OutputKind, OutputSpec, Tokenizer, Work,
 };
 use imgseq_core::{Error, Result};
 
@@ -22,6 +22,8 @@ pub struct KlTokenizer {
     pub draw: Draw,
     /// Tile side in pixels for tiled encode/decode; `None`: untiled.
     pub tile: Option<usize>,
+    /// The released configuration the model was named by, if it was (`sd`, `flux`, ...).
+    pub preset: Option<String>,
 }
 
 impl KlTokenizer {
@@ -40,6 +42,7 @@ impl KlTokenizer {
             patch,
             draw: Draw::Mean,
             tile: None,
+            preset: None,
         })
     }
 
@@ -92,6 +95,14 @@ impl Tokenizer for KlTokenizer {
                 Draw::Sample(seed) => format!("sample {seed}"),
             }),
             decoder_precision: None,
+            latent: Some(LatentSpec {
+                preset: self.preset.clone(),
+                scaling_factor: self.model.config().scaling_factor,
+                shift_factor: self.model.config().shift_factor.unwrap_or(0.0),
+                channels: self.model.config().latent_channels(),
+                grid: [self.grid(), self.grid()],
+                patch: self.patch,
+            }),
         }
     }
 
