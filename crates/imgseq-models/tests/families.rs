@@ -169,8 +169,11 @@ fn a_resumed_job_with_another_size_is_refused_naming_the_setting() {
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
+/// A VAE describes its latents (scaling, shift, channels, grid), and a latent shard set's
+/// manifest is made from that description as a token set's is; a description with neither a
+/// codebook grid nor a latent block is refused by the shard writer.
 #[test]
-fn a_continuous_tokenizer_is_opened_and_refused_by_token_shards() {
+fn a_continuous_tokenizer_describes_its_latents_for_latent_shards() {
     let t = open(
         &fx("kl/sd"),
         &OpenOptions {
@@ -183,7 +186,17 @@ fn a_continuous_tokenizer_is_opened_and_refused_by_token_shards() {
     assert_eq!(desc.family, "autoencoder_kl");
     assert_eq!(desc.output.kind, OutputKind::Latents);
     assert_eq!(desc.draw.as_deref(), Some("mean"));
-    let e = TokenizerInfo::from_description(&desc, false, false)
+    let l = desc.latent.clone().expect("a VAE's latent block");
+    assert_eq!((l.grid, l.patch), ([8, 8], None));
+    assert_eq!(l.channels, desc.output.shape[0]);
+    let info = TokenizerInfo::from_description(&desc, false, false).unwrap();
+    let latent = info.latent.expect("latent settings");
+    assert_eq!((info.n_codes, info.grid), (0, [8, 8]));
+    assert_eq!(latent.shape, desc.output.shape);
+    assert_eq!(latent.scaling_factor, l.scaling_factor);
+    let mut no_latents = desc;
+    no_latents.latent = None;
+    let e = TokenizerInfo::from_description(&no_latents, false, false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("grid of codebook tokens"), "{e}");
