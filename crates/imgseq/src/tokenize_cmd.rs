@@ -106,7 +106,8 @@ pub struct TokenizeArgs {
 }
 
 /// `tokenize` with any tokenizer the loader opens: its description (family, config, crop,
-/// precision, weights hash) is the manifest's account of the tokens.
+/// precision, weights hash; a VAE's latent block) is the manifest's account of the tokens —
+/// token shards, or latent shards of a VAE (as `vae tokenize` writes them).
 pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let t = a.model.open(a.pre.size, &mut Outputs::default())?;
     let o = a.job.options(a.pre.upscale, a.job.pad(&a.sources))?;
@@ -114,10 +115,11 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     t.check_batch(o.batch)?;
     let info = TokenizerInfo::from_description(&t.describe_with_weights()?, a.pre.upscale, o.pad)?;
     let r = job::tokenize(&t, &info, &a.sources, &a.job.output, &o)?;
-    report(
-        &r,
-        &format!("{}x{} tokens each", info.grid[0], info.grid[1]),
-    )
+    let each = match &info.latent {
+        Some(l) => format!("float16 {:?} each", l.shape),
+        None => format!("{}x{} tokens each", info.grid[0], info.grid[1]),
+    };
+    report(&r, &each)
 }
 
 /// Checks and joins the manifests of a job array's jobs into OUT/manifest.json.

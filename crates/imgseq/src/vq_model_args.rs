@@ -1,6 +1,7 @@
 //! What every command that runs a tokenizer shares: the model flags (`--model`/`--weights`,
-//! `--config`, `--precision`, `--bf16-encoder`, `--raw`) and opening the model through the
-//! loader, the input-size flags, gray picture output.
+//! `--config`, `--precision`, `--bf16-encoder`, `--raw`; a VAE's `--preset`, `--patch`,
+//! `--sample-seed`, `--tile`) and opening the model through the loader, the input-size flags,
+//! gray picture output.
 
 use anyhow::Result;
 use clap::Args;
@@ -32,6 +33,25 @@ pub struct ModelArgs {
     /// Open-MAGVIT2 checkpoints: run the raw weights instead of their EMA copies.
     #[arg(long)]
     pub raw: bool,
+    #[command(flatten)]
+    pub latent: LatentArgs,
+}
+
+/// Continuous-latent models' settings (VAEs; discrete families refuse them).
+#[derive(Args, Clone, Default)]
+pub struct LatentArgs {
+    /// A released VAE's config for a single weights file: sd (1.x/2.x), sdxl, sd3, flux.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Cut a VAE's latents into p×p patches: (h/p·w/p) tokens of p²·C values (FLUX's order).
+    #[arg(long)]
+    pub patch: Option<usize>,
+    /// Draw a VAE's latents from the posterior with this seed instead of taking its mean.
+    #[arg(long)]
+    pub sample_seed: Option<u64>,
+    /// A VAE's tiled encode/decode, tiles of this side in pixels (bounded memory).
+    #[arg(long)]
+    pub tile: Option<usize>,
 }
 
 /// Input preprocessing.
@@ -71,7 +91,10 @@ impl ModelArgs {
             precision: self.precision.precision,
             bf16_encoder: self.bf16_encoder,
             raw: self.raw,
-            ..OpenOptions::default()
+            preset: self.latent.preset.clone(),
+            patch: self.latent.patch,
+            sample_seed: self.latent.sample_seed,
+            tile: self.latent.tile,
         }
     }
 

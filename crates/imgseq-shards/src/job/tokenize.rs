@@ -344,7 +344,8 @@ fn undo_start(out: &Path, created_dir: bool) {
     }
 }
 
-/// Tokenizes `sources` into `out` with `tok` (described by `info`).
+/// Tokenizes `sources` into `out` with `tok` (described by `info`): token shards of a
+/// discrete tokenizer, latent shards of one whose description has a latent block.
 pub fn tokenize<T: Tokenizer + ?Sized>(
     tok: &T,
     info: &TokenizerInfo,
@@ -352,9 +353,9 @@ pub fn tokenize<T: Tokenizer + ?Sized>(
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    if tok.codebook_size().is_none() {
+    if tok.codebook_size().is_none() && info.latent.is_none() {
         return Err(Error::invalid(format!(
-            "token shards hold codebook tokens; a {} gives continuous embeddings",
+            "shards hold codebook tokens or latents; a {} gives neither (continuous embeddings)",
             tok.label()
         )));
     }

@@ -173,3 +173,32 @@ fn encode_with_a_continuous_tokenizer_writes_its_latents() {
     ]);
     assert_eq!(imgseq_core::npy::read_npy_f32(&want).unwrap().1, data);
 }
+
+/// `imgseq tokenize --model <VAE>` writes latent shards from the VAE's description: the same
+/// manifest and shard bytes as `vae tokenize`, with and without patches.
+#[test]
+fn tokenize_with_a_vae_writes_what_vae_tokenize_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pictures(d.path());
+    for patch in [None, Some("2")] {
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        let _ = (std::fs::remove_dir_all(&a), std::fs::remove_dir_all(&b));
+        let extra: Vec<&str> = patch.map_or(vec![], |p| vec!["--patch", p]);
+        let mut top = vec!["tokenize", src.to_str().unwrap(), "--model"];
+        let kl = s(&fx("kl/sd"));
+        top.extend([kl.as_str(), "--size", "32", "-o", a.to_str().unwrap()]);
+        top.extend(&extra);
+        ok(&top);
+        let mut vae = vec!["vae", "tokenize", src.to_str().unwrap(), "--weights"];
+        vae.extend([kl.as_str(), "--size", "32", "-o", b.to_str().unwrap()]);
+        vae.extend(&extra);
+        ok(&vae);
+        for f in ["manifest.json", "shard-000000.tar"] {
+            assert_eq!(
+                std::fs::read(a.join(f)).unwrap(),
+                std::fs::read(b.join(f)).unwrap(),
+                "{f} with patch {patch:?}"
+            );
+        }
+    }
+}
