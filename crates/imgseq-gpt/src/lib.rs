@@ -13,17 +13,18 @@
 //!   `.npy` token files.
 //! * [`sample`]: temperature / top-k / top-p sampling with classifier-free guidance, seeded.
 //! * [`grid`]: labelled sample grids (a tiny built-in bitmap font).
-//! * [`job`]: a training run as the command line starts it (new or resumed).
-//! * [`train`]: AdamW + warm-up/cosine training with exact resume, held-out bits per token.
+//! * [`init`]: a fresh model's weights (GPT-2's initialisation, seeded).
+//!
+//! Training it (AdamW + warm-up/cosine with exact resume, held-out bits per token, the job the
+//! command line starts) is the `imgseq-train` crate's (`imgseq_train::gpt`).
 
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod grid;
-pub mod job;
+pub mod init;
 pub mod model;
 pub mod sample;
-pub mod train;
 
 pub use config::GptConfig;
 pub use model::Gpt2LMHeadModel;

@@ -5,7 +5,7 @@
 //! cargo run --release -p imgseq-vit --example vit_fused_probe -- [batch] [steps]
 
 use imgseq_vit::fused::{FlatAdamW, FusedViT, ParamLayout, Targets};
-use imgseq_vit::train::init_flat;
+use imgseq_vit::init::init_flat;
 use imgseq_vit::ViTConfig;
 use std::time::Instant;
 

@@ -5,7 +5,8 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::optim::AdamW;
-use imgseq_vit::train::{cross_entropy_smoothed, init_weights};
+use imgseq_vit::init::init_weights;
+use imgseq_vit::loss::cross_entropy_smoothed;
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::time::Instant;
 

@@ -13,7 +13,7 @@ use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::optim::AdamW;
 use imgseq_vit::checkpoint::load_tensors;
 use imgseq_vit::fused::{decays, FlatAdamW, FusedViT, ParamLayout, Targets};
-use imgseq_vit::train::cross_entropy_smoothed;
+use imgseq_vit::loss::cross_entropy_smoothed;
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::path::Path;
 use std::time::Instant;

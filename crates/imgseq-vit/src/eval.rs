@@ -69,7 +69,7 @@ pub(crate) fn tally(
 }
 
 /// The confusion matrix of `predict` (a batch (b, c, h, w) → one class per image) over `set`.
-pub(crate) fn evaluate_with(
+pub fn evaluate_with(
     k: usize,
     set: &ImageSet,
     norm: &Normalize,
@@ -118,7 +118,7 @@ pub fn evaluate(
 }
 
 /// Index of the first largest value.
-pub(crate) fn argmax(v: &[f32]) -> u32 {
+pub fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
     for (i, x) in v.iter().enumerate() {
         if *x > v[best] {

@@ -6,15 +6,20 @@
 //! - [`model`]: the network, top to bottom (`Embeddings::forward` = patch → CLS → positions).
 //! - [`fused`]: the same network's forward and backward by hand on flat f32 arrays (the
 //!   default training engine on the CPU).
+//! - [`loss`]: cross-entropy with label smoothing, hard or soft targets, on candle tensors
+//!   (the autograd engine's loss, the reference of [`fused`]'s).
+//! - [`init`]: a fresh model's weights (HF's initialisation, seeded), as variables or flat.
 //! - [`checkpoint`]: strict loading / saving in HF's folder layout.
 //! - [`data`]: datasets on disk → u8 sets on the model's canvas → normalised batches.
 //! - [`run`]: a training run's folder: `TrainConfig` (`training.json`), run files, progress.
-//! - [`train`]: AdamW training with warmup + cosine.
 //! - [`eval`]: evaluation over an image set: accuracy, per-class accuracy, confusion matrix.
 //! - [`inference`]: a trained [`Classifier`]: image preprocessing, tokens, top-k labels.
 //! - [`judge`]: a classifier judging pictures other models made (reconstructions, samples):
 //!   accuracy and CLS-feature Fréchet distances, for `vq eval --judge` and `gpt judge`.
 //! - [`precision`]: f32 or bf16 linear layers (`--precision`), with `auto`'s agreement check.
+//!
+//! Training it (the loop on either engine, the CNN teacher, the jobs the command line starts)
+//! is the `imgseq-train` crate's (`imgseq_train::vit`).
 
 pub mod checkpoint;
 pub mod config;
@@ -22,17 +27,15 @@ pub mod data;
 pub mod eval;
 pub mod fused;
 pub mod inference;
+pub mod init;
 pub mod interpolate;
 pub mod judge;
+pub mod loss;
 pub mod model;
 pub mod position_plot;
 pub mod precision;
 pub mod run;
-pub mod teacher;
-pub mod teacher_job;
 pub mod tokenizer;
-pub mod train;
-pub mod train_job;
 
 pub use config::ViTConfig;
 pub use inference::Classifier;

@@ -18,23 +18,19 @@
 //!   patch sequences, on the same encoder and decoder.
 //!
 //! Using it:
-//! * [`data`]: image lists, the tokenizer's preprocessing, training crops.
+//! * [`data`]: image lists, the tokenizer's preprocessing.
 //! * [`tokenizer`]: [`VqTokenizer`], a model at an input size as an
 //!   [`imgseq_core::tokenizer::Tokenizer`]; [`tokens`]: the token file format ([`TokenGrid`], `.npy`).
 //! * [`inference`]: image files → tokens → images, in batches.
 //! * [`eval`]: the one scoring (PSNR, SSIM, codebook usage) of `vq eval`, `vq roundtrip`.
 //!
-//! Training it:
-//! * [`loss`]: L1 + L2 + image-gradient L1 + codebook loss.
-//! * [`codebook`]: k-means initialisation and dead-code restarts.
-//! * [`train`]: the training loop, its config (`training.json`) and run folder (checkpoints).
+//! Training it (losses, discriminator, LPIPS, codebook initialisation, the loop and its run
+//! folder) is the `imgseq-train` crate's (`imgseq_train::vqgan`).
 
-pub mod codebook;
 pub mod config;
 pub mod config_file;
 pub mod convert;
 pub mod data;
-pub mod disc;
 pub mod eval;
 pub mod family;
 pub mod ibq;
@@ -43,8 +39,6 @@ pub mod janus;
 pub mod kl;
 pub mod layers;
 pub mod load;
-pub mod loss;
-pub mod lpips;
 pub mod model;
 pub mod precision;
 pub mod preprocess;
@@ -52,8 +46,6 @@ pub mod presets;
 pub mod quantize;
 pub mod rename;
 pub mod tokenizer;
-
-pub mod train;
 pub mod variant;
 
 pub use config::{DdConfig, VqConfig};

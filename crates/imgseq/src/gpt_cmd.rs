@@ -10,12 +10,11 @@ use imgseq_core::tokens::TokenGrid;
 use imgseq_gpt::config::{GptConfig, SeqLayout};
 use imgseq_gpt::data;
 use imgseq_gpt::grid::labelled_grid;
-use imgseq_gpt::job;
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
-use imgseq_gpt::train::{self as gtrain, TrainConfig};
 use imgseq_gpt::Gpt2LMHeadModel;
 use imgseq_kernels::PrecisionRequest;
 use imgseq_models::{OpenOptions, Opened};
+use imgseq_train::gpt::{self as gtrain, job, TrainConfig};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -7,9 +7,9 @@ use imgseq_core::data::Split;
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::npy::{read_npy_f32, write_npy_f32};
 use imgseq_kernels::PrecisionChoice;
+use imgseq_train::vit::job::{self as train_job, ModelOptions};
+use imgseq_train::vit::{check_start, clear_run, TrainConfig};
 use imgseq_vit::data::{Augment, Normalize};
-use imgseq_vit::train::{check_start, clear_run, TrainConfig};
-use imgseq_vit::train_job::{self, ModelOptions};
 use imgseq_vit::Classifier;
 use std::path::{Path, PathBuf};
 
@@ -235,7 +235,7 @@ impl WeightsArg {
         } else {
             p.parent().map(Path::to_path_buf).unwrap_or_default()
         };
-        for f in imgseq_vit::train::RUN_FILES {
+        for f in imgseq_train::vit::RUN_FILES {
             v.push(dir.join(f));
         }
         v
@@ -354,8 +354,8 @@ fn train(a: TrainArgs) -> Result<()> {
         train_job::new_run(&source, limit, &m, (channels, input), tc)?
     };
     let engine = match a.engine {
-        EngineArg::Fused => imgseq_vit::train::Engine::Fused,
-        EngineArg::Autograd => imgseq_vit::train::Engine::Autograd,
+        EngineArg::Fused => imgseq_train::vit::Engine::Fused,
+        EngineArg::Autograd => imgseq_train::vit::Engine::Autograd,
     };
     let state = job.run(&a.out, a.resume, engine)?;
     println!(

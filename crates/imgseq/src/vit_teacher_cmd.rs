@@ -1,11 +1,11 @@
 //! `imgseq vit teacher`: trains the small CNN whose soft labels `vit train --soft-labels` (with `--distill`)
-//! distils into a ViT (see `imgseq_vit::teacher`).
+//! distils into a ViT (see `imgseq_train::vit::teacher`).
 
 use anyhow::Result;
 use clap::Args;
+use imgseq_train::vit::teacher::{TeacherConfig, SOFT_LABELS_FILE};
+use imgseq_train::vit::teacher_job::{self, TeacherOptions};
 use imgseq_vit::data::{Augment, Normalize};
-use imgseq_vit::teacher::{TeacherConfig, SOFT_LABELS_FILE};
-use imgseq_vit::teacher_job::{self, TeacherOptions};
 use std::path::PathBuf;
 
 use crate::vit_data_arg::DataArgs;

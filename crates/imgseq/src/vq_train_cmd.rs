@@ -1,13 +1,12 @@
 //! `imgseq vq train`: its flags (whose defaults are the library's recipe, one source) and the
 //! choice between a new run, a resumed one and an overwritten one. The loop is
-//! `imgseq_vqgan::train`.
+//! `imgseq_train::vqgan`.
 
 use anyhow::{bail, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
-use imgseq_vqgan::presets::{preset, PRESETS};
-use imgseq_vqgan::train::{self, TrainConfig};
-use imgseq_vqgan::VqConfig;
+use imgseq_train::vqgan::presets::{preset, PRESETS};
+use imgseq_train::vqgan::{self as train, TrainConfig, VqConfig};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
@@ -227,8 +226,8 @@ impl TrainArgs {
 impl TrainArgs {
     /// The perceptual and adversarial options given on the command line.
     fn apply_gan(&self, given: &dyn Fn(&str) -> bool, tc: &mut TrainConfig) -> Result<()> {
-        use imgseq_vqgan::disc::DiscNorm;
-        use imgseq_vqgan::train::gan::DiscLoss;
+        use imgseq_train::vqgan::disc::DiscNorm;
+        use imgseq_train::vqgan::gan::DiscLoss;
         let g = &mut tc.gan;
         macro_rules! take_gan {
             ($($field:ident),*) => {$(

@@ -4,9 +4,9 @@ use crate::common;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;
+use imgseq_gpt::init::init_weights;
 use imgseq_gpt::model::KvCache;
 use imgseq_gpt::sample::{draw, generate, generate_rows, Request, SampleOptions};
-use imgseq_gpt::train::init_weights;
 use imgseq_gpt::Gpt2LMHeadModel;
 use rand::SeedableRng;
 

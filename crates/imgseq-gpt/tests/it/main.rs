@@ -5,4 +5,3 @@ mod common;
 mod fuzz_corpus_replay;
 mod generate;
 mod hf_parity;
-mod train;

@@ -215,7 +215,7 @@ fn fused_training_steps_keep_the_recorded_losses() {
     use imgseq_vit::fused::FlatAdamW;
     let cfg = ViTConfig::seed(3, &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]);
     let layout = ParamLayout::new(&cfg);
-    let mut params = imgseq_vit::train::init_flat(&layout, 0.02, 0);
+    let mut params = imgseq_vit::init::init_flat(&layout, 0.02, 0);
     let mut grads = vec![0f32; layout.len()];
     let (batch, px) = (16, 3 * 32 * 32);
     let x: Vec<f32> = (0..batch * px)

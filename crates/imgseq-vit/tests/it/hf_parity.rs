@@ -136,7 +136,7 @@ fn hf_vit_training_gradients_match_pytorch_autograd() {
     }
     let labels = io["labels"].to_dtype(candle_core::DType::U32).unwrap();
     let logits = model.forward(&io["pixel_values"], false).unwrap();
-    let loss = imgseq_vit::train::cross_entropy_smoothed(&logits, &labels, 0.0).unwrap();
+    let loss = imgseq_vit::loss::cross_entropy_smoothed(&logits, &labels, 0.0).unwrap();
     let want_loss = io["loss"].to_vec1::<f32>().unwrap()[0];
     assert!((loss.to_scalar::<f32>().unwrap() - want_loss).abs() < 1e-5 * want_loss.abs().max(1.0));
     let grads = loss.backward().unwrap();

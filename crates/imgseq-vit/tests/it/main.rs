@@ -4,4 +4,3 @@
 mod common;
 mod fused;
 mod hf_parity;
-mod train;

@@ -3,7 +3,6 @@
 
 mod bf16;
 mod diffusers;
-mod gan;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
 mod hostile_weights;

@@ -6,7 +6,7 @@ use crate::common;
 use common::{fails, ok};
 
 use image::{Rgb, RgbImage};
-use imgseq_vqgan::train::{self, TrainConfig};
+use imgseq_train::vqgan::{self as train, TrainConfig};
 use imgseq_vqgan::VqConfig;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

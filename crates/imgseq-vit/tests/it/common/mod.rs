@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_vit::fused::ParamLayout;
-use imgseq_vit::train::{cross_entropy_smoothed, cross_entropy_soft};
+use imgseq_vit::loss::{cross_entropy_smoothed, cross_entropy_soft};
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::path::PathBuf;
 

@@ -1,14 +1,14 @@
 //! A ViT training run as the command line starts it: a resumed run's configs with its
 //! splits, or a new run's model sized by the options and the dataset, then the training.
 
-use crate::checkpoint::save_preprocessor_config;
-use crate::config::{ViTConfig, SEED_IMAGE_SIZE};
-use crate::data::{channel_stats, DataSource, ImageSet, Normalize};
-use crate::inference::relabel;
-use crate::model::param_count;
-use crate::train::{load_run, train_with, Engine, TrainConfig, TrainState};
+use super::{load_run, train_with, Engine, TrainConfig, TrainState};
 use imgseq_core::data::Split;
 use imgseq_core::{Error, Result};
+use imgseq_vit::checkpoint::save_preprocessor_config;
+use imgseq_vit::config::{ViTConfig, SEED_IMAGE_SIZE};
+use imgseq_vit::data::{channel_stats, DataSource, ImageSet, Normalize};
+use imgseq_vit::inference::relabel;
+use imgseq_vit::model::param_count;
 use std::path::Path;
 
 /// A run ready to train: the model config, the recipe and the two splits.

@@ -4,9 +4,9 @@
 
 use candle_core::{Device, Tensor, Var};
 use imgseq_kernels::ops::{self, Padding};
-use imgseq_vqgan::disc::DiscNorm;
-use imgseq_vqgan::lpips::{Lpips, VGG16_CONVS};
-use imgseq_vqgan::train::gan::{discriminator_loss, generator_grads, DiscLoss, Gan, GanConfig};
+use imgseq_train::vqgan::disc::DiscNorm;
+use imgseq_train::vqgan::gan::{discriminator_loss, generator_grads, DiscLoss, Gan, GanConfig};
+use imgseq_train::vqgan::lpips::{Lpips, VGG16_CONVS};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

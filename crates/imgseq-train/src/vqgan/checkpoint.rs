@@ -1,7 +1,7 @@
 //! A run folder ([`RunDir`]): everything needed to use or resume a training run.
 //!
-//! `model.safetensors` (taming names, loads with [`crate::load_model`]; with an EMA, the
-//! averaged weights) + `config.json` ([`VqConfig`]), `training.json` ([`TrainConfig`]; runs
+//! `model.safetensors` (taming names, loads with [`imgseq_vqgan::load_model`]; with an EMA,
+//! the averaged weights) + `config.json` ([`VqConfig`]), `training.json` ([`TrainConfig`]; runs
 //! written as `train.json` still resume), `optimizer.safetensors` (AdamW moments; with an EMA
 //! also the raw weights as `raw.<name>`) and `state.json` ([`TrainState`]: step, code usage,
 //! history), written in that order: `state.json` last marks a complete checkpoint.
@@ -9,8 +9,7 @@
 use super::config::TrainConfig;
 use super::ema::Ema;
 use super::gan::Gan;
-use crate::config::VqConfig;
-use crate::loss::LossTerms;
+use super::loss::LossTerms;
 use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use imgseq_core::fsutil::write_bytes_atomic;
@@ -22,6 +21,7 @@ pub use imgseq_core::run::{
 };
 use imgseq_core::weights::{save_tensors, set_vars};
 use imgseq_core::{Error, Result};
+use imgseq_vqgan::config::VqConfig;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 

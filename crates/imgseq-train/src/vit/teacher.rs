@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::data::{make_batch, Augment, ImageSet, Normalize};
-use crate::eval::EvalReport;
-use crate::train::cross_entropy_smoothed;
+use imgseq_vit::data::{make_batch, Augment, ImageSet, Normalize};
+use imgseq_vit::eval::EvalReport;
+use imgseq_vit::loss::cross_entropy_smoothed;
 
 /// The soft-label file a teacher run writes: (n_train, classes) f32 probabilities.
 pub const SOFT_LABELS_FILE: &str = "soft_labels.npy";

@@ -1,15 +1,15 @@
 //! The training loss (x, x̂ in [-1, 1]):
 //!
 //! `nll = l1·mean|x̂ − x| + l2·mean(x̂ − x)² + sharp·mean|∇x̂ − ∇x| + perceptual·mean LPIPS(x, x̂)`
-//! and `total = nll + codebook·q_loss` (+ the adversarial term of [`crate::train::gan`], whose
+//! and `total = nll + codebook·q_loss` (+ the adversarial term of [`super::gan`], whose
 //! adaptive weight is taken from `nll`'s gradient)
 //!
 //! where ∇ are the horizontal and vertical pixel differences (an image-gradient L1 that keeps
-//! edges sharp), LPIPS is [`crate::lpips`] (only when its weights were given) and `q_loss` is
-//! taming's codebook + commitment loss (β = 0.25, legacy placement, see [`crate::quantize`]).
-//! taming's own recipe is `l1` 1, `l2` 0, `sharp` 0, `perceptual` 1.
+//! edges sharp), LPIPS is [`super::lpips`] (only when its weights were given) and `q_loss` is
+//! taming's codebook + commitment loss (β = 0.25, legacy placement, see
+//! [`imgseq_vqgan::quantize`]). taming's own recipe is `l1` 1, `l2` 0, `sharp` 0, `perceptual` 1.
 
-use crate::lpips::Lpips;
+use super::lpips::Lpips;
 use candle_core::{DType, Tensor};
 use imgseq_core::Result;
 use serde::{Deserialize, Serialize};

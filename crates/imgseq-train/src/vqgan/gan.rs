@@ -14,7 +14,7 @@
 //! in a taming checkpoint) and its optimizer (`disc_optim.*`) travel in the run's
 //! `optimizer.safetensors`, so a resumed run continues exactly.
 
-use crate::disc::{DiscConfig, DiscNorm, Discriminator, TAMING_PREFIX};
+use super::disc::{DiscConfig, DiscNorm, Discriminator, TAMING_PREFIX};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
@@ -317,7 +317,7 @@ impl Gan {
     /// Loads `path` (see [`GanConfig::disc_init`]): `loss.discriminator.*` names when the file
     /// has them, else `main.*`.
     pub fn load_file(&self, path: &Path) -> Result<()> {
-        let saved = crate::lpips::read_tensors(path)?;
+        let saved = super::lpips::read_tensors(path)?;
         let prefix = if Self::in_file(&saved) {
             TAMING_PREFIX
         } else {

@@ -2,11 +2,11 @@
 //! splits loaded on the model's canvas, the recipe completed with the training images'
 //! statistics, then [`train_teacher`].
 
-use crate::config::SEED_IMAGE_SIZE;
-use crate::data::{channel_stats, DataSource, Normalize};
-use crate::teacher::{train_teacher, TeacherConfig, TeacherReport};
+use super::teacher::{train_teacher, TeacherConfig, TeacherReport};
 use imgseq_core::data::Split;
 use imgseq_core::{Error, Result};
+use imgseq_vit::config::SEED_IMAGE_SIZE;
+use imgseq_vit::data::{channel_stats, DataSource, Normalize};
 use std::path::Path;
 
 /// What a teacher run is asked for besides its data.

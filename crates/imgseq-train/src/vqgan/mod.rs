@@ -1,37 +1,40 @@
-//! Training a VQGAN on a folder of photos: random crops ([`crate::data`]), the loss of
-//! [`crate::loss`], AdamW with warm-up + cosine, a codebook kept alive by
-//! [`crate::codebook`] (k-means initialisation on encoder outputs, optionally after an
-//! autoencoder warm-up with the quantizer bypassed; dead-code restarts: every `restart_every`
-//! steps each code unused for `dead_after` steps is re-seeded from a random encoder output of
-//! the current batch and its AdamW moments are reset), and a run folder ([`checkpoint`])
-//! written every `checkpoint_every` steps, optionally with a moving average of the weights
-//! as the run's model ([`ema`]). Optionally taming's adversarial loss ([`gan`]: a PatchGAN
-//! discriminator trained beside the model from `disc_start`, the adaptive weight λ) and
-//! its perceptual term (LPIPS, [`crate::lpips`], from weights the user gives). Every step
-//! draws its crops from a generator seeded by (seed, step), so a resumed run continues
-//! exactly.
+//! Training a VQGAN on a folder of photos: random crops ([`data`]), the loss of [`loss`],
+//! AdamW with warm-up + cosine, a codebook kept alive by [`codebook`] (k-means
+//! initialisation on encoder outputs, optionally after an autoencoder warm-up with the
+//! quantizer bypassed; dead-code restarts: every `restart_every` steps each code unused for
+//! `dead_after` steps is re-seeded from a random encoder output of the current batch and its
+//! AdamW moments are reset), and a run folder ([`checkpoint`]) written every
+//! `checkpoint_every` steps, optionally with a moving average of the weights as the run's
+//! model ([`ema`]). Optionally taming's adversarial loss ([`gan`]: a PatchGAN discriminator
+//! ([`disc`]) trained beside the model from `disc_start`, the adaptive weight λ) and its
+//! perceptual term (LPIPS, [`lpips`], from weights the user gives). Every step draws its
+//! crops from a generator seeded by (seed, step), so a resumed run continues exactly.
 
 pub mod checkpoint;
+pub mod codebook;
 pub mod config;
+pub mod data;
+pub mod disc;
 pub mod ema;
 pub mod gan;
 mod init;
+pub mod loss;
+pub mod lpips;
 mod report;
 
-pub use crate::quantize::CODEBOOK;
 pub use checkpoint::{
     LogPoint, TrainState, CONFIG_FILE, OPTIM_FILE, STATE_FILE, TRAINING_FILE, WEIGHTS_FILE,
 };
 pub use config::TrainConfig;
+pub use imgseq_vqgan::quantize::CODEBOOK;
 
-use crate::codebook;
-use crate::config::VqConfig;
-use crate::data::{data_paths, load_idx_training_images, load_training_images, random_crops};
-use crate::loss::{loss, psnr_of_mse, Loss};
-use crate::lpips::Lpips;
-use crate::model::{Bottleneck, Forward, VqModel};
+// The model a run trains (its config, the named architectures), so that a caller that only
+// trains (the command line's `vq train`) names this crate alone.
+pub use imgseq_vqgan::{presets, VqConfig};
+
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use data::{load_idx_training_images, load_training_images, random_crops};
 use gan::Gan;
 use image::RgbImage;
 use imgseq_core::data::augment::mix_seed;
@@ -40,6 +43,10 @@ use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::run::{checkpoint_due, RunDir};
 use imgseq_core::weights::{load_tensors, set_vars};
 use imgseq_core::{Error, Result};
+use imgseq_vqgan::data::data_paths;
+use imgseq_vqgan::model::{Bottleneck, Forward, VqModel};
+use loss::{loss, psnr_of_mse, Loss};
+use lpips::Lpips;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use report::Window;
@@ -369,7 +376,7 @@ impl<'a> Trainer<'a> {
     }
 
     /// Marks the codes the step used (at the new step) and returns them.
-    fn record_codes(&mut self, q: Option<&crate::quantize::Quantized>) -> Result<Vec<u32>> {
+    fn record_codes(&mut self, q: Option<&imgseq_vqgan::quantize::Quantized>) -> Result<Vec<u32>> {
         let indices = match q {
             Some(q) => q.indices.flatten_all()?.to_vec1::<u32>()?,
             None => Vec::new(),

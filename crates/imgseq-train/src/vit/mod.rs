@@ -1,35 +1,45 @@
-//! Training of a ViT classifier (its run folder: [`crate::run`]; evaluation: [`crate::eval`]).
+//! Training of a ViT classifier (its run folder: [`imgseq_vit::run`]; evaluation:
+//! [`imgseq_vit::eval`]).
 //!
 //! A run folder holds everything needed to use or resume it:
 //! `config.json` + `model.safetensors` (HF layout), `training.json` (this [`TrainConfig`]),
 //! `optimizer.safetensors` (AdamW moments) and `state.json` (epochs done, accuracy history).
 //!
-//! Two engines run the steps ([`Engine`]): the fused forward + backward of [`crate::fused`]
-//! (f32 on the CPU; the default: 3× the autograd engine's img/s on the seed model, batch 128,
-//! 2 threads, AMD EPYC Zen 4) and candle's autograd through [`ViTForImageClassification`]
-//! (the reference). Both start from the same initial weights, use the same AdamW arithmetic
-//! and write the same run files, so a run started with one resumes with the other.
+//! Two engines run the steps ([`Engine`]): the fused forward + backward of
+//! [`imgseq_vit::fused`] (f32 on the CPU; the default: 3× the autograd engine's img/s on the
+//! seed model, batch 128, 2 threads, AMD EPYC Zen 4) and candle's autograd through
+//! [`ViTForImageClassification`] (the reference). Both start from the same initial weights,
+//! use the same AdamW arithmetic and write the same run files, so a run started with one
+//! resumes with the other.
 
-use candle_core::{DType, Device, Tensor, Var, D};
+pub mod job;
+pub mod teacher;
+pub mod teacher_job;
+
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::progress::bar;
-use imgseq_core::run::{normal, RunDir};
+use imgseq_core::run::RunDir;
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{CONFIG_FILE, WEIGHTS_FILE};
-use crate::config::ViTConfig;
-use crate::data::{make_batch, ImageSet, Normalize};
-use crate::eval::{argmax, evaluate_with};
-use crate::fused::{decays, ema_update, FlatAdamW, FusedViT, ParamLayout, Targets};
-use crate::model::ViTForImageClassification;
 use imgseq_core::optim::{warmup_cosine, AdamW};
+use imgseq_vit::checkpoint::{CONFIG_FILE, WEIGHTS_FILE};
+use imgseq_vit::config::ViTConfig;
+use imgseq_vit::data::{make_batch, ImageSet, Normalize};
+use imgseq_vit::eval::{argmax, evaluate_with};
+use imgseq_vit::fused::{decays, ema_update, FlatAdamW, FusedViT, ParamLayout, Targets};
+use imgseq_vit::model::ViTForImageClassification;
 
-pub use crate::eval::{evaluate, EvalReport, EVAL_BATCH};
-pub use crate::run::{
+pub use imgseq_vit::eval::{evaluate, EvalReport, EVAL_BATCH};
+// The model's initialisation and loss (`imgseq_vit::init`, `imgseq_vit::loss`): the recipe
+// starts from the one and descends the other.
+pub use imgseq_vit::init::{init_flat, init_weights};
+pub use imgseq_vit::loss::{cross_entropy_smoothed, cross_entropy_soft};
+pub use imgseq_vit::run::{
     check_start, clear_run, load_run, run_files, TrainConfig, TrainState, OPTIMIZER_FILE,
     RUN_FILES, STATE_FILE, TRAINING_FILE,
 };
@@ -51,49 +61,6 @@ pub enum Engine {
     Autograd,
 }
 
-/// The initial value of parameter `name` (`n` values): mostly HF's rule — LayerNorm weights
-/// 1, biases 0, everything else ~ N(0, std²) truncated at 2σ — drawn from `rng`.
-fn init_values(name: &str, n: usize, std: f64, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
-    if name.contains("layernorm") && name.ends_with("weight") {
-        vec![1.0; n]
-    } else if name.ends_with("bias") {
-        vec![0.0; n]
-    } else {
-        (0..n)
-            .map(|_| (normal(rng).clamp(-2.0, 2.0) * std) as f32)
-            .collect()
-    }
-}
-
-/// Mostly-HF initialisation: weights ~ N(0, 0.02) (truncated at 2σ), biases 0, norms 1/0,
-/// CLS token and positions ~ N(0, 0.02), drawn from a seeded RNG so runs are reproducible.
-/// Parameters are drawn in name order ([`init_flat`] gives the same values).
-pub fn init_weights(vars: &VarMap, std: f64, seed: u64) -> Result<()> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let data = vars.data().lock().expect("poisoned");
-    let mut names: Vec<&String> = data.keys().collect();
-    names.sort();
-    for name in names {
-        let var = &data[name];
-        let shape = var.as_tensor().shape().clone();
-        let vals = init_values(name, shape.elem_count(), std, &mut rng);
-        var.set(&Tensor::from_vec(vals, shape, var.as_tensor().device())?)?;
-    }
-    Ok(())
-}
-
-/// [`init_weights`] for a flat parameter array laid out by `layout`: the same values.
-pub fn init_flat(layout: &ParamLayout, std: f64, seed: u64) -> Vec<f32> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut flat = vec![0f32; layout.len()];
-    let mut specs: Vec<_> = layout.specs.iter().collect();
-    specs.sort_by(|a, b| a.name.cmp(&b.name));
-    for s in specs {
-        flat[s.range()].copy_from_slice(&init_values(&s.name, s.len(), std, &mut rng));
-    }
-    flat
-}
-
 /// The variables with their names, and whether weight decay applies to each.
 fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
     let data = vars.data().lock().expect("poisoned");
@@ -106,35 +73,6 @@ fn named_vars(vars: &VarMap) -> Vec<(String, Var, bool)> {
         .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
-}
-
-/// Cross-entropy with label smoothing ε: (1−ε)·NLL + ε·mean over classes of −log p.
-pub fn cross_entropy_smoothed(
-    logits: &Tensor,
-    labels: &Tensor,
-    eps: f64,
-) -> candle_core::Result<Tensor> {
-    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?; // (b, k)
-    let nll = logp.gather(&labels.unsqueeze(1)?, 1)?.neg()?.mean_all()?;
-    if eps == 0.0 {
-        return Ok(nll);
-    }
-    let smooth = logp.mean(D::Minus1)?.neg()?.mean_all()?;
-    (nll * (1.0 - eps))? + (smooth * eps)?
-}
-
-/// Cross-entropy against soft targets `probs` (b, k) with label smoothing ε, as PyTorch's
-/// `cross_entropy(logits, probs, label_smoothing=ε)`: mean over images of −Σ_k t'_k log p_k
-/// with t' = (1 − ε)·t + ε/k.
-pub fn cross_entropy_soft(
-    logits: &Tensor,
-    probs: &Tensor,
-    eps: f64,
-) -> candle_core::Result<Tensor> {
-    let k = logits.dim(D::Minus1)?;
-    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?; // (b, k)
-    let t = ((probs * (1.0 - eps))? + eps / k as f64)?;
-    (t * logp)?.sum(D::Minus1)?.neg()?.mean_all()
 }
 
 fn tensor_err(e: candle_core::Error) -> Error {

@@ -1,10 +1,9 @@
 //! Training: learning on synthetic shards, exact resume, run-folder rules, bad inputs.
 
-use crate::common;
-use common::*;
+use crate::gpt_common::*;
 use imgseq_gpt::checkpoint;
 use imgseq_gpt::data;
-use imgseq_gpt::train::{bits_per_token, train, EvalPoint, TrainConfig, EVAL_LOG, STATE_FILE};
+use imgseq_train::gpt::{bits_per_token, train, EvalPoint, TrainConfig, EVAL_LOG, STATE_FILE};
 
 fn recipe(steps: usize) -> TrainConfig {
     TrainConfig {

@@ -2,11 +2,11 @@
 //! sets, or a resumed run's saved configs with the sets they name, then the training itself
 //! and a summary of it.
 
-use crate::config::{GptConfig, SeqLayout};
-use crate::data::{self, TokenSet};
-use crate::train::{self, TrainConfig, TrainState};
+use crate::gpt::{self as train, TrainConfig, TrainState};
 use imgseq_core::run::RunDir;
 use imgseq_core::{Error, Result};
+use imgseq_gpt::config::{GptConfig, SeqLayout};
+use imgseq_gpt::data::{self, TokenSet};
 use std::path::{Path, PathBuf};
 
 /// A run ready to train: the model config, the recipe and the token sets.

@@ -10,13 +10,15 @@
 //! shuffle per epoch) and the class dropout (a generator per step) — so a resumed run computes
 //! exactly the updates the uninterrupted run would have.
 
+pub mod job;
+
 use candle_core::{backprop::GradStore, DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::fsutil::{read_json, write_bytes_atomic};
 use imgseq_core::optim::{warmup_cosine, AdamW};
 use imgseq_core::progress::bar;
-use imgseq_core::run::{checkpoint_due, init_vars, sorted_vars, Init, RunDir};
+use imgseq_core::run::{checkpoint_due, sorted_vars, RunDir};
 use imgseq_core::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -24,12 +26,13 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
 
-use crate::checkpoint::{self, CONFIG_FILE};
-use crate::config::{GptConfig, SeqLayout};
-use crate::data::{sequence, TokenSet};
-use crate::model::Gpt2LMHeadModel;
+use imgseq_gpt::checkpoint::{self, CONFIG_FILE};
+use imgseq_gpt::config::{GptConfig, SeqLayout};
+use imgseq_gpt::data::{sequence, TokenSet};
+use imgseq_gpt::model::Gpt2LMHeadModel;
 
 pub use imgseq_core::run::{EVAL_LOG, OPTIMIZER_FILE, RUN_FILES, STATE_FILE, TRAINING_FILE};
+pub use imgseq_gpt::init::init_weights;
 
 /// Sequences per forward pass when evaluating.
 pub const EVAL_BATCH: usize = 256;
@@ -174,25 +177,6 @@ pub fn load_run(dir: &Path) -> Result<Option<(GptConfig, TrainConfig)>> {
     let tc = TrainConfig::load(&run.training_path())?;
     let cfg = GptConfig::load(dir.join(CONFIG_FILE))?;
     Ok(Some((cfg, tc)))
-}
-
-/// GPT-2's initialisation from a seeded generator: weights ~ N(0, std) (the residual
-/// projections `c_proj` N(0, std/√(2·n_layer))), biases 0, LayerNorm weights 1.
-pub fn init_weights(vars: &VarMap, cfg: &GptConfig, seed: u64) -> Result<()> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let std = cfg.initializer_range;
-    let proj_std = std / ((2 * cfg.n_layer) as f64).sqrt();
-    init_vars(vars, &mut rng, |name, _| {
-        if name.contains(".ln_") && name.ends_with("weight") {
-            Init::Fill(1.0)
-        } else if name.ends_with("bias") {
-            Init::Fill(0.0)
-        } else if name.ends_with("c_proj.weight") {
-            Init::Normal(proj_std)
-        } else {
-            Init::Normal(std)
-        }
-    })
 }
 
 /// The variables by name with whether weight decay applies (matrices only, as nanoGPT:

@@ -4,12 +4,12 @@
 
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
+use imgseq_train::vit::{
+    evaluate, init_flat, init_weights, train_with, Engine, TrainConfig, OPTIMIZER_FILE, RAW_PREFIX,
+};
 use imgseq_vit::checkpoint::{load_classifier, load_tensors};
 use imgseq_vit::data::{Augment, ImageSet, Normalize};
 use imgseq_vit::fused::ParamLayout;
-use imgseq_vit::train::{
-    evaluate, init_flat, init_weights, train_with, Engine, TrainConfig, OPTIMIZER_FILE, RAW_PREFIX,
-};
 use imgseq_vit::{ViTConfig, ViTForImageClassification};
 use std::collections::HashMap;
 use std::path::Path;

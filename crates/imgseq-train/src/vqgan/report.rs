@@ -3,7 +3,7 @@
 
 use super::checkpoint::{LogPoint, TrainState};
 use super::config::TrainConfig;
-use crate::loss::LossTerms;
+use super::loss::LossTerms;
 use imgseq_core::codes::usage_from_counts;
 use indicatif::ProgressBar;
 use std::time::Instant;

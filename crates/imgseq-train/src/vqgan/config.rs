@@ -1,10 +1,10 @@
 //! `training.json`: everything that defines a training run, and the recipe of the shipped model.
 
 use super::gan::GanConfig;
-use crate::config::VqConfig;
-use crate::loss::LossWeights;
+use super::loss::LossWeights;
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::{Error, Result};
+use imgseq_vqgan::config::VqConfig;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -58,7 +58,7 @@ pub struct TrainConfig {
     /// Weight of taming's codebook + commitment loss.
     pub codebook: f64,
     /// Weight of the LPIPS perceptual term (taming: 1.0); it is used only when `lpips_vgg`
-    /// and `lpips_heads` name its weights ([`crate::lpips`]), else the run says so and goes
+    /// and `lpips_heads` name its weights ([`super::lpips`]), else the run says so and goes
     /// on without it.
     #[serde(default)]
     pub perceptual: f64,

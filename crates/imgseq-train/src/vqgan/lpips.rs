@@ -170,7 +170,7 @@ fn unit(f: &Tensor) -> Result<Tensor> {
 /// Every tensor of a safetensors file or a torch checkpoint's state dict (read without
 /// executing its pickle).
 pub(crate) fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
-    if crate::load::is_torch_checkpoint(path) {
+    if imgseq_vqgan::load::is_torch_checkpoint(path) {
         let sd = imgseq_torch::read_state_dict(path, &Device::Cpu)?;
         Ok(sd.into_iter().map(|(k, t)| (k, t.tensor)).collect())
     } else {

@@ -1,10 +1,10 @@
 //! Weights of a fresh run.
 
-use crate::CODEBOOK;
 use candle_nn::VarMap;
 use imgseq_core::data::augment::mix_seed;
 use imgseq_core::run::{init_vars, Init};
 use imgseq_core::Result;
+use imgseq_vqgan::CODEBOOK;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
