@@ -75,7 +75,7 @@ impl SampleOptions {
                 return Err(Error::setting("top_p", p, "must be in (0, 1]"));
             }
         }
-        if !(self.guidance.abs() <= MAX_GUIDANCE) {
+        if self.guidance.is_nan() || self.guidance.abs() > MAX_GUIDANCE {
             return Err(Error::setting(
                 "guidance",
                 self.guidance,
