@@ -373,6 +373,17 @@ pub enum Work {
     Decode { n: usize, h: usize, w: usize },
 }
 
+impl Work {
+    /// The pictures the work's forward pass sees, (n, h, w) pixels, for a tokenizer whose
+    /// input side is `size` and whose tokens are `factor` pixels a side.
+    pub fn pictures(self, size: usize, factor: usize) -> (usize, usize, usize) {
+        match self {
+            Work::Encode(n) => (n, size, size),
+            Work::Decode { n, h, w } => (n, h * factor, w * factor),
+        }
+    }
+}
+
 /// Holds `work`'s estimate in the process-wide memory budget ([`crate::budget::admit`]) while
 /// the returned value lives: work running beside it (image decodes, other requests' passes)
 /// waits until the sum fits.

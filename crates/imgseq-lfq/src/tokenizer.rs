@@ -106,13 +106,7 @@ impl Tokenizer for LfqTokenizer {
 
     fn work_bytes(&self, work: Work) -> u128 {
         let cfg = self.model.config();
-        let (n, h, w) = match work {
-            Work::Encode(n) => (n, self.size as usize, self.size as usize),
-            Work::Decode { n, h, w } => {
-                let f = cfg.downsample_factor();
-                (n, h * f, w * f)
-            }
-        };
+        let (n, h, w) = work.pictures(self.size as usize, cfg.downsample_factor());
         cfg.forward_bytes(n, h, w)
     }
 

@@ -113,10 +113,7 @@ impl Tokenizer for KlTokenizer {
 
     fn work_bytes(&self, work: Work) -> u128 {
         let f = self.model.config().downsample_factor();
-        let (n, h, w) = match work {
-            Work::Encode(n) => (n, self.size as usize, self.size as usize),
-            Work::Decode { n, h, w } => (n, h * f, w * f),
-        };
+        let (n, h, w) = work.pictures(self.size as usize, f);
         let (h, w) = match self.tile {
             Some(t) => (h.min(t), w.min(t)),
             None => (h, w),
