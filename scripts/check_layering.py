@@ -41,6 +41,7 @@ LAYERS = {
     "imgseq-kernels": 0,
     "imgseq-torch": 1,
     "imgseq-shards": 1,
+    "imgseq-hub": 1,
     "imgseq-vit": 2,
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
