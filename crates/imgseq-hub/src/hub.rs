@@ -43,6 +43,10 @@ impl std::fmt::Debug for Hub {
     }
 }
 
+/// A model's rule for the files it needs: given every file name of the source's folder
+/// (relative to it) and, when the source names a file, that file's name, the names to fetch.
+pub type Want<'a> = dyn Fn(&[String], Option<&str>) -> Vec<String> + 'a;
+
 /// What [`Hub::snapshot`] made available.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -340,11 +344,7 @@ impl Hub {
     /// `src`'s file, or the files `want` picks of its folder (given every file name under it,
     /// relative to it), in the cache's snapshot of the commit its revision is at: fetched when
     /// online, found when offline (`HF_HUB_OFFLINE`) or the Hub cannot be reached.
-    pub fn snapshot(
-        &self,
-        src: &HubSource,
-        want: &dyn Fn(&[String]) -> Vec<String>,
-    ) -> Result<Snapshot> {
+    pub fn snapshot(&self, src: &HubSource, want: &Want<'_>) -> Result<Snapshot> {
         if self.offline {
             return self.cached(src, want, "HF_HUB_OFFLINE is set");
         }
@@ -374,12 +374,7 @@ impl Hub {
     }
 
     /// [`Self::snapshot`] from the cache alone (`why`: why the Hub is not asked).
-    fn cached(
-        &self,
-        src: &HubSource,
-        want: &dyn Fn(&[String]) -> Vec<String>,
-        why: &str,
-    ) -> Result<Snapshot> {
+    fn cached(&self, src: &HubSource, want: &Want<'_>, why: &str) -> Result<Snapshot> {
         let missing = |what: &str| {
             Error::invalid(format!(
                 "{src}: {what} is not in the cache {} and {why}",
@@ -416,28 +411,33 @@ impl Hub {
 
 /// The files of `src` among the repository's `names`: the file it names, or what `want`
 /// picks of its folder; every name safe to write under the cache.
-fn pick(
-    src: &HubSource,
-    names: &[String],
-    want: &dyn Fn(&[String]) -> Vec<String>,
-) -> Result<Vec<String>> {
+fn pick(src: &HubSource, names: &[String], want: &Want<'_>) -> Result<Vec<String>> {
     if let Some(bad) = names.iter().find(|n| !is_safe_path(n)) {
         return Err(Error::invalid(format!(
             "{src}: the repository lists a file named {bad:?}, which could leave the cache \
              folder; nothing was fetched"
         )));
     }
-    if !src.path.is_empty() && names.iter().any(|n| *n == src.path) {
-        return Ok(vec![src.path.clone()]);
-    }
-    let prefix = if src.path.is_empty() {
+    // A file: the rule picks among its folder's files (its configs), with the file named.
+    let (folder, file) = match names
+        .iter()
+        .find(|n| !src.path.is_empty() && **n == src.path)
+    {
+        Some(f) => match f.rsplit_once('/') {
+            Some((d, n)) => (d.to_string(), Some(n.to_string())),
+            None => (String::new(), Some(f.clone())),
+        },
+        None => (src.path.clone(), None),
+    };
+    let prefix = if folder.is_empty() {
         String::new()
     } else {
-        format!("{}/", src.path)
+        format!("{folder}/")
     };
     let under: Vec<String> = names
         .iter()
         .filter_map(|n| n.strip_prefix(&prefix).map(str::to_string))
+        .filter(|n| file.is_none() || !n.contains('/'))
         .collect();
     if under.is_empty() {
         return Err(Error::invalid(format!(
@@ -445,7 +445,7 @@ fn pick(
             src.path
         )));
     }
-    let picked = want(&under);
+    let picked = want(&under, file.as_deref());
     if picked.is_empty() {
         return Err(Error::invalid(format!(
             "{src}: none of its files is a model imgseq reads ({})",

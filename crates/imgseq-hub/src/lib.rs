@@ -18,5 +18,5 @@ pub mod mock;
 pub mod source;
 
 pub use cache::Cache;
-pub use hub::{Hub, Snapshot};
+pub use hub::{Hub, Snapshot, Want};
 pub use source::HubSource;

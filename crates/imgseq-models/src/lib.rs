@@ -13,9 +13,12 @@
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
+//! * [`hub`]: Hub models (`hf:ORG/NAME[@REVISION][/PATH]`): the files a model needs, fetched
+//!   into the shared Hugging Face cache, then opened as a local folder.
 
 pub mod family;
 pub mod files;
+pub mod hub;
 pub mod kl;
 pub mod lfq;
 pub mod opened;

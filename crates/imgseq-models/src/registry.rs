@@ -14,9 +14,17 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::vq::Vq,
 ];
 
-/// The tokenizer of the model at `source` (a weights file or a model folder), by the first of
-/// [`FAMILIES`] that claims it.
+/// The tokenizer of the model at `source` (a weights file or a model folder, or a Hub model:
+/// `hf:ORG/NAME[@REVISION][/PATH]`, or `ORG/NAME` where no such local path exists), by the
+/// first of [`FAMILIES`] that claims it. A Hub model's files are fetched into the shared cache
+/// first ([`crate::hub`]); its description then names it `hf:ORG/NAME@COMMIT[/PATH]`.
 pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
+    if let Some(src) = source.to_str().and_then(imgseq_hub::HubSource::from_arg) {
+        let (local, recorded) = crate::hub::fetch(&src?)?;
+        let mut t = open(&local, o)?;
+        t.source = PathBuf::from(recorded);
+        return Ok(t);
+    }
     if let Err(e) = std::fs::symlink_metadata(source) {
         return Err(Error::io(source, e));
     }

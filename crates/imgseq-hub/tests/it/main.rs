@@ -53,8 +53,11 @@ fn hub(url: &str, cache: &Path, token: Option<&str>) -> Hub {
     h
 }
 
-fn all(names: &[String]) -> Vec<String> {
-    names.to_vec()
+fn all(names: &[String], file: Option<&str>) -> Vec<String> {
+    match file {
+        Some(f) => vec![f.to_string()],
+        None => names.to_vec(),
+    }
 }
 
 fn src(s: &str) -> HubSource {
