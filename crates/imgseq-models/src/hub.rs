@@ -63,6 +63,19 @@ pub fn wanted(
     Err(Vec::new())
 }
 
+/// Whether a model argument names the Hub (`hf:...`, or `ORG/NAME` where no such local path
+/// exists) rather than local files.
+pub fn names_hub(source: &std::path::Path) -> bool {
+    let catalogued = || {
+        !source.exists()
+            && source
+                .to_str()
+                .and_then(crate::catalogue::resolve)
+                .is_some()
+    };
+    source.to_str().and_then(HubSource::from_arg).is_some() || catalogued()
+}
+
 /// Fetches (or finds in the cache) what `src` names; gives the local file or folder and the
 /// source as recorded — `hf:ORG/NAME@COMMIT[/PATH]`, the revision resolved.
 pub fn fetch(src: &HubSource) -> Result<(PathBuf, String)> {

@@ -13,9 +13,11 @@
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
+//! * [`catalogue`]: released tokenizers by short name (`--model llamagen-vq16`).
 //! * [`hub`]: Hub models (`hf:ORG/NAME[@REVISION][/PATH]`): the files a model needs, fetched
 //!   into the shared Hugging Face cache, then opened as a local folder.
 
+pub mod catalogue;
 pub mod family;
 pub mod files;
 pub mod hub;

@@ -14,11 +14,20 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::vq::Vq,
 ];
 
-/// The tokenizer of the model at `source` (a weights file or a model folder, or a Hub model:
-/// `hf:ORG/NAME[@REVISION][/PATH]`, or `ORG/NAME` where no such local path exists), by the
+/// The tokenizer of the model at `source` (a weights file or a model folder, a Hub model —
+/// `hf:ORG/NAME[@REVISION][/PATH]`, or `ORG/NAME` where no such local path exists — or a
+/// [`crate::catalogue`] name such as `llamagen-vq16`), by the
 /// first of [`FAMILIES`] that claims it. A Hub model's files are fetched into the shared cache
 /// first ([`crate::hub`]); its description then names it `hf:ORG/NAME@COMMIT[/PATH]`.
 pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
+    // A catalogue name (where no such local path exists) is its Hub source.
+    if let Some(hf) = source
+        .to_str()
+        .filter(|_| !source.exists())
+        .and_then(crate::catalogue::resolve)
+    {
+        return open(Path::new(hf), o);
+    }
     if let Some(src) = source.to_str().and_then(imgseq_hub::HubSource::from_arg) {
         let (local, recorded) = crate::hub::fetch(&src?)?;
         let mut t = open(&local, o)?;

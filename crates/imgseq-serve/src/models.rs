@@ -137,6 +137,10 @@ pub fn resolve_specs(given: &[ModelSpec]) -> Result<Vec<ModelSpec>> {
 /// The kind of model at `path` from its `config.json` (in the folder, or beside the file):
 /// `model_type` `vit` or `gpt2`; anything else is a VQ (whose loader checks it).
 pub fn kind_of(path: &Path) -> Result<Kind> {
+    // Hub models are tokenizers (the loader fetches them).
+    if imgseq_models::hub::names_hub(path) {
+        return Ok(Kind::Vq);
+    }
     let cfg = if path.is_dir() {
         path.join("config.json")
     } else {

@@ -62,6 +62,13 @@ enum Cmd {
     /// What a tokenizer is: its description (family, config, weights hash, preprocessing,
     /// output, precision) as JSON.
     Inspect(tokenizer_cmd::InspectArgs),
+    /// Released tokenizers by short name (`--model NAME`): Hub source, family, tokens,
+    /// licence, published figures.
+    Models {
+        /// Print the catalogue as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Continuous tokens: Vision Transformer (CLS + 64 patch tokens + positions).
     #[command(subcommand)]
     Vit(vit_cmd::VitCmd),
@@ -101,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Detokenize(a) => tokenize_cmd::detokenize(&a),
         Cmd::Eval(a) => vq_eval_cmd::eval(&a),
         Cmd::Inspect(a) => tokenizer_cmd::inspect(&a),
+        Cmd::Models { json } => tokenizer_cmd::models(json),
         Cmd::Vit(c) => vit_cmd::run(c),
         Cmd::Vq(c) => vq_cmd::run(c, matches.subcommand_matches("vq").expect("parsed `vq`")),
         Cmd::Vae(c) => vae_cmd::run(c),

@@ -258,3 +258,31 @@ pub fn inspect(a: &InspectArgs) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(&d)?);
     Ok(())
 }
+
+/// `imgseq models`: the catalogue of released tokenizers.
+pub fn models(json: bool) -> Result<()> {
+    let cat = imgseq_models::catalogue::CATALOGUE;
+    if json {
+        println!("{}", serde_json::to_string_pretty(cat)?);
+        return Ok(());
+    }
+    println!("{:<18} {:<15} tokens", "name", "family");
+    for e in cat {
+        println!("{:<18} {:<15} {}", e.name, e.family, e.tokens);
+        let gated = if e.gated {
+            "; gated: accept the licence on the Hub, set HF_TOKEN"
+        } else {
+            ""
+        };
+        println!("{:<18} {}  ({}{gated})", "", e.source, e.licence);
+        if let (Some(p), Some(f)) = (e.published, e.figures_from) {
+            println!("{:<18} published: {p} ({f})", "");
+        }
+    }
+    println!(
+        "\nUse a name as --model (e.g. `imgseq roundtrip PHOTO --model llamagen-vq16 -o out`); \
+         files go to the Hugging Face cache ($HF_HUB_CACHE), shared with Python's \
+         huggingface_hub."
+    );
+    Ok(())
+}

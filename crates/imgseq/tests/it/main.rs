@@ -6,6 +6,7 @@ mod gpt_cli;
 mod hardening_cli;
 mod hostile_dataset_cli;
 mod hostile_parsers;
+mod hub_cli;
 mod memory_bounds;
 mod plugins;
 mod tokenize;

@@ -1,0 +1,156 @@
+//! Released tokenizers by short name (`--model llamagen-vq16`): where they are on the Hub, what
+//! they make, their licence and their published reconstruction figures with the source.
+//!
+//! `imgseq models` and Python's `imgseq.models()` print this table. A name is opened as its
+//! Hub source ([`resolve`]) when no local path of that name exists.
+
+use serde::Serialize;
+
+/// One released tokenizer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// The short name `--model` takes.
+    pub name: &'static str,
+    /// Its Hub source (`hf:ORG/NAME[/PATH]`).
+    pub source: &'static str,
+    /// The loader's family name.
+    pub family: &'static str,
+    /// What one image becomes, at the input side given.
+    pub tokens: &'static str,
+    pub licence: &'static str,
+    /// Downloads need an account that accepted the licence (and `HF_TOKEN`).
+    pub gated: bool,
+    /// Published reconstruction figures, as their source states them.
+    pub published: Option<&'static str>,
+    /// Where the figures come from.
+    pub figures_from: Option<&'static str>,
+}
+
+/// The catalogue, discrete tokenizers first.
+pub static CATALOGUE: &[Entry] = &[
+    Entry {
+        name: "llamagen-vq16",
+        source: "hf:FoundationVision/LlamaGen/vq_ds16_c2i.pt",
+        family: "llamagen",
+        tokens: "16x16 codes of 16,384 at 256² (24x24 at 384²)",
+        licence: "MIT",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 2.19, PSNR 20.79 dB, SSIM 0.675"),
+        figures_from: Some("LlamaGen paper (arXiv 2406.06525), Table 2"),
+    },
+    Entry {
+        name: "llamagen-vq8",
+        source: "hf:FoundationVision/LlamaGen/vq_ds8_c2i.pt",
+        family: "llamagen",
+        tokens: "32x32 codes of 16,384 at 256²",
+        licence: "MIT",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
+        name: "janus-pro-1b",
+        source: "hf:deepseek-community/Janus-Pro-1B",
+        family: "janus",
+        tokens: "24x24 codes of 16,384 at 384² (LlamaGen's VQ-16)",
+        licence: "MIT (code), DeepSeek model licence (weights)",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
+        name: "open-magvit2-256",
+        source: "hf:TencentARC/Open-MAGVIT2/imagenet_256_L.ckpt",
+        family: "open_magvit2",
+        tokens: "16x16 lookup-free codes of 2^18 at 256²",
+        licence: "Apache-2.0",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 1.17, PSNR 21.90 dB"),
+        figures_from: Some("Open-MAGVIT2 paper (arXiv 2409.04410), Table 1"),
+    },
+    Entry {
+        name: "ldm-celebahq-vq4",
+        source: "hf:CompVis/ldm-celebahq-256/vqvae",
+        family: "diffusers",
+        tokens: "64x64 codes at 256² (f4)",
+        licence: "Apache-2.0",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
+        name: "sd-vae-ft-mse",
+        source: "hf:stabilityai/sd-vae-ft-mse",
+        family: "autoencoder_kl",
+        tokens: "4x32x32 latents at 256² (f8)",
+        licence: "MIT",
+        gated: false,
+        published: Some("COCO 2017 val 256²: rFID 4.70, PSNR 24.5 dB, SSIM 0.71"),
+        figures_from: Some("the model card (stabilityai/sd-vae-ft-mse)"),
+    },
+    Entry {
+        name: "sdxl-vae",
+        source: "hf:stabilityai/sdxl-vae",
+        family: "autoencoder_kl",
+        tokens: "4x32x32 latents at 256² (f8)",
+        licence: "CreativeML Open RAIL++-M",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 0.72, PSNR 25.4 dB, SSIM 0.73"),
+        figures_from: Some("the model card (stabilityai/sdxl-vae)"),
+    },
+    Entry {
+        name: "sd3-vae",
+        source: "hf:stabilityai/stable-diffusion-3-medium-diffusers/vae",
+        family: "autoencoder_kl",
+        tokens: "16x32x32 latents at 256² (f8)",
+        licence: "Stability AI Community licence (non-commercial above a revenue threshold)",
+        gated: true,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
+        name: "flux-vae",
+        source: "hf:black-forest-labs/FLUX.1-schnell/vae",
+        family: "autoencoder_kl",
+        tokens: "16x32x32 latents at 256² (f8), 2x2 patches: 256 tokens of 64",
+        licence: "Apache-2.0",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+];
+
+/// The Hub source of a catalogue name.
+pub fn resolve(name: &str) -> Option<&'static str> {
+    CATALOGUE.iter().find(|e| e.name == name).map(|e| e.source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_a_valid_hub_source_of_a_registered_family() {
+        let families: Vec<&str> = crate::FAMILIES.iter().map(|f| f.name()).collect();
+        let mut names = std::collections::BTreeSet::new();
+        for e in CATALOGUE {
+            imgseq_hub::HubSource::parse(e.source).unwrap();
+            assert!(names.insert(e.name), "{} twice", e.name);
+            assert_eq!(
+                e.published.is_some(),
+                e.figures_from.is_some(),
+                "{}",
+                e.name
+            );
+            let family_ok = families.contains(&e.family)
+                || (families.contains(&"vq")
+                    && ["llamagen", "janus", "diffusers", "taming", "ibq"].contains(&e.family));
+            assert!(family_ok, "{}: family {}", e.name, e.family);
+        }
+        assert_eq!(
+            resolve("sd-vae-ft-mse"),
+            Some("hf:stabilityai/sd-vae-ft-mse")
+        );
+        assert_eq!(resolve("nope"), None);
+    }
+}
