@@ -35,6 +35,7 @@ __all__ = [
     "ViT",
     "read_token_shards",
     "read_latent_shards",
+    "models",
     "default_weights_dir",
     "DEFAULT_VQGAN",
     "DEFAULT_VIT",
@@ -50,6 +51,15 @@ DEFAULT_VQGAN = "vqgan"
 DEFAULT_VIT = "vit-fashion-mnist"
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+def models() -> List[Dict[str, Any]]:
+    """The released tokenizers by short name (the command line's ``imgseq models``): each
+    entry's ``name`` (usable as ``Tokenizer.from_pretrained(name)``), Hub ``source``,
+    ``family``, ``tokens``, ``licence``, ``gated``, ``published`` figures and where they come
+    from (``figures_from``). Files are fetched into the Hugging Face cache that
+    ``huggingface_hub`` uses (``HF_HUB_CACHE``)."""
+    return json.loads(_ext().catalogue_json())
 
 
 def default_weights_dir() -> Path:
@@ -386,7 +396,12 @@ class Tokenizer:
         precision: str = "auto",
         bf16_encoder: bool = False,
     ) -> "Tokenizer":
-        """Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``, Janus, IBQ), an
+        """``path`` is a local file or folder, a Hugging Face Hub model
+        (``"hf:ORG/NAME[@REVISION][/PATH]"``, or ``"ORG/NAME"`` where no such local path
+        exists; fetched into the cache ``huggingface_hub`` uses, offline with
+        ``HF_HUB_OFFLINE=1``) or a name of :func:`models` (``"llamagen-vq16"``).
+
+        Opens a VQ model (taming, LlamaGen, diffusers ``VQModel``, Janus, IBQ), an
         Open-MAGVIT2 (LFQ) ``.ckpt`` (EMA weights; ``raw=True``: the raw ones) or an
         ``AutoencoderKL`` (a diffusers ``vae/`` folder, or a single file with ``preset``
         ``sd``, ``sdxl``, ``sd3``, ``flux``) through the same loader as the command line, so

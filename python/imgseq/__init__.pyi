@@ -15,6 +15,7 @@ DEFAULT_VIT: str
 
 PathLike = Union[str, os.PathLike[str]]
 
+def models() -> List[Dict[str, Any]]: ...
 def default_weights_dir() -> Path:
     """The folder of the shipped default models (``$IMGSEQ_WEIGHTS_DIR`` when set)."""
 

@@ -370,9 +370,17 @@ impl ViT {
     }
 }
 
+/// The catalogue of released tokenizers (`imgseq models`), as JSON.
+#[pyfunction]
+fn catalogue_json() -> PyResult<String> {
+    serde_json::to_string(imgseq_models::catalogue::CATALOGUE)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _imgseq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ViT>()?;
+    m.add_function(wrap_pyfunction!(catalogue_json, m)?)?;
     tokenizer::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -122,9 +122,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().expect("a file in a folder");
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{:?}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("f"),
-        std::process::id()
+        std::process::id(),
+        std::thread::current().id()
     ));
     std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))

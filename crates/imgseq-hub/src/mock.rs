@@ -132,17 +132,18 @@ impl MockHub {
         let repos: Arc<BTreeMap<String, MockRepo>> = Arc::new(repos.into_iter().collect());
         let hostile = Arc::new(Mutex::new(Hostile::default()));
         let log = Arc::new(Mutex::new(Vec::new()));
-        let (h, lg) = (hostile.clone(), log.clone());
+        let (h, lg, base_url) = (hostile.clone(), log.clone(), url.clone());
         std::thread::spawn(move || {
             for s in l.incoming().flatten() {
                 let (repos, h, lg) = (repos.clone(), h.clone(), lg.clone());
+                let base = base_url.clone();
                 std::thread::spawn(move || {
                     if let Some(req) = read_req(&s) {
                         lg.lock()
                             .unwrap()
                             .push(format!("{} {}", req.method, req.path));
                         let hostile = *h.lock().unwrap();
-                        serve(&s, &req, &repos, hostile);
+                        serve(&s, &req, &repos, hostile, &base);
                     }
                 });
             }
@@ -165,7 +166,13 @@ impl MockHub {
     }
 }
 
-fn serve(s: &TcpStream, req: &Req, repos: &BTreeMap<String, MockRepo>, hostile: Hostile) {
+fn serve(
+    s: &TcpStream,
+    req: &Req,
+    repos: &BTreeMap<String, MockRepo>,
+    hostile: Hostile,
+    base: &str,
+) {
     let head = req.method == "HEAD";
     let not_found = || answer(s, "404 Not Found", &[], b"{\"error\":\"not found\"}", head);
     let parts: Vec<&str> = req.path.trim_start_matches('/').splitn(6, '/').collect();
@@ -179,7 +186,13 @@ fn serve(s: &TcpStream, req: &Req, repos: &BTreeMap<String, MockRepo>, hostile: 
         match file {
             Some(f) if hostile.redirect_loop => {
                 let _ = f;
-                answer(s, "302 Found", &[("Location", req.path.clone())], b"", head)
+                answer(
+                    s,
+                    "302 Found",
+                    &[("Location", format!("{base}{}", req.path))],
+                    b"",
+                    head,
+                )
             }
             Some(f) => body(s, req, &f.bytes, hostile),
             None => not_found(),
@@ -245,7 +258,8 @@ fn serve(s: &TcpStream, req: &Req, repos: &BTreeMap<String, MockRepo>, hostile: 
                     commit,
                     ("X-Linked-Etag", format!("\"{}\"", f.etag())),
                     ("X-Linked-Size", size.to_string()),
-                    ("Location", format!("/cdn/{}", f.etag())),
+                    // An absolute URL, as the Hub's CDN is another host.
+                    ("Location", format!("{base}/cdn/{}", f.etag())),
                 ];
                 answer(s, "302 Found", &h, b"", head);
             } else if head {
