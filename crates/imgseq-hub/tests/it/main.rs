@@ -288,3 +288,15 @@ fn concurrent_downloads_of_one_blob_fetch_it_once() {
     }
     assert_eq!(mock.count("GET /cdn/"), 1);
 }
+
+/// The `hub_listing` fuzz target's corpus, replayed through the same function (no panic).
+#[test]
+fn hub_listing_fuzz_corpus_replays() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/hub_listing");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        imgseq_hub::hub::fuzz_listing(&std::fs::read(e.path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 5, "{n} inputs in {}", dir.display());
+}
