@@ -180,12 +180,18 @@ pub fn open_tokenizer(path: &Path, side: Option<u32>) -> Result<(Opened, Descrip
     };
     let t = imgseq_models::open(path, &o)?;
     let mut d = t.describe_with_weights()?;
-    d.weights = Some(WeightsRef {
-        source: t
-            .weights
+    // A Hub model by its public name at its commit; a local one by its file's name only.
+    let source = t.source.to_string_lossy();
+    let source = if source.starts_with("hf:") {
+        source.into_owned()
+    } else {
+        t.weights
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+            .unwrap_or_default()
+    };
+    d.weights = Some(WeightsRef {
+        source,
         sha256: t.weights_sha256()?,
     });
     Ok((t, d))

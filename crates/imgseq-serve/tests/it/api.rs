@@ -463,3 +463,51 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
         assert_eq!((img.width(), img.height()), (32, 32), "{name}");
     }
 }
+
+/// `--model NAME=hf:ORG/NAME/FILE` serves a Hub model (from the loopback mock, into a temporary
+/// cache): `/v1/models` names it by its public source at the resolved commit, and it tokenizes.
+#[test]
+fn a_hub_model_is_served_and_named_by_its_source_at_its_commit() {
+    use imgseq_hub::mock::{MockFile, MockHub, MockRepo};
+    let commit = "beef0123456789abcdef0123456789abcdef0123";
+    let fx = |p: &str| repo().join("tests/fixtures/vqgan").join(p);
+    let files = [("tiny.safetensors", true), ("tiny_config.json", false)]
+        .into_iter()
+        .map(|(n, lfs)| {
+            let bytes = std::fs::read(fx(n)).unwrap();
+            (n.to_string(), MockFile { bytes, lfs })
+        })
+        .collect();
+    let mock = MockHub::start(vec![(
+        "org/taming".into(),
+        MockRepo {
+            commit: commit.into(),
+            files,
+            token: None,
+        },
+    )]);
+    let cache = tempfile::tempdir().unwrap();
+    // Only this test of the binary reads these variables.
+    std::env::set_var("HF_ENDPOINT", &mock.url);
+    std::env::set_var("HF_HUB_CACHE", cache.path());
+    let mut cfg = config();
+    cfg.models = vec![ModelSpec {
+        name: "hub".into(),
+        path: "hf:org/taming/tiny.safetensors".into(),
+    }];
+    let s = Server::start(cfg);
+    let models = s.get("/v1/models").json();
+    let text = models.to_string();
+    assert!(
+        text.contains(&format!("hf:org/taming@{commit}/tiny.safetensors")),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&*cache.path().display().to_string()),
+        "{text}"
+    );
+    assert_eq!(
+        s.post("/v1/tokenize?model=hub", &[], &png(40, 40)).status,
+        200
+    );
+}
