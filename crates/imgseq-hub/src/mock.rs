@@ -244,36 +244,48 @@ fn serve(
                 head,
             );
         }
-        "resolve" => {
-            let Some(f) = r.files.get(path) else {
-                return not_found();
-            };
-            let size = if hostile.huge {
-                5_000_000_000
-            } else {
-                f.bytes.len() as u64
-            };
-            if f.lfs {
-                let h = [
-                    commit,
-                    ("X-Linked-Etag", format!("\"{}\"", f.etag())),
-                    ("X-Linked-Size", size.to_string()),
-                    // An absolute URL, as the Hub's CDN is another host.
-                    ("Location", format!("{base}/cdn/{}", f.etag())),
-                ];
-                answer(s, "302 Found", &h, b"", head);
-            } else if head {
-                let h = [
-                    commit,
-                    ("ETag", format!("\"{}\"", f.etag())),
-                    ("Content-Length", size.to_string()),
-                ];
-                answer(s, "200 OK", &h, b"", true);
-            } else {
-                body(s, req, &f.bytes, hostile);
-            }
-        }
+        "resolve" => match r.files.get(path) {
+            Some(f) => resolve(s, req, f, commit, hostile, base),
+            None => not_found(),
+        },
         _ => not_found(),
+    }
+}
+
+/// `HEAD`/`GET` of a file's `resolve` URL: an LFS file answers 302 to the CDN (another host)
+/// with its SHA-256 and size; a git file its git ETag and its bytes.
+fn resolve(
+    s: &TcpStream,
+    req: &Req,
+    f: &MockFile,
+    commit: (&'static str, String),
+    hostile: Hostile,
+    base: &str,
+) {
+    let head = req.method == "HEAD";
+    let size = if hostile.huge {
+        5_000_000_000
+    } else {
+        f.bytes.len() as u64
+    };
+    if f.lfs {
+        let h = [
+            commit,
+            ("X-Linked-Etag", format!("\"{}\"", f.etag())),
+            ("X-Linked-Size", size.to_string()),
+            // An absolute URL, as the Hub's CDN is another host.
+            ("Location", format!("{base}/cdn/{}", f.etag())),
+        ];
+        answer(s, "302 Found", &h, b"", head);
+    } else if head {
+        let h = [
+            commit,
+            ("ETag", format!("\"{}\"", f.etag())),
+            ("Content-Length", size.to_string()),
+        ];
+        answer(s, "200 OK", &h, b"", true);
+    } else {
+        body(s, req, &f.bytes, hostile);
     }
 }
 
