@@ -255,11 +255,19 @@ impl Outputs {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
+        // Missing folders are made when the file is written; the nearest existing one must be
+        // a folder (`-o a_file/x` is refused before any work).
         if !self.created_dirs.iter().any(|d| d == dir) && !dir.is_dir() {
-            return Err(Error::format(
-                path,
-                format!("cannot write: the folder {} does not exist", dir.display()),
-            ));
+            let existing = dir
+                .ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .find(|a| std::fs::symlink_metadata(a).is_ok());
+            if let Some(a) = existing.filter(|a| !a.is_dir()) {
+                return Err(Error::format(
+                    path,
+                    format!("cannot write: {} is not a folder", a.display()),
+                ));
+            }
         }
         Ok(())
     }
@@ -288,9 +296,19 @@ impl Outputs {
     ) -> Result<T> {
         let path = path.as_ref();
         self.check(path)?;
+        self.make_parent(path)?;
         let v = write(path)?;
         self.written.push(path.to_path_buf());
         Ok(v)
+    }
+
+    /// Makes the missing folders of `path` (`-o new/folder/file`, as `roundtrip -o new/folder`
+    /// does), removed again if the command fails.
+    pub fn make_parent(&mut self, path: &Path) -> Result<()> {
+        match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) if !dir.is_dir() => self.create_dir_all(dir),
+            _ => Ok(()),
+        }
     }
 
     /// Records `path` as written by the command through some other writer (one that writes
@@ -469,11 +487,13 @@ mod tests {
         let outs = Outputs::new([&input]);
         let e = outs.check(&input).unwrap_err().to_string();
         assert!(e.contains("input"), "{e}");
-        let e = outs
-            .check(dir.path().join("missing/x"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("does not exist"), "{e}");
+        // A missing folder is made on writing; a file in the way is refused up front.
+        outs.check(dir.path().join("missing/x")).unwrap();
+        let e = outs.check(input.join("x")).unwrap_err().to_string();
+        assert!(
+            e.contains("not a folder") || e.contains("Not a directory"),
+            "{e}"
+        );
         drop(outs);
         // A failed command: its files and the folders it made go.
         let mut outs = Outputs::new([&input]);

@@ -60,6 +60,7 @@ pub fn run(cmd: WeightsCmd) -> Result<()> {
             }
             // The converter writes both files (each atomically); should it fail after the
             // first, the guard removes what this command created.
+            outs.make_parent(&output)?;
             let yaml = taming_yaml.then_some(&yaml_out);
             for p in [Some(&output), Some(&cfg_out), yaml].into_iter().flatten() {
                 if std::fs::symlink_metadata(p).is_err() {

@@ -273,9 +273,12 @@ fn gpt_bad_inputs_are_one_line_errors() {
         "--weights",
         &sr,
         "-o",
-        &s(&d.path().join("no/dir/g.png")),
+        &s(&sr_file(&d.path().join("a_file")).join("g.png")),
     ]);
-    assert!(e.contains("does not exist"), "{e}");
+    assert!(
+        e.contains("not a folder") || e.contains("Not a directory"),
+        "{e}"
+    );
     let e = fails(&[
         "gpt",
         "sample",
@@ -400,4 +403,10 @@ fn gpt_absurd_scales_counts_widths_and_outputs_over_inputs_are_refused() {
         "{e}"
     );
     assert!(!Path::new(&wide).exists());
+}
+
+/// A file at `p` (a path that cannot be a folder to write into).
+fn sr_file(p: &std::path::Path) -> std::path::PathBuf {
+    std::fs::write(p, b"x").unwrap();
+    p.to_path_buf()
 }

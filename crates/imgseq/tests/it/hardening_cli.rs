@@ -544,6 +544,8 @@ fn failed_commands_leave_no_partial_output() {
     assert_eq!(names(&out), vec!["recon.png"]);
 
     let a = d.path().join("a.npy");
+    // A second output that cannot be written (a file stands where its folder would be).
+    std::fs::write(d.path().join("bad"), b"a file").unwrap();
     let e = fails(&[
         "vit",
         "embed",

@@ -202,3 +202,34 @@ fn tokenize_with_a_vae_writes_what_vae_tokenize_writes() {
         }
     }
 }
+
+/// Every `-o` makes its missing folders, as `roundtrip -o new/folder` always did (`weights
+/// convert -o dir/model.safetensors` failed when `dir` did not exist).
+#[test]
+fn outputs_make_their_missing_folders() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pictures(d.path());
+    let t = d.path().join("new/deep/t.npy");
+    ok(&[
+        "encode",
+        &s(&src.join("p0.png")),
+        "--model",
+        &s(&fx("vqgan/tiny.safetensors")),
+        "--size",
+        "32",
+        "-o",
+        &s(&t),
+    ]);
+    assert!(t.is_file());
+    let w = d.path().join("conv/out/model.safetensors");
+    ok(&[
+        "weights",
+        "convert",
+        &s(&fx("vqgan/tiny.ckpt")),
+        "--config",
+        &s(&fx("vqgan/tiny_model.yaml")),
+        "-o",
+        &s(&w),
+    ]);
+    assert!(w.is_file());
+}
