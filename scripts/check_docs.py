@@ -221,6 +221,26 @@ def self_test() -> int:
     return 1 if failed else 0
 
 
+def check_help_references(problems: list[str]) -> None:
+    """`--help` texts (doc comments of the command line) point to docs pages that exist, and to
+    headings that exist in them when they quote one; never to README sections by name."""
+    for f in sorted((ROOT / "crates" / "imgseq" / "src").glob("*.rs")):
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            if "///" not in line:
+                continue
+            text = line.split("///", 1)[1]
+            if re.search(r"\bREADME\b", text):
+                problems.append(f"{f.relative_to(ROOT)}:{n}: a help text points to the README; name a docs page")
+            for m in re.finditer(r"docs/([a-z0-9-]+\.md)(?:, \"([^\"]+)\")?", text):
+                page = ROOT / "docs" / m.group(1)
+                if not page.is_file():
+                    problems.append(f"{f.relative_to(ROOT)}:{n}: docs/{m.group(1)} does not exist")
+                elif m.group(2):
+                    heads = [h.lstrip("#").strip() for h in page.read_text().splitlines() if h.startswith("#")]
+                    if m.group(2) not in heads:
+                        problems.append(f"{f.relative_to(ROOT)}:{n}: docs/{m.group(1)} has no heading {m.group(2)!r}")
+
+
 def main() -> int:
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
@@ -232,12 +252,13 @@ def main() -> int:
     check_links(problems)
     check_layout(readme, problems)
     check_sessions(problems)
+    check_help_references(problems)
     for p in problems:
         print(p)
     if problems:
         print(f"check_docs: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print(f"check_docs: {len(doc_files())} documents, links, layout map and wording OK")
+    print(f"check_docs: {len(doc_files())} documents, links, layout map, wording and help references OK")
     return 0
 
 

@@ -115,7 +115,7 @@ pub struct SampleArgs {
 
 #[derive(Args)]
 pub struct CompleteArgs {
-    /// The image to complete (see README, "Generating images from tokens", for its fitting).
+    /// The image to complete (docs/generation.md says how it is fitted to the VQ).
     image: PathBuf,
     #[command(flatten)]
     m: ModelArgs,

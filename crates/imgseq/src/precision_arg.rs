@@ -7,7 +7,7 @@ use imgseq_kernels::{PrecisionChoice, PrecisionRequest};
 /// The arithmetic of the model's conv and linear layers.
 #[derive(Args, Clone, Copy, Debug)]
 pub struct PrecisionArg {
-    /// Arithmetic of the conv and linear layers (see README.md, "Performance", for auto's rule).
+    /// Arithmetic of the conv and linear layers (docs/performance.md, "Precision: f32, bf16, auto", has auto's rule).
     #[arg(long, default_value_t = PrecisionRequest::Auto, value_name = "f32|bf16|auto")]
     pub precision: PrecisionRequest,
     /// Say on stderr which precision runs and why.

@@ -108,7 +108,7 @@ pub struct TrainArgs {
     /// Start a new run in --out even if it holds one (its run files are removed first).
     #[arg(long)]
     overwrite: bool,
-    /// Training engine: `fused` (hand-written, faster) or `autograd` (the reference); see README.
+    /// Training engine: `fused` (hand-written, faster) or `autograd` (the reference); docs/training.md.
     #[arg(long, value_enum, default_value = "fused")]
     engine: EngineArg,
     /// Decay of a moving average of the weights, evaluated and saved as the model (0: off).
@@ -132,7 +132,7 @@ pub struct TrainArgs {
     /// New model: image channels (default: the dataset's; gray data feeds 3 equal channels).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     channels: Option<u8>,
-    /// New model: image side before the 32×32 canvas (default: the dataset's own); see README.
+    /// New model: image side before the 32×32 canvas (default: the dataset's own); docs/training.md.
     #[arg(long)]
     input_size: Option<usize>,
 }

@@ -17,7 +17,7 @@ pub struct DataArgs {
     /// Which dataset.
     #[arg(long, value_enum, default_value = "fashion-mnist")]
     dataset: DatasetKind,
-    /// Dataset folder (Fashion-MNIST default: /usr/share/datasets/fashion-mnist); see README.
+    /// Dataset folder (Fashion-MNIST default: /usr/share/datasets/fashion-mnist); docs/training.md.
     #[arg(long)]
     pub(crate) data: Option<PathBuf>,
     /// Use only the first N images of each split (quick experiments).

@@ -16,13 +16,13 @@ use std::sync::LazyLock;
 /// `--steps` to extend a run).
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Image folder, .txt image list or IDX image file (required unless resuming); see README.
+    /// Image folder, .txt image list or IDX image file (required unless resuming); docs/training.md.
     #[arg(long)]
     data: Option<PathBuf>,
     /// Run folder for checkpoints.
     #[arg(long, default_value = "runs/vq-small")]
     out: PathBuf,
-    /// Architecture: a preset (see README, "Training a VQGAN") or a config.json / model.yaml.
+    /// Architecture: a preset (docs/training.md, "A VQGAN") or a config.json / model.yaml.
     #[arg(long, default_value = "small")]
     config: String,
     /// Continue the run in --out from its last checkpoint (there must be one).

@@ -30,7 +30,7 @@ pub enum WeightsCmd {
         /// Output `.safetensors` path; `config.json` goes into the same folder.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
-        /// Store an l2 codebook normalised and drop `l2_norm` (same tokens; see README).
+        /// Store an l2 codebook normalised and drop `l2_norm` (same tokens; docs/vq-tokens.md).
         #[arg(long)]
         fold_l2_norm: bool,
         /// Also write taming's `model.yaml` beside the output.
