@@ -221,6 +221,21 @@ def self_test() -> int:
     return 1 if failed else 0
 
 
+SOURCE_PATH = re.compile(r"(?<![\w/.-])((?:crates|python|scripts|fuzz|tests)/[A-Za-z0-9_/.-]*\.(?:rs|py|sh|toml))")
+
+
+def check_source_paths(problems: list[str]) -> None:
+    """Source files the docs name (`crates/.../tests/it/x.rs`, `scripts/x.py`) exist: a moved
+    test or script shows here, not in a reader's failed search."""
+    for doc in doc_files() + [ROOT / "python" / "README.md"]:
+        if not doc.is_file():
+            continue
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for m in SOURCE_PATH.finditer(line):
+                if not (ROOT / m.group(1)).exists():
+                    problems.append(f"{doc.relative_to(ROOT)}:{n}: {m.group(1)} does not exist")
+
+
 def check_help_references(problems: list[str]) -> None:
     """`--help` texts (doc comments of the command line) point to docs pages that exist, and to
     headings that exist in them when they quote one; never to README sections by name."""
@@ -253,6 +268,7 @@ def main() -> int:
     check_layout(readme, problems)
     check_sessions(problems)
     check_help_references(problems)
+    check_source_paths(problems)
     for p in problems:
         print(p)
     if problems:

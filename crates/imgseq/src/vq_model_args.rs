@@ -57,7 +57,9 @@ pub struct LatentArgs {
 /// Input preprocessing.
 #[derive(Args, Clone)]
 pub struct Preprocess {
-    /// Input side in pixels, a multiple of the downsampling factor (default: the model's).
+    /// Input side in pixels, a multiple of the downsampling factor (default: 384 for colour
+    /// VQ models, the training resolution for gray ones, the yaml's for Open-MAGVIT2, 256 for
+    /// VAEs).
     #[arg(long)]
     pub size: Option<u32>,
     /// Allow enlarging images whose shorter side is smaller than --size.
