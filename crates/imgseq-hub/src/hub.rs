@@ -110,13 +110,15 @@ impl Hub {
             .ok()
             .filter(|e| !e.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        Ok(Self::new(
+        let mut hub = Self::new(
             &endpoint,
             Cache::from_env(),
             env_true("HF_HUB_OFFLINE"),
             token_from_env(),
             (gb * (1u64 << 30) as f64) as u64,
-        ))
+        );
+        hub.progress = !env_true("HF_HUB_DISABLE_PROGRESS_BARS");
+        Ok(hub)
     }
 
     /// A Hub at `endpoint` with `cache` (tests: a mock on loopback and a temporary cache).
@@ -127,7 +129,13 @@ impl Hub {
         token: Option<String>,
         max_bytes: u64,
     ) -> Self {
+        // HTTPS_PROXY / HTTP_PROXY as huggingface_hub honours them, except for a Hub on this
+        // machine (a local mirror or the tests' stand-in).
+        let local = ["://127.", "://localhost", "://[::1]"]
+            .iter()
+            .any(|h| endpoint.contains(h));
         let agent = ureq::AgentBuilder::new()
+            .try_proxy_from_env(!local)
             .redirects(0)
             .timeout_connect(Duration::from_secs(10))
             .timeout_read(Duration::from_secs(60))
