@@ -5,7 +5,7 @@
 
 use crate::image_io::{self, PixelRange};
 use crate::input::InputSpec;
-use crate::tokenizer::{check_batch_size, Tokenizer, Work};
+use crate::tokenizer::{check_batch_size, Tokenizer};
 use crate::tokens::TokenGrid;
 use crate::{metrics, Error, Result};
 use candle_core::Device;
@@ -90,13 +90,7 @@ fn through<T: Tokenizer + ?Sized>(
 ) -> impl FnMut(&[RgbImage]) -> Result<(TokenGrid, Vec<RgbImage>)> + '_ {
     move |imgs| {
         let tokens = tok.encode_pictures(imgs)?.into_tokens()?;
-        let work = Work::Decode {
-            n: tokens.n,
-            h: tokens.h,
-            w: tokens.w,
-        };
-        let _admitted = crate::tokenizer::admit(tok, work)?;
-        let recons = tok.decode(&tokens)?;
+        let recons = tok.decode_admitted(&tokens)?;
         Ok((tokens, recons))
     }
 }

@@ -362,6 +362,18 @@ pub trait Tokenizer: Send + Sync {
         let _admitted = admit(self, Work::Encode(imgs.len()))?;
         self.encode(&self.input_tensor(imgs)?)
     }
+
+    /// [`Self::decode`], admitted to the memory budget by its estimate (the counterpart of
+    /// [`Self::encode_pictures`]).
+    fn decode_admitted(&self, tokens: &TokenGrid) -> Result<Vec<RgbImage>> {
+        let work = Work::Decode {
+            n: tokens.n,
+            h: tokens.h,
+            w: tokens.w,
+        };
+        let _admitted = admit(self, work)?;
+        self.decode(tokens)
+    }
 }
 
 /// A batch of work a tokenizer does, for its memory estimate ([`Tokenizer::work_bytes`]).
@@ -428,16 +440,7 @@ pub fn decode_batches<T: Tokenizer + ?Sized>(
             data: g.data[start * plane..(start + k) * plane].to_vec(),
             ..g.clone()
         };
-        let admitted = admit(
-            t,
-            Work::Decode {
-                n: k,
-                h: g.h,
-                w: g.w,
-            },
-        )?;
-        out.extend(t.decode(&part)?);
-        drop(admitted);
+        out.extend(t.decode_admitted(&part)?);
         done(k);
     }
     Ok(out)

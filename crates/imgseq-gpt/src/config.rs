@@ -121,6 +121,16 @@ impl SeqLayout {
     pub fn vocab_size(&self) -> usize {
         self.n_codes + self.class_names.len() + 1
     }
+    /// Sampled sequences (each `h·w` codes) as one batched token grid, what a VQ decodes.
+    pub fn grid(&self, seqs: &[Vec<u32>]) -> imgseq_core::tokens::TokenGrid {
+        imgseq_core::tokens::TokenGrid {
+            n: seqs.len(),
+            h: self.h,
+            w: self.w,
+            batched: true,
+            data: seqs.iter().flatten().map(|&t| t as i64).collect(),
+        }
+    }
     /// Image tokens per sequence.
     pub fn n_tokens(&self) -> usize {
         self.h * self.w

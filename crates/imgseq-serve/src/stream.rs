@@ -195,13 +195,7 @@ fn sample_and_decode(
         Ok(s) => s,
         Err(e) => return Err(stopped.unwrap_or(e)),
     };
-    let tokens = TokenGrid {
-        n: seqs.len(),
-        h: layout.h,
-        w: layout.w,
-        batched: true,
-        data: seqs.iter().flatten().map(|&t| t as i64).collect(),
-    };
+    let tokens = layout.grid(&seqs);
     let images = vq.decode(&tokens)?;
     Ok((tokens, images))
 }

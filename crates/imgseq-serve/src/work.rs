@@ -145,13 +145,7 @@ pub fn run_group(engine: &Engine, tasks: &[Task]) -> Result<Vec<Output>> {
                 *n
             ];
             let seqs = generate(model, layout, &reqs, options, false)?;
-            let tokens = TokenGrid {
-                n: seqs.len(),
-                h: layout.h,
-                w: layout.w,
-                batched: true,
-                data: seqs.iter().flatten().map(|&t| t as i64).collect(),
-            };
+            let tokens = layout.grid(&seqs);
             let images = vq.decode(&tokens)?;
             Ok(vec![Output::Samples { tokens, images }])
         }
@@ -204,15 +198,7 @@ fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
 
 fn roundtrip(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
     let g = t.encode_pictures(pics)?.into_tokens()?;
-    let recons = {
-        let work = Work::Decode {
-            n: g.n,
-            h: g.h,
-            w: g.w,
-        };
-        let _admitted = admit(t, work)?;
-        t.decode(&g)?
-    };
+    let recons = t.decode_admitted(&g)?;
     pics.iter()
         .zip(recons)
         .enumerate()
@@ -243,13 +229,10 @@ fn decode(t: &impl Tokenizer, tasks: &[Task]) -> Result<Vec<Output>> {
         batched: true,
         data: grids.iter().flat_map(|g| g.data.iter().copied()).collect(),
     };
-    let work = Work::Decode {
-        n: all.n,
-        h: all.h,
-        w: all.w,
-    };
-    let _admitted = admit(t, work)?;
-    Ok(t.decode(&all)?.into_iter().map(Output::Image).collect())
+    Ok(t.decode_admitted(&all)?
+        .into_iter()
+        .map(Output::Image)
+        .collect())
 }
 
 fn embed(m: &imgseq_vit::inference::Classifier, pics: &[RgbImage]) -> Result<Vec<Output>> {

@@ -6,7 +6,6 @@ use clap::{Args, Subcommand};
 use image::{Rgb, RgbImage};
 use imgseq_core::fsutil::Outputs;
 use imgseq_core::tokenizer::{decode_batches, downsample_factor, Tokenizer};
-use imgseq_core::tokens::TokenGrid;
 use imgseq_gpt::config::{GptConfig, SeqLayout};
 use imgseq_gpt::data;
 use imgseq_gpt::grid::labelled_grid;
@@ -289,13 +288,7 @@ impl VqArgs {
 
 /// Decodes token sequences (each h·w codes) into pictures, 100 at a time.
 fn decode(vq: &Opened, layout: &SeqLayout, seqs: &[Vec<u32>]) -> Result<Vec<RgbImage>> {
-    let grid = TokenGrid {
-        n: seqs.len(),
-        h: layout.h,
-        w: layout.w,
-        batched: true,
-        data: seqs.iter().flatten().map(|&t| t as i64).collect(),
-    };
+    let grid = layout.grid(seqs);
     Ok(decode_batches(vq, &grid, 100, |_| ())?)
 }
 

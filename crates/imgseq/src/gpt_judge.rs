@@ -17,7 +17,6 @@ use anyhow::{bail, Result};
 use clap::Args;
 use imgseq_core::data::Split;
 use imgseq_core::tokenizer::{decode_batches, Tokenizer};
-use imgseq_core::tokens::TokenGrid;
 use imgseq_gpt::config::SeqLayout;
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
 use imgseq_gpt::Gpt2LMHeadModel;
@@ -117,13 +116,7 @@ fn samples(
     let t_gen = Instant::now();
     let tokens = generate(gpt, layout, &requests, opts, true)?;
     let gen_secs = t_gen.elapsed().as_secs_f64();
-    let grid = TokenGrid {
-        n: tokens.len(),
-        h: layout.h,
-        w: layout.w,
-        batched: true,
-        data: tokens.iter().flatten().map(|&t| t as i64).collect(),
-    };
+    let grid = layout.grid(&tokens);
     let pics = decode_batches(vq, &grid, 250, |_| ())?;
     let labels: Vec<u16> = requests
         .iter()
