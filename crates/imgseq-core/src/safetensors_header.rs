@@ -48,14 +48,20 @@ pub fn read_header(path: &Path) -> Result<Vec<TensorEntry>> {
         ))
     })?;
     let n = u64::from_le_bytes(n8);
-    if n > MAX_HEADER_BYTES || n > len - 8 {
+    let Some(data_len) = data_len(n, len) else {
         return Err(bad(format!(
             "a header of {n} bytes in a file of {len} bytes (at most {MAX_HEADER_BYTES})"
         )));
-    }
+    };
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header).map_err(|e| Error::io(path, e))?;
-    parse_header(path, &header, len - 8 - n)
+    parse_header(path, &header, data_len)
+}
+
+/// The data section's length of a `len`-byte file whose header declares `n` bytes; `None`
+/// when the header is longer than the format allows or than the file.
+fn data_len(n: u64, len: u64) -> Option<u64> {
+    (n <= MAX_HEADER_BYTES && n <= len.checked_sub(8)?).then(|| len - 8 - n)
 }
 
 /// The entries of a safetensors header's JSON `header`, checked against a data section of
@@ -112,12 +118,11 @@ pub fn fuzz_header_bytes(bytes: &[u8]) {
         return;
     };
     let n = u64::from_le_bytes(n8.try_into().expect("8 bytes"));
-    let len = bytes.len() as u64;
-    if n > MAX_HEADER_BYTES || n > len - 8 {
+    let Some(rest) = data_len(n, bytes.len() as u64) else {
         return;
-    }
+    };
     let header = &bytes[8..8 + n as usize];
-    let _ = parse_header(Path::new("fuzz.safetensors"), header, len - 8 - n);
+    let _ = parse_header(Path::new("fuzz.safetensors"), header, rest);
 }
 
 fn entry(name: &str, v: &serde_json::Value) -> Option<TensorEntry> {

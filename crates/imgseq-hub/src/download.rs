@@ -64,36 +64,30 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
 /// SHA-256 of the content, a git one the SHA-1 of `blob <size>\0<content>`; another form is
 /// not checked (`None`).
 pub fn verify(file: &Path, etag: &str, size: u64) -> Result<Option<bool>> {
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let is_hex = etag.bytes().all(|b| b.is_ascii_hexdigit());
+    if !etag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(None);
+    }
+    let hash = match etag.len() {
+        64 => digest_hex(sha2::Sha256::new(), b"", file)?,
+        40 => digest_hex(sha1::Sha1::new(), format!("blob {size}\0").as_bytes(), file)?,
+        _ => return Ok(None),
+    };
+    Ok(Some(hash == etag.to_ascii_lowercase()))
+}
+
+/// The hex digest of `prefix` and then `file`'s bytes.
+fn digest_hex<D: sha1::Digest>(mut h: D, prefix: &[u8], file: &Path) -> Result<String> {
     let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
     let mut buf = vec![0u8; 1 << 20];
-    match (etag.len(), is_hex) {
-        (64, true) => {
-            let mut h = sha2::Sha256::new();
-            loop {
-                let n = f.read(&mut buf).map_err(|e| Error::io(file, e))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            Ok(Some(hex(&h.finalize()) == etag.to_ascii_lowercase()))
+    h.update(prefix);
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(file, e))?;
+        if n == 0 {
+            break;
         }
-        (40, true) => {
-            let mut h = sha1::Sha1::new();
-            h.update(format!("blob {size}\0").as_bytes());
-            loop {
-                let n = f.read(&mut buf).map_err(|e| Error::io(file, e))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            Ok(Some(hex(&h.finalize()) == etag.to_ascii_lowercase()))
-        }
-        _ => Ok(None),
+        h.update(&buf[..n]);
     }
+    Ok(h.finalize().iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// A body being received: where it goes and what it must come to.

@@ -287,10 +287,10 @@ impl Hub {
             }
         }
         let mut url = format!("{}/{}/resolve/{commit}/{name}", self.endpoint, src.repo);
-        let hub_host = host(&self.endpoint);
+        let hub = origin(&self.endpoint);
         for _ in 0..MAX_REDIRECTS {
             // The token goes to the Hub only, never to the host a redirect names.
-            let mut req = self.request("GET", &url, host(&url) == hub_host);
+            let mut req = self.request("GET", &url, origin(&url) == hub);
             if have > 0 {
                 req = req.set("Range", &format!("bytes={have}-"));
             }
@@ -515,10 +515,6 @@ fn origin(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let host = rest.split('/').next().unwrap_or("");
     format!("{scheme}://{host}")
-}
-
-fn host(url: &str) -> String {
-    origin(url)
 }
 
 /// Fuzz body: bytes as a Hub listing answer.

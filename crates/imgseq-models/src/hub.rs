@@ -63,17 +63,20 @@ pub fn wanted(
     Err(Vec::new())
 }
 
-/// Whether a model argument names the Hub (`hf:...`, or `ORG/NAME` where no such local path
-/// exists) rather than local files.
+/// The Hub model a model argument names: a [`crate::catalogue`] name or a plain `ORG/NAME`
+/// where no such local path exists, or any `hf:` source (`Err`: an `hf:` source that does not
+/// parse); `None` for local files.
+pub fn source_of(source: &std::path::Path) -> Option<Result<HubSource>> {
+    let s = source.to_str()?;
+    match crate::catalogue::resolve(s).filter(|_| !source.exists()) {
+        Some(hf) => Some(HubSource::parse(hf)),
+        None => HubSource::from_arg(s),
+    }
+}
+
+/// Whether a model argument names the Hub rather than local files ([`source_of`]).
 pub fn names_hub(source: &std::path::Path) -> bool {
-    let catalogued = || {
-        !source.exists()
-            && source
-                .to_str()
-                .and_then(crate::catalogue::resolve)
-                .is_some()
-    };
-    source.to_str().and_then(HubSource::from_arg).is_some() || catalogued()
+    source_of(source).is_some()
 }
 
 /// Fetches (or finds in the cache) what `src` names; gives the local file or folder and the

@@ -20,15 +20,7 @@ pub static FAMILIES: &[&dyn Family] = &[
 /// first of [`FAMILIES`] that claims it. A Hub model's files are fetched into the shared cache
 /// first ([`crate::hub`]); its description then names it `hf:ORG/NAME@COMMIT[/PATH]`.
 pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
-    // A catalogue name (where no such local path exists) is its Hub source.
-    if let Some(hf) = source
-        .to_str()
-        .filter(|_| !source.exists())
-        .and_then(crate::catalogue::resolve)
-    {
-        return open(Path::new(hf), o);
-    }
-    if let Some(src) = source.to_str().and_then(imgseq_hub::HubSource::from_arg) {
+    if let Some(src) = crate::hub::source_of(source) {
         let (local, recorded) = crate::hub::fetch(&src?)?;
         let mut t = open(&local, o)?;
         t.source = PathBuf::from(recorded);

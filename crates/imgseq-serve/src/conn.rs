@@ -31,6 +31,17 @@ impl<S> WriteBound<S> {
         }
     }
 
+    /// A write's outcome: progress (or an error) disarms the timer, `Pending` arms it.
+    fn settle<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => self.pending(cx),
+            done => {
+                self.stalled = None;
+                done
+            }
+        }
+    }
+
     /// After the inner write's `Pending`: arms the timer if it is not, and fails once it fires.
     fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
         let bound = self.bound;
@@ -68,13 +79,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteBound<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.settle(cx, r)
     }
 
     fn poll_write_vectored(
@@ -82,13 +88,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteBound<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.settle(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -96,13 +97,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteBound<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.pending(cx),
-            done => {
-                self.stalled = None;
-                done
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.settle(cx, r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
