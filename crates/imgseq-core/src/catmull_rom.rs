@@ -166,30 +166,25 @@ mod tests {
         ];
         for (i, ((w, h), (nw, nh), (wx, wy))) in cases.into_iter().enumerate() {
             let img = noise(w, h, i as u32);
-            let whole =
-                image::imageops::resize(&img, nw, nh, image::imageops::FilterType::CatmullRom);
-            let want = image::imageops::crop_imm(
-                &whole,
-                wx.start,
-                wy.start,
-                wx.len() as u32,
-                wy.len() as u32,
-            )
-            .to_image();
-            let got = resize_window(&img, (nw, nh), wx.clone(), wy.clone());
-            assert_eq!(got, want, "{w}x{h} -> {nw}x{nh}, window {wx:?} x {wy:?}");
+            let what = format!("{w}x{h} -> {nw}x{nh}, window {wx:?} x {wy:?}");
+            check(&img, (nw, nh), &wx, &wy, &what);
             let gray: GrayImage = image::DynamicImage::ImageRgb8(img).to_luma8();
-            let whole =
-                image::imageops::resize(&gray, nw, nh, image::imageops::FilterType::CatmullRom);
-            let want = image::imageops::crop_imm(
-                &whole,
-                wx.start,
-                wy.start,
-                wx.len() as u32,
-                wy.len() as u32,
-            )
-            .to_image();
-            assert_eq!(resize_window(&gray, (nw, nh), wx, wy), want, "gray {w}x{h}");
+            check(&gray, (nw, nh), &wx, &wy, &format!("gray {what}"));
         }
+    }
+
+    /// [`resize_window`] of `img` against the crate's whole resize, cropped.
+    fn check<P: Pixel<Subpixel = u8> + PartialEq + std::fmt::Debug + 'static>(
+        img: &ImageBuffer<P, Vec<u8>>,
+        (nw, nh): (u32, u32),
+        wx: &Range<u32>,
+        wy: &Range<u32>,
+        what: &str,
+    ) {
+        let whole = image::imageops::resize(img, nw, nh, image::imageops::FilterType::CatmullRom);
+        let (ww, wh) = (wx.len() as u32, wy.len() as u32);
+        let want = image::imageops::crop_imm(&whole, wx.start, wy.start, ww, wh).to_image();
+        let got = resize_window(img, (nw, nh), wx.clone(), wy.clone());
+        assert_eq!(got, want, "{what}");
     }
 }

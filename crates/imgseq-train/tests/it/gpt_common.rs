@@ -2,14 +2,13 @@
 //! training tests.
 #![allow(dead_code)]
 
-use imgseq_gpt::config::{GptConfig, SeqLayout};
 use imgseq_shards::manifest::{shard_name, ShardRecord, FORMAT, MANIFEST};
 use imgseq_shards::wds::{tokens_npy, ShardWriter};
 use imgseq_shards::{Manifest, TokenizerInfo};
 use serde_json::json;
 use std::path::Path;
 
-pub const CLASSES: [&str; 3] = ["tee", "boot", "bag"];
+pub use crate::gpt_models::{tiny_config, CLASSES};
 
 /// The tokens of image `i` of class `c`: a class-dependent pattern plus a little seeded
 /// noise, so a model can learn the classes apart.
@@ -90,23 +89,4 @@ pub fn write_shards(
     };
     m.recount();
     m.write(&dir.join(MANIFEST)).unwrap();
-}
-
-pub fn layout(h: usize, w: usize, n_codes: usize) -> SeqLayout {
-    SeqLayout {
-        n_codes,
-        class_names: CLASSES.iter().map(|s| s.to_string()).collect(),
-        h,
-        w,
-    }
-}
-
-pub fn tiny_config(h: usize, w: usize, n_codes: usize) -> GptConfig {
-    GptConfig::new_imgseq(
-        &layout(h, w, n_codes),
-        32,
-        2,
-        2,
-        Some("weights/vq-test".into()),
-    )
 }
