@@ -147,7 +147,11 @@ def test_the_catalogue_lists_every_family_with_hub_sources():
 
     cat = imgseq.models()
     names = {e["name"] for e in cat}
-    assert {"llamagen-vq16", "sd-vae-ft-mse", "open-magvit2-256", "janus-pro-1b"} <= names
-    assert all(e["source"].startswith("hf:") for e in cat)
-    assert {e["family"] for e in cat} >= {"llamagen", "janus", "open_magvit2",
-                                          "diffusers", "autoencoder_kl"}
+    assert {"llamagen-vq16", "sd-vae-ft-mse", "open-magvit2-256", "janus-pro-1b", "ibq-16384"} <= names
+    # Every family the loader reads is in the catalogue.
+    assert {"llamagen", "janus", "diffusers", "taming", "ibq", "open_magvit2", "autoencoder_kl"} <= {
+        e["family"] for e in cat
+    }
+    # A source is a Hub source, or the page of weights published elsewhere (taming's).
+    assert all(e["source"].startswith(("hf:", "https://")) for e in cat)
+    assert next(e for e in cat if e["name"] == "ibq-16384")["config"] == "ibq_16384"

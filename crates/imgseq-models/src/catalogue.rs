@@ -11,8 +11,14 @@ use serde::Serialize;
 pub struct Entry {
     /// The short name `--model` takes.
     pub name: &'static str,
-    /// Its Hub source (`hf:ORG/NAME[/PATH]`).
+    /// Its Hub source (`hf:ORG/NAME[/PATH]`), or for weights published outside the Hub the
+    /// `https://` page they are downloaded from (such a name is not opened: it says where to
+    /// get the files).
     pub source: &'static str,
+    /// The config a checkpoint that ships without one is read with: a preset name
+    /// (`--config NAME`), from the family's published config file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<&'static str>,
     /// The loader's family name.
     pub family: &'static str,
     /// What one image becomes, at the input side given.
@@ -31,6 +37,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "llamagen-vq16",
         source: "hf:FoundationVision/LlamaGen/vq_ds16_c2i.pt",
+        config: None,
         family: "llamagen",
         tokens: "16x16 codes of 16,384 at 256² (24x24 at 384²)",
         licence: "MIT",
@@ -41,6 +48,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "llamagen-vq8",
         source: "hf:FoundationVision/LlamaGen/vq_ds8_c2i.pt",
+        config: None,
         family: "llamagen",
         tokens: "32x32 codes of 16,384 at 256²",
         licence: "MIT",
@@ -51,6 +59,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "janus-pro-1b",
         source: "hf:deepseek-community/Janus-Pro-1B",
+        config: None,
         family: "janus",
         tokens: "24x24 codes of 16,384 at 384² (LlamaGen's VQ-16)",
         licence: "MIT (code), DeepSeek model licence (weights)",
@@ -61,6 +70,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "open-magvit2-256",
         source: "hf:TencentARC/Open-MAGVIT2/imagenet_256_L.ckpt",
+        config: None,
         family: "open_magvit2",
         tokens: "16x16 lookup-free codes of 2^18 at 256²",
         licence: "Apache-2.0",
@@ -71,6 +81,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "ldm-celebahq-vq4",
         source: "hf:CompVis/ldm-celebahq-256/vqvae",
+        config: None,
         family: "diffusers",
         tokens: "64x64 codes at 256² (f4)",
         licence: "Apache-2.0",
@@ -79,8 +90,66 @@ pub static CATALOGUE: &[Entry] = &[
         figures_from: None,
     },
     Entry {
+        name: "ibq-1024",
+        source: "hf:TencentARC/IBQ-Tokenizer-1024/imagenet256_1024.ckpt",
+        config: Some("ibq_1024"),
+        family: "ibq",
+        tokens: "16x16 codes of 1,024 at 256²",
+        licence: "Apache-2.0",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 2.24, LPIPS 0.258, 99% of codes used"),
+        figures_from: Some("SEED-Voken docs/IBQ.md (IBQ, arXiv 2412.02692)"),
+    },
+    Entry {
+        name: "ibq-8192",
+        source: "hf:TencentARC/IBQ-Tokenizer-8192/imagenet256_8192.ckpt",
+        config: Some("ibq_8192"),
+        family: "ibq",
+        tokens: "16x16 codes of 8,192 at 256²",
+        licence: "Apache-2.0",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 1.87, LPIPS 0.244, 98% of codes used"),
+        figures_from: Some("SEED-Voken docs/IBQ.md (IBQ, arXiv 2412.02692)"),
+    },
+    Entry {
+        name: "ibq-16384",
+        source: "hf:TencentARC/IBQ-Tokenizer-16384/imagenet256_16384.ckpt",
+        config: Some("ibq_16384"),
+        family: "ibq",
+        tokens: "16x16 codes of 16,384 at 256²",
+        licence: "Apache-2.0",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 1.37, LPIPS 0.224, 96% of codes used"),
+        figures_from: Some("SEED-Voken docs/IBQ.md (IBQ, arXiv 2412.02692)"),
+    },
+    Entry {
+        name: "ibq-262144",
+        source: "hf:TencentARC/IBQ-Tokenizer-262144/imagenet256_262144.ckpt",
+        config: Some("ibq_262144"),
+        family: "ibq",
+        tokens: "16x16 codes of 262,144 at 256²",
+        licence: "Apache-2.0",
+        gated: false,
+        published: Some("ImageNet val 256²: rFID 1.00, LPIPS 0.203, 84% of codes used"),
+        figures_from: Some("SEED-Voken docs/IBQ.md (IBQ, arXiv 2412.02692)"),
+    },
+    Entry {
+        name: "taming-f16-1024",
+        source: "https://heibox.uni-heidelberg.de/d/8088892a516d4e3baf92/",
+        config: Some("f16_1024"),
+        family: "taming",
+        tokens: "16x16 codes of 1,024 at 256² (24x24 at 384²)",
+        licence: "MIT",
+        gated: false,
+        published: Some(
+            "ImageNet val 256²: rFID 7.94; PSNR 23.30 dB, SSIM 0.521 (OptVQ's re-evaluation)",
+        ),
+        figures_from: Some("Taming Transformers (arXiv 2012.09841); OptVQ (arXiv 2412.15195)"),
+    },
+    Entry {
         name: "sd-vae-ft-mse",
         source: "hf:stabilityai/sd-vae-ft-mse",
+        config: None,
         family: "autoencoder_kl",
         tokens: "4x32x32 latents at 256² (f8)",
         licence: "MIT",
@@ -91,6 +160,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "sdxl-vae",
         source: "hf:stabilityai/sdxl-vae",
+        config: None,
         family: "autoencoder_kl",
         tokens: "4x32x32 latents at 256² (f8)",
         licence: "CreativeML Open RAIL++-M",
@@ -101,6 +171,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "sd3-vae",
         source: "hf:stabilityai/stable-diffusion-3-medium-diffusers/vae",
+        config: None,
         family: "autoencoder_kl",
         tokens: "16x32x32 latents at 256² (f8)",
         licence: "Stability AI Community licence (non-commercial above a revenue threshold)",
@@ -111,6 +182,7 @@ pub static CATALOGUE: &[Entry] = &[
     Entry {
         name: "flux-vae",
         source: "hf:black-forest-labs/FLUX.1-schnell/vae",
+        config: None,
         family: "autoencoder_kl",
         tokens: "16x32x32 latents at 256² (f8), 2x2 patches: 256 tokens of 64",
         licence: "Apache-2.0",
@@ -120,9 +192,36 @@ pub static CATALOGUE: &[Entry] = &[
     },
 ];
 
-/// The Hub source of a catalogue name.
+/// The entry a catalogue name names.
+pub fn entry(name: &str) -> Option<&'static Entry> {
+    CATALOGUE.iter().find(|e| e.name == name)
+}
+
+/// The Hub source of a catalogue name (`None` for names published outside the Hub).
 pub fn resolve(name: &str) -> Option<&'static str> {
-    CATALOGUE.iter().find(|e| e.name == name).map(|e| e.source)
+    entry(name)
+        .map(|e| e.source)
+        .filter(|s| s.starts_with("hf:"))
+}
+
+impl Entry {
+    /// Whether its weights are on the Hub (else [`Entry::source`] is the page to get them from).
+    pub fn on_hub(&self) -> bool {
+        self.source.starts_with("hf:")
+    }
+
+    /// Why a name published outside the Hub is not opened: where its files are and what to
+    /// pass once they are here.
+    pub fn elsewhere(&self) -> String {
+        let config = self
+            .config
+            .map_or(String::new(), |c| format!(" --config {c}"));
+        format!(
+            "{}: published outside the Hugging Face Hub; download its checkpoint from {} and \
+             pass it: --model FILE{config}",
+            self.name, self.source
+        )
+    }
 }
 
 #[cfg(test)]
@@ -134,7 +233,19 @@ mod tests {
         let families: Vec<&str> = crate::FAMILIES.iter().map(|f| f.name()).collect();
         let mut names = std::collections::BTreeSet::new();
         for e in CATALOGUE {
-            imgseq_hub::HubSource::parse(e.source).unwrap();
+            if e.on_hub() {
+                imgseq_hub::HubSource::parse(e.source).unwrap();
+            } else {
+                assert!(e.source.starts_with("https://"), "{}", e.name);
+                assert!(e.elsewhere().contains(e.source));
+            }
+            if let Some(c) = e.config {
+                assert!(
+                    imgseq_vqgan::presets::preset(c).is_some(),
+                    "{}: {c}",
+                    e.name
+                );
+            }
             assert!(names.insert(e.name), "{} twice", e.name);
             assert_eq!(
                 e.published.is_some(),
@@ -152,5 +263,17 @@ mod tests {
             Some("hf:stabilityai/sd-vae-ft-mse")
         );
         assert_eq!(resolve("nope"), None);
+        assert_eq!(resolve("taming-f16-1024"), None);
+        // Every family the loader reads has an entry.
+        for family in [
+            "llamagen",
+            "janus",
+            "diffusers",
+            "taming",
+            "ibq",
+            "open_magvit2",
+        ] {
+            assert!(CATALOGUE.iter().any(|e| e.family == family), "{family}");
+        }
     }
 }

@@ -68,10 +68,15 @@ pub fn wanted(
 /// parse); `None` for local files.
 pub fn source_of(source: &std::path::Path) -> Option<Result<HubSource>> {
     let s = source.to_str()?;
-    match crate::catalogue::resolve(s).filter(|_| !source.exists()) {
+    match catalogue_entry(source).and_then(|e| crate::catalogue::resolve(e.name)) {
         Some(hf) => Some(HubSource::parse(hf)),
         None => HubSource::from_arg(s),
     }
+}
+
+/// The [`crate::catalogue`] entry a model argument names (a local path of that name wins).
+pub fn catalogue_entry(source: &std::path::Path) -> Option<&'static crate::catalogue::Entry> {
+    crate::catalogue::entry(source.to_str()?).filter(|_| !source.exists())
 }
 
 /// Whether a model argument names the Hub rather than local files ([`source_of`]).

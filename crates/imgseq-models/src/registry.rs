@@ -20,8 +20,25 @@ pub static FAMILIES: &[&dyn Family] = &[
 /// first of [`FAMILIES`] that claims it. A Hub model's files are fetched into the shared cache
 /// first ([`crate::hub`]); its description then names it `hf:ORG/NAME@COMMIT[/PATH]`.
 pub fn open(source: &Path, o: &OpenOptions) -> Result<Opened> {
+    // A catalogue name whose checkpoint ships without a config is read with the family's
+    // published one, unless the user names a config.
+    let named = crate::hub::catalogue_entry(source);
+    if let Some(e) = named.filter(|e| !e.on_hub()) {
+        return Err(Error::invalid(e.elsewhere()));
+    }
     if let Some(src) = crate::hub::source_of(source) {
         let (local, recorded) = crate::hub::fetch(&src?)?;
+        let with_config;
+        let o = match named.and_then(|e| e.config) {
+            Some(c) if o.config.is_none() => {
+                with_config = OpenOptions {
+                    config: Some(PathBuf::from(c)),
+                    ..o.clone()
+                };
+                &with_config
+            }
+            _ => o,
+        };
         let mut t = open(&local, o)?;
         t.source = PathBuf::from(recorded);
         return Ok(t);

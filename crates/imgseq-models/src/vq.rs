@@ -77,7 +77,8 @@ pub fn load(p: &Probe, o: &OpenOptions) -> Result<LoadedVq> {
         None => default_config_path(&file).ok(),
     };
     let mut files = vec![file.clone()];
-    files.extend(config.clone());
+    // A preset's name (`--config ibq_16384`) is no file.
+    files.extend(config.clone().filter(|c| c.is_file()));
     let which = if o.raw {
         WeightSet::Raw
     } else {

@@ -82,10 +82,24 @@ fn every_family_opens_from_the_hub_as_from_its_files_and_then_offline() {
         ),
         ("sd-vae", "kl/sd", "", fx("kl/sd"), Some(32)),
     ];
+    // IBQ's released repositories hold the checkpoint only; here, the tiny one under the
+    // released name.
+    let ibq_release = MockRepo {
+        commit: COMMIT.into(),
+        files: BTreeMap::from([(
+            "imagenet256_1024.ckpt".to_string(),
+            MockFile {
+                bytes: std::fs::read(fx("ibq/ibq_tiny.ckpt")).unwrap(),
+                lfs: true,
+            },
+        )]),
+        token: None,
+    };
     let mock = MockHub::start(
         cases
             .iter()
             .map(|(repo, dir, ..)| (format!("org/{repo}"), mirror(&fx(dir))))
+            .chain([("TencentARC/IBQ-Tokenizer-1024".to_string(), ibq_release)])
             .collect(),
     );
     let cache = tempfile::tempdir().unwrap();
@@ -127,6 +141,7 @@ fn every_family_opens_from_the_hub_as_from_its_files_and_then_offline() {
         }
     };
     run(false);
+    catalogue_names_bring_their_published_config(&pic);
     // Only the files a model needs were fetched (the fixtures' io.safetensors never).
     assert_eq!(
         mock.count("io.safetensors"),
@@ -156,6 +171,39 @@ fn every_family_opens_from_the_hub_as_from_its_files_and_then_offline() {
         .to_string();
     assert!(
         e.contains("hf:org/absent") && e.contains("HF_HUB_OFFLINE"),
+        "{e}"
+    );
+}
+
+/// A catalogue name whose checkpoint ships without a config is read with the family's
+/// published one (here it does not fit the tiny weights served under the released name, and
+/// the error says so); a `--config` given wins; a name published outside the Hub says where to
+/// get it.
+fn catalogue_names_bring_their_published_config(pic: &RgbImage) {
+    let e = open(Path::new("ibq-1024"), &OpenOptions::default())
+        .err()
+        .expect("the released architecture does not fit the tiny weights")
+        .to_string();
+    assert!(e.contains("imagenet256_1024.ckpt"), "{e}");
+    assert!(!e.contains("pass --config"), "the preset was not used: {e}");
+    let o = OpenOptions {
+        config: Some(fx("ibq/ibq_tiny_model.yaml")),
+        size: Some(32),
+        ..OpenOptions::default()
+    };
+    let t = open(Path::new("ibq-1024"), &o).unwrap();
+    let want = open(&fx("ibq/ibq_tiny.ckpt"), &o).unwrap();
+    let x = [want.input().square(pic).unwrap()];
+    assert_eq!(
+        t.encode_pictures(&x).unwrap(),
+        want.encode_pictures(&x).unwrap()
+    );
+    let e = open(Path::new("taming-f16-1024"), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("heibox.uni-heidelberg.de") && e.contains("--config f16_1024"),
         "{e}"
     );
 }

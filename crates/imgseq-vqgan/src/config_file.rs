@@ -44,9 +44,13 @@ impl VqConfig {
         Ok(cfg)
     }
 
-    /// Reads either format, by extension (`.yaml`/`.yml` → taming, else our JSON).
+    /// Reads either format, by extension (`.yaml`/`.yml` → taming, else our JSON), or the
+    /// preset a path that does not exist names ([`crate::presets::named`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if let Some(c) = crate::presets::named(path) {
+            return Ok(c);
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("yaml") | Some("yml") => crate::ibq::yaml_config(path),
             _ => Self::from_json_file(path),

@@ -89,6 +89,16 @@ pub fn ibq_config(args: &Value, path: &Path) -> Result<VqConfig> {
             "`model.init_args.remap` is set; imgseq reads IBQ models without an index remap",
         ));
     }
+    if args
+        .get("l2_normalize")
+        .is_some_and(|v| v.as_bool() == Some(true))
+    {
+        return Err(Error::unsupported(
+            path,
+            "`model.init_args.l2_normalize` is true; imgseq reads IBQ models whose codes are \
+             searched unnormalised (as every released IBQ tokenizer is)",
+        ));
+    }
     let beta = match args.get("beta") {
         Some(b) if !b.is_null() => from_field(args, "beta", pre, path)?,
         _ => 0.25,

@@ -177,6 +177,12 @@ pub fn describe(
             _ => Err(no_config(weights)),
         };
     };
+    if let Some(config) = crate::presets::named(cfg_path) {
+        return Ok(Described {
+            names: Family::Taming,
+            config,
+        });
+    }
     if matches!(
         cfg_path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")

@@ -4,7 +4,17 @@ use crate::config::{DdConfig, VqConfig};
 use crate::family::Variant;
 
 /// The names [`preset`] knows.
-pub const PRESETS: &[&str] = &["photo", "small", "f16_1024", "fmnist_f4", "fmnist_f2"];
+pub const PRESETS: &[&str] = &[
+    "photo",
+    "small",
+    "f16_1024",
+    "fmnist_f4",
+    "fmnist_f2",
+    "ibq_1024",
+    "ibq_8192",
+    "ibq_16384",
+    "ibq_262144",
+];
 
 /// A named architecture:
 /// - `small` (the shipped default, `vq train`'s default): taming layout, f16, 1,024 codes of
@@ -20,7 +30,17 @@ pub const PRESETS: &[&str] = &["photo", "small", "f16_1024", "fmnist_f4", "fmnis
 ///   into a plain taming model. Trained here for 2,000 steps (38 min) it stayed near 15 dB
 ///   on the held-out photos, so it is not the shipped model yet (weights/vqgan/README.md).
 /// - `f16_1024`: taming's `vqgan_imagenet_f16_1024`.
+/// - `ibq_1024`, `ibq_8192`, `ibq_16384`, `ibq_262144`: IBQ's released ImageNet 256² tokenizers
+///   (TencentARC/SEED-Voken `configs/IBQ/gpu/imagenet_ibqgan_N.yaml`; their Hub checkpoints
+///   carry no config): taming's encoder and decoder at ch 128, `ch_mult` [1, 1, 2, 2, 4], 4
+///   ResnetBlocks per level, attention at 16², N codes of 256 values searched by inner product.
 pub fn preset(name: &str) -> Option<VqConfig> {
+    if let Some(n) = name.strip_prefix("ibq_") {
+        return match n {
+            "1024" | "8192" | "16384" | "262144" => Some(ibq_imagenet_256(n.parse().ok()?)),
+            _ => None,
+        };
+    }
     match name {
         "photo" => {
             let mut c = preset("small")?;
@@ -82,6 +102,43 @@ fn fmnist(ch_mult: Vec<usize>, n_embed: usize) -> VqConfig {
     }
 }
 
+/// A config argument that names a preset rather than a file: `Some` when `path` does not
+/// exist and its text is one of [`PRESETS`] (`--config ibq_16384` beside a checkpoint that
+/// ships without its config).
+pub fn named(path: &std::path::Path) -> Option<VqConfig> {
+    if path.exists() {
+        return None;
+    }
+    preset(path.to_str()?)
+}
+
+/// IBQ's released ImageNet 256² architecture with `n_embed` codes.
+fn ibq_imagenet_256(n_embed: usize) -> VqConfig {
+    VqConfig {
+        ddconfig: DdConfig {
+            ch: 128,
+            ch_mult: vec![1, 1, 2, 2, 4],
+            num_res_blocks: 4,
+            attn_resolutions: vec![16],
+            z_channels: 256,
+            double_z: false,
+            resolution: 256,
+            in_channels: 3,
+            out_ch: 3,
+            dropout: 0.0,
+        },
+        embed_dim: 256,
+        n_embed,
+        beta: 0.25,
+        legacy: true,
+        variant: Variant {
+            family: crate::family::Family::Ibq,
+            distance: crate::family::Distance::InnerProduct,
+            ..Variant::default()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,8 +172,33 @@ mod tests {
             assert_eq!((c.downsample_factor(), 32 / f), (f, tokens), "{name}");
         }
         assert!(preset("big").is_none());
+        assert!(preset("ibq_4096").is_none());
         for name in PRESETS {
             assert!(preset(name).is_some(), "{name}");
         }
+    }
+
+    /// The `ibq_N` presets are what IBQ's published yaml says (its `model:` section as
+    /// released, training-only fields dropped), read by the same reader as a user's file.
+    #[test]
+    fn ibq_presets_equal_the_published_yaml() {
+        for n in [1024, 8192, 16384, 262144] {
+            let yaml = format!(
+                "model:\n  class_path: src.IBQ.models.ibqgan.IBQ\n  init_args:\n    ddconfig:\n      \
+                 double_z: False\n      z_channels: 256\n      resolution: 256\n      \
+                 in_channels: 3\n      out_ch: 3\n      ch: 128\n      ch_mult: [ 1,1,2,2,4]\n      \
+                 num_res_blocks: 4\n      attn_resolutions: [16]\n      dropout: 0.0\n    \
+                 n_embed: {n}\n    embed_dim: 256\n    l2_normalize: False\n    beta: 0.25\n    \
+                 use_ema: True\n"
+            );
+            let published = crate::ibq::yaml_config_str(&yaml, Path::new("ibq.yaml")).unwrap();
+            assert_eq!(preset(&format!("ibq_{n}")).unwrap(), published, "{n}");
+        }
+    }
+
+    #[test]
+    fn a_config_argument_names_a_preset_only_where_no_such_file_exists() {
+        assert_eq!(named(Path::new("ibq_16384")).unwrap().n_embed, 16384);
+        assert!(named(Path::new("no_such_preset")).is_none());
     }
 }

@@ -274,7 +274,13 @@ pub fn models(json: bool) -> Result<()> {
         } else {
             ""
         };
-        println!("{:<18} {}  ({}{gated})", "", e.source, e.licence);
+        let source = if e.on_hub() {
+            e.source.to_string()
+        } else {
+            format!("not on the Hub: {}", e.source)
+        };
+        let config = e.config.map_or(String::new(), |c| format!("; config: {c}"));
+        println!("{:<18} {source}  ({}{gated}{config})", "", e.licence);
         if let (Some(p), Some(f)) = (e.published, e.figures_from) {
             println!("{:<18} published: {p} ({f})", "");
         }

@@ -124,6 +124,20 @@ fn hub_models_encode_tokenize_and_work_offline_as_local_files_do() {
         e.contains("hf:stabilityai/sd-vae-ft-mse") && e.contains("HF_HUB_OFFLINE"),
         "{e}"
     );
+    // A name published outside the Hub: one line saying where to download it and what to pass.
+    let o = run(
+        &["inspect", "--model", "taming-f16-1024"],
+        &mock.url,
+        &cache,
+        true,
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("heibox.uni-heidelberg.de") && e.contains("--config f16_1024"),
+        "{e}"
+    );
     // The catalogue lists every entry.
     let list = ok(run(&["models"], &mock.url, &cache, true));
     for e in imgseq_models_names() {
@@ -138,5 +152,7 @@ fn imgseq_models_names() -> Vec<&'static str> {
         "flux-vae",
         "open-magvit2-256",
         "janus-pro-1b",
+        "ibq-16384",
+        "taming-f16-1024",
     ]
 }
