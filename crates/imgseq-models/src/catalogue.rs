@@ -90,6 +90,17 @@ pub static CATALOGUE: &[Entry] = &[
         figures_from: None,
     },
     Entry {
+        name: "var-vae",
+        source: "hf:FoundationVision/var/vae_ch160v4096z32.pth",
+        config: None,
+        family: "var",
+        tokens: "680 multi-scale codes of 4,096 at 256² (scales 1² … 16²)",
+        licence: "MIT",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
         name: "ibq-1024",
         source: "hf:TencentARC/IBQ-Tokenizer-1024/imagenet256_1024.ckpt",
         config: Some("ibq_1024"),

@@ -25,6 +25,7 @@ pub mod kl;
 pub mod lfq;
 pub mod opened;
 pub mod registry;
+pub mod var;
 pub mod vq;
 
 pub use family::{Family, OpenOptions, Probe};

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// families) takes whatever no other claims and says why it cannot read it.
 pub static FAMILIES: &[&dyn Family] = &[
     &crate::lfq::OpenMagvit2,
+    &crate::var::Var,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];

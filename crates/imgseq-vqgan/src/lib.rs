@@ -14,6 +14,8 @@
 //!   ([`janus`]) and IBQ ([`ibq`]) run as the same network (their configs, weight names and quantizer options); [`preprocess`]: each
 //!   family's image preprocessing (the rule is [`imgseq_core::input`]'s).
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
+//! * [`var`]: VAR's VQVAE — multi-scale residual codes (680 tokens at 256²) on taming's encoder
+//!   and decoder.
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs): continuous latents as
 //!   patch sequences, on the same encoder and decoder.
 //!
@@ -46,6 +48,7 @@ pub mod presets;
 pub mod quantize;
 pub mod rename;
 pub mod tokenizer;
+pub mod var;
 pub mod variant;
 
 pub use config::{DdConfig, VqConfig};

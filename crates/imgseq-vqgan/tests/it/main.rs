@@ -11,4 +11,5 @@ mod janus;
 mod kl;
 mod llamagen;
 mod parity;
+mod var;
 mod winograd_accuracy;
