@@ -82,6 +82,7 @@ FAMILIES = [
     ("janus", "janus", None, "Janus"),
     ("ibq", "ibq/ibq_tiny.ckpt", None, "IBQ"),
     ("open_magvit2", "lfq/tiny.ckpt", "lfq/tiny.yaml", "Open-MAGVIT2"),
+    ("var", "var/tiny.pth", None, "VAR"),
 ]
 
 

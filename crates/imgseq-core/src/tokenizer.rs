@@ -51,6 +51,11 @@ pub struct OutputSpec {
     pub shape: Vec<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codebook_size: Option<usize>,
+    /// Multi-scale codes (VAR): the side of each scale's square token map, smallest first.
+    /// One picture's tokens are then a (1, Σ side²) row, scale after scale, each in raster
+    /// order; the last scale is the latent grid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scales: Option<Vec<usize>>,
 }
 
 /// How pictures are brought to the model's input ([`InputSpec`], serialisable).
@@ -405,9 +410,12 @@ pub fn admit<T: Tokenizer + ?Sized>(t: &T, work: Work) -> Result<crate::budget::
 }
 
 /// Pixels per token row and column of a tokenizer with a 2-D output (its input side over the
-/// output grid's), 1 for any other.
+/// output grid's; multi-scale codes: over the last scale's), 1 for any other.
 pub fn downsample_factor<T: Tokenizer + ?Sized>(t: &T) -> usize {
     let d = t.describe();
+    if let Some(&g) = d.output.scales.as_ref().and_then(|s| s.last()) {
+        return (d.input.size as usize / g.max(1)).max(1);
+    }
     match d.output.shape.first() {
         Some(&g) if g > 0 && d.output.shape.len() == 2 => (d.input.size as usize / g).max(1),
         _ => 1,

@@ -87,6 +87,7 @@ impl Tokenizer for LfqTokenizer {
                 kind: OutputKind::Codes,
                 shape: vec![g, g],
                 codebook_size: Some(c.codebook_size()),
+                scales: None,
             },
             // Which weight set runs changes the tokens as much as the arithmetic does.
             precision: format!(

@@ -32,19 +32,6 @@ impl Family for Var {
         }
         let w = p.source;
         let t = VarTokenizer::new(var::load(w, &Device::Cpu)?, o.size)?;
-        let c = t.model.config();
-        let note = format!(
-            "{}: {} (f{}, {} codes of {}, {} tokens: scales {:?})",
-            w.display(),
-            var::LABEL,
-            c.vq.downsample_factor(),
-            c.vocab_size,
-            c.z_channels,
-            t.tokens(),
-            t.patch_nums
-        );
-        let mut opened = Opened::new(Box::new(t), w, w, vec![w.to_path_buf()]);
-        opened.notes.push(note);
-        Ok(opened)
+        Ok(Opened::new(Box::new(t), w, w, vec![w.to_path_buf()]))
     }
 }

@@ -48,6 +48,7 @@ fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
             Crop::ShorterSide,
         ),
         (fx("lfq/tiny.ckpt"), None, "open_magvit2", Crop::ShorterSide),
+        (fx("var/tiny.pth"), None, "var", Crop::ShorterSide),
     ]
 }
 
@@ -299,4 +300,63 @@ fn raw_means_one_thing_for_every_lightning_family() {
         e.contains("--raw applies to Lightning checkpoints with EMA copies"),
         "{e}"
     );
+}
+
+/// Tokens do not depend on the batch or the threads, for every family (f32): eight different
+/// pictures give the same tokens (a VAE the same latents, bit for bit) in one batch of 8, one
+/// by one, and one by one on a single thread.
+#[test]
+fn tokens_do_not_depend_on_the_batch_or_the_threads() {
+    let mut cases: Vec<(PathBuf, Option<PathBuf>, &str)> = discrete()
+        .into_iter()
+        .map(|(w, c, f, _)| (w, c, f))
+        .collect();
+    cases.push((fx("kl/sd"), None, "autoencoder_kl"));
+    let pics: Vec<RgbImage> = (0..8u32)
+        .map(|i| {
+            RgbImage::from_fn(40, 36, |x, y| {
+                Rgb([
+                    ((x * (7 + i) + y * 3) % 256) as u8,
+                    ((y * (5 + 2 * i) + x) % 256) as u8,
+                    ((x * y + 40 * i) % 256) as u8,
+                ])
+            })
+        })
+        .collect();
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for (w, config, family) in cases {
+        let o = OpenOptions {
+            config,
+            size: Some(32),
+            precision: imgseq_kernels::PrecisionRequest::F32,
+            ..OpenOptions::default()
+        };
+        let t = open(&w, &o).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let x: Vec<RgbImage> = pics.iter().map(|p| t.input().square(p).unwrap()).collect();
+        let batch = bits(&t.encode_pictures(&x).unwrap());
+        let alone: Vec<u32> = x
+            .iter()
+            .flat_map(|p| bits(&t.encode_pictures(std::slice::from_ref(p)).unwrap()))
+            .collect();
+        let single: Vec<u32> = one_thread.install(|| {
+            x.iter()
+                .flat_map(|p| bits(&t.encode_pictures(std::slice::from_ref(p)).unwrap()))
+                .collect()
+        });
+        assert_eq!(alone, single, "{family}: 1 thread against all");
+        assert_eq!(batch, alone, "{family}: a batch of 8 against one by one");
+    }
+}
+
+/// Every value of an output, exactly (tokens as they are, floats by their bits).
+fn bits(e: &imgseq_core::tokenizer::Encoded) -> Vec<u32> {
+    use imgseq_core::tokenizer::Encoded;
+    match e {
+        Encoded::Tokens(t) => t.data.iter().map(|&v| v as u32).collect(),
+        Encoded::Latents(l) => l.data.iter().map(|v| v.to_bits()).collect(),
+        Encoded::Embeddings(m) => m.data.iter().map(|v| v.to_bits()).collect(),
+    }
 }

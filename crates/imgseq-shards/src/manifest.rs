@@ -88,6 +88,10 @@ pub struct TokenizerInfo {
     /// Set for a latent shard set (format [`LATENT_FORMAT`]; `n_codes` is 0 there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latent: Option<LatentInfo>,
+    /// Multi-scale codes (VAR): each scale's side, smallest first; a sample's `grid` is then
+    /// (1, Σ side²), the scales one after another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scales: Option<Vec<usize>>,
 }
 
 /// The manifest's account of the resize and crop `p` names (`pad`: small images centred on a
@@ -142,6 +146,7 @@ impl TokenizerInfo {
             upscale,
             precision: d.precision.clone(),
             latent,
+            scales: d.output.scales.clone(),
         })
     }
 }

@@ -32,6 +32,7 @@ impl Tokenizer for Classifier {
                 kind: OutputKind::Embeddings,
                 shape: vec![1 + patches, c.hidden_size],
                 codebook_size: None,
+                scales: None,
             },
             precision: "f32".into(),
             draw: None,

@@ -57,6 +57,7 @@ impl Tokenizer for VqTokenizer {
                 kind: OutputKind::Codes,
                 shape: vec![g, g],
                 codebook_size: Some(cfg.n_embed),
+                scales: None,
             },
             precision: enc.name().into(),
             draw: None,

@@ -221,12 +221,15 @@ pub fn roundtrip(a: &RoundtripArgs) -> Result<()> {
     outs.write(&sbs, |p| save_picture(p, &pair, gray(&t)))?;
     outs.finish();
     let (h, w) = (tokens.h, tokens.w);
-    let f = t.input().size as usize / h.max(1);
+    let f = imgseq_core::tokenizer::downsample_factor(&t);
     println!("model: {} (f{f}, {n_codes} codes)", t.source.display());
     if let Some(c) = &t.precision {
         println!("precision: {c}");
     }
-    println!("tokens: {} ({h}x{w} grid, raster order)", h * w);
+    match t.describe().output.scales {
+        Some(s) => println!("tokens: {} (scales {s:?}, smallest first)", h * w),
+        None => println!("tokens: {} ({h}x{w} grid, raster order)", h * w),
+    }
     println!("PSNR: {psnr:.2} dB");
     println!("SSIM: {ssim:.4}");
     println!("codebook entries used: {used} of {n_codes} (perplexity {perplexity:.1})");

@@ -407,6 +407,7 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
         ("janus", fx("janus")),
         ("ibq", fx("ibq/ibq_tiny.ckpt")),
         ("open_magvit2", fx("lfq/tiny.ckpt")),
+        ("var", fx("var/tiny.pth")),
     ];
     let mut cfg = config();
     cfg.models = families

@@ -25,6 +25,7 @@ impl Tokenizer for Fake {
             kind: OutputKind::Codes,
             shape: vec![2, 2],
             codebook_size: Some(256),
+            scales: None,
         };
         Description::basic("fake", "fake", self.input(), out)
     }
@@ -73,6 +74,7 @@ fn info() -> TokenizerInfo {
         upscale: false,
         precision: "f32".into(),
         latent: None,
+        scales: None,
     }
 }
 

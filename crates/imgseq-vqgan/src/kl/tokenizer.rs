@@ -88,6 +88,7 @@ impl Tokenizer for KlTokenizer {
                 },
                 shape: self.shape(),
                 codebook_size: None,
+                scales: None,
             },
             precision: "f32".into(),
             draw: Some(match self.draw {

@@ -63,6 +63,7 @@ impl Tokenizer for VarTokenizer {
                 kind: OutputKind::Codes,
                 shape: vec![1, self.tokens()],
                 codebook_size: Some(c.vocab_size),
+                scales: Some(self.patch_nums.clone()),
             },
             precision: "f32".into(),
             draw: None,
@@ -121,7 +122,8 @@ impl Tokenizer for VarTokenizer {
         let v = self.model.config().vocab_size;
         if let Some((at, bad)) = imgseq_core::codes::first_out_of_range(&tokens.data, v) {
             return Err(Error::invalid(format!(
-                "token {bad} at position {at} is out of range: the codebook has {v} entries"
+                "token {bad} at position {at} is outside the codebook ({v} codes, valid 0..={})",
+                v - 1
             )));
         }
         let rows: Vec<&[i64]> = tokens.data.chunks(len).collect();

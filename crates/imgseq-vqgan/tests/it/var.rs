@@ -125,7 +125,10 @@ fn var_tokenizer_describes_its_scales_and_refuses_bad_rows() {
     let e = t.decode(&grid(600, 0)).unwrap_err().to_string();
     assert!(e.contains("first k scales") && e.contains("600"), "{e}");
     let e = t.decode(&grid(680, 64)).unwrap_err().to_string();
-    assert!(e.contains("64") && e.contains("out of range"), "{e}");
+    assert!(
+        e.contains("64") && e.contains("outside the codebook"),
+        "{e}"
+    );
     // An input side with no published scale list.
     let m = var::load(&fx("tiny.pth"), &Device::Cpu).unwrap();
     let e = VarTokenizer::new(m, Some(48)).err().unwrap().to_string();

@@ -198,3 +198,67 @@ fn janus_folder_encodes_to_janus_tokens_and_is_named() {
     run(args(&s(&conv), &t2));
     assert_eq!(read_tokens(&t2), want);
 }
+
+/// VAR's `.pth` through every CLI step: `encode` gives the 680 multi-scale codes the library
+/// gives (a (1, 680) row), `decode` takes them and the first three scales alone (a (1, 14)
+/// row), a dataset job records the family and its scales, a row that is no whole scales is
+/// one line of error.
+#[test]
+fn var_pth_encodes_decodes_and_tokenizes_from_the_cli() {
+    use imgseq_core::tokenizer::Tokenizer;
+    let d = tempfile::tempdir().unwrap();
+    let pth = s(&fx("var/tiny.pth"));
+    let photo = s(&fx("janus/photo.png"));
+    let t = d.path().join("t.npy");
+    ok(&["encode", &photo, "--model", &pth, "-o", &s(&t)]);
+    let (shape, got) = npy::read_npy_i64(&t).unwrap();
+    assert_eq!(shape, vec![1, 680]);
+    let lib = imgseq_models::open(Path::new(&pth), &Default::default()).unwrap();
+    let paths = [fx("janus/photo.png")];
+    let pics = lib.load(&paths, false).unwrap();
+    let want = lib.encode_pictures(&pics).unwrap().into_tokens().unwrap();
+    assert_eq!(got, want.data);
+    let r = d.path().join("r.png");
+    ok(&["decode", &s(&t), "--model", &pth, "-o", &s(&r)]);
+    assert_eq!(image::image_dimensions(&r).unwrap(), (32, 32));
+    let k3 = d.path().join("k3.npy");
+    npy::write_npy_i64(&k3, &[1, 14], &got[..14]).unwrap();
+    ok(&[
+        "decode",
+        &s(&k3),
+        "--model",
+        &pth,
+        "-o",
+        &s(&d.path().join("k3.png")),
+    ]);
+    let bad = d.path().join("bad.npy");
+    npy::write_npy_i64(&bad, &[1, 600], &got[..600]).unwrap();
+    let e = fails(&[
+        "decode",
+        &s(&bad),
+        "--model",
+        &pth,
+        "-o",
+        &s(&d.path().join("x.png")),
+    ]);
+    assert!(e.contains("first k scales") && e.contains("600"), "{e}");
+    assert!(!d.path().join("x.png").exists());
+    let job = d.path().join("job");
+    ok(&[
+        "tokenize",
+        &s(&fx("janus")),
+        "--model",
+        &pth,
+        "-o",
+        &s(&job),
+    ]);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(job.join("manifest.json")).unwrap()).unwrap();
+    let tk = &m["tokenizer"];
+    assert_eq!(tk["family"], "var");
+    assert_eq!(tk["grid"], serde_json::json!([1, 680]));
+    assert_eq!(
+        tk["scales"],
+        serde_json::json!([1, 2, 3, 4, 5, 6, 8, 10, 13, 16])
+    );
+}
