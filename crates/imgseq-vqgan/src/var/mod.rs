@@ -98,6 +98,30 @@ pub fn is_var_file(path: &Path) -> bool {
             .is_ok_and(|s| is_var_keys(s.tensors.iter().map(|t| t.name.as_str())))
 }
 
+/// How the φ convs are shared, and how many there are, by their names.
+fn phi_layout(shapes: &BTreeMap<String, Vec<usize>>, path: &Path) -> Result<(PhiSharing, usize)> {
+    let has = |k: String| shapes.contains_key(&k);
+    let count = |p: &str| {
+        (0..)
+            .take_while(|k| has(format!("{PHI_PREFIX}{p}{k}.weight")))
+            .count()
+    };
+    let (sharing, n) = if has(format!("{PHI_PREFIX}qresi_ls.0.weight")) {
+        (PhiSharing::Partial, count("qresi_ls."))
+    } else if has(format!("{PHI_PREFIX}qresi.weight")) {
+        (PhiSharing::All, 1)
+    } else {
+        (PhiSharing::None, count(""))
+    };
+    if n == 0 {
+        return Err(Error::format(
+            path,
+            "no φ convs (`quantize.quant_resi.*.weight`): not a VAR VQVAE imgseq reads",
+        ));
+    }
+    Ok((sharing, n))
+}
+
 impl VarConfig {
     /// The config the tensor shapes give (`path` names the file in messages).
     pub fn from_shapes(shapes: &BTreeMap<String, Vec<usize>>, path: &Path) -> Result<Self> {
@@ -149,24 +173,7 @@ impl VarConfig {
         let last = levels.saturating_sub(1);
         let using_sa = has(format!("encoder.down.{last}.attn.0.qkv.weight"));
         let using_mid_sa = has("encoder.mid.attn_1.qkv.weight".into());
-        let count = |p: &str| {
-            (0..)
-                .take_while(|k| has(format!("{PHI_PREFIX}{p}{k}.weight")))
-                .count()
-        };
-        let (phi_sharing, phis) = if has(format!("{PHI_PREFIX}qresi_ls.0.weight")) {
-            (PhiSharing::Partial, count("qresi_ls."))
-        } else if has(format!("{PHI_PREFIX}qresi.weight")) {
-            (PhiSharing::All, 1)
-        } else {
-            (PhiSharing::None, count(""))
-        };
-        if phis == 0 {
-            return Err(Error::format(
-                path,
-                "no φ convs (`quantize.quant_resi.*.weight`): not a VAR VQVAE imgseq reads",
-            ));
-        }
+        let (phi_sharing, phis) = phi_layout(shapes, path)?;
         let resolution = 256usize.max(1 << last.min(crate::config::MAX_LEVELS));
         let vq = VqConfig {
             ddconfig: DdConfig {
@@ -395,12 +402,16 @@ impl VarModel {
     pub fn f_hat(&self, rows: &[&[i64]], patch_nums: &[usize]) -> Result<Tensor> {
         let b = rows.len();
         let len = rows.first().map_or(0, |r| r.len());
+        if rows.iter().any(|r| r.len() != len) {
+            return Err(Error::invalid(
+                "VAR: token rows of different lengths in one batch",
+            ));
+        }
         let k = scales_in(len, patch_nums)?;
-        let (sn, g, c) = (
-            patch_nums.len(),
-            patch_nums[sn_last(patch_nums)],
-            self.cfg.z_channels,
-        );
+        let (sn, c) = (patch_nums.len(), self.cfg.z_channels);
+        let g = *patch_nums
+            .last()
+            .ok_or_else(|| Error::invalid("VAR: an empty scale list"))?;
         let mut f_hat = Tensor::zeros((b, c, g, g), DType::F32, &Device::Cpu)?;
         let mut start = 0;
         for (si, &pn) in patch_nums[..k].iter().enumerate() {
@@ -425,10 +436,6 @@ impl VarModel {
         let h = self.post_quant_conv.forward(&f_hat)?;
         Ok(self.decoder.forward(&h)?.clamp(-1f32, 1f32)?)
     }
-}
-
-fn sn_last(patch_nums: &[usize]) -> usize {
-    patch_nums.len() - 1
 }
 
 /// How many of the first scales `len` tokens are (every row: 1, 5, 14, … Σ pn²).
