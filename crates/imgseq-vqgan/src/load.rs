@@ -282,16 +282,25 @@ pub fn load_model_with(
     build_named(&d, &weights, map, which, device)
 }
 
-/// Every tensor of a safetensors file or a torch checkpoint's state dict, not yet audited.
-fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
+/// Every tensor of a safetensors file or a torch checkpoint's state dict, as named there, not
+/// yet audited.
+pub fn read_all_tensors(
+    path: &Path,
+    device: &Device,
+) -> Result<HashMap<String, candle_core::Tensor>> {
     if is_torch_checkpoint(path) {
-        let sd = imgseq_torch::read_state_dict(path, device)?;
-        Ok(crate::janus::vq_part(
-            sd.into_iter().map(|(k, t)| (k, t.tensor)).collect(),
-        ))
+        Ok(imgseq_torch::read_state_dict(path, device)?
+            .into_iter()
+            .map(|(k, t)| (k, t.tensor))
+            .collect())
     } else {
-        imgseq_core::weights::load_tensors(path, device).map(crate::janus::vq_part)
+        imgseq_core::weights::load_tensors(path, device)
     }
+}
+
+/// [`read_all_tensors`], a whole Janus model's VQ part without its prefix.
+fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, candle_core::Tensor>> {
+    read_all_tensors(path, device).map(crate::janus::vq_part)
 }
 
 /// Builds the model `d` describes from tensors named as `d.names` names them, audited.

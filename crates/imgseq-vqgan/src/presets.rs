@@ -112,31 +112,18 @@ pub fn named(path: &std::path::Path) -> Option<VqConfig> {
     preset(path.to_str()?)
 }
 
-/// IBQ's released ImageNet 256² architecture with `n_embed` codes.
+/// IBQ's released ImageNet 256² architecture with `n_embed` codes: taming's f16 layout with 4
+/// ResnetBlocks per level.
 fn ibq_imagenet_256(n_embed: usize) -> VqConfig {
-    VqConfig {
-        ddconfig: DdConfig {
-            ch: 128,
-            ch_mult: vec![1, 1, 2, 2, 4],
-            num_res_blocks: 4,
-            attn_resolutions: vec![16],
-            z_channels: 256,
-            double_z: false,
-            resolution: 256,
-            in_channels: 3,
-            out_ch: 3,
-            dropout: 0.0,
-        },
-        embed_dim: 256,
-        n_embed,
-        beta: 0.25,
-        legacy: true,
-        variant: Variant {
-            family: crate::family::Family::Ibq,
-            distance: crate::family::Distance::InnerProduct,
-            ..Variant::default()
-        },
-    }
+    let mut c = VqConfig::vqgan_imagenet_f16_1024();
+    c.ddconfig.num_res_blocks = 4;
+    c.n_embed = n_embed;
+    c.variant = Variant {
+        family: crate::family::Family::Ibq,
+        distance: crate::family::Distance::InnerProduct,
+        ..Variant::default()
+    };
+    c
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use super::config::{KlConfig, KlPreset};
 use super::model::KlModel;
 use crate::family::{family_of_keys, Family};
-use crate::load::{default_config_path, is_torch_checkpoint, resolve_weights};
+use crate::load::{default_config_path, resolve_weights};
 use crate::rename::RenamedWeights;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -56,14 +56,7 @@ pub fn choose_source(
 /// Every tensor of a safetensors file or torch checkpoint; a whole SD checkpoint's VAE part
 /// without its prefix.
 fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
-    let map: HashMap<String, Tensor> = if is_torch_checkpoint(path) {
-        imgseq_torch::read_state_dict(path, device)?
-            .into_iter()
-            .map(|(k, t)| (k, t.tensor))
-            .collect()
-    } else {
-        imgseq_core::weights::load_tensors(path, device)?
-    };
+    let map = crate::load::read_all_tensors(path, device)?;
     if map.keys().any(|k| k.starts_with(SD_PREFIX)) {
         return Ok(map
             .into_iter()

@@ -493,14 +493,7 @@ fn split_qkv(map: HashMap<String, Tensor>, path: &Path) -> Result<HashMap<String
 
 /// Loads a VAR VQVAE from its state dict (`.pth`, or the same tensors as safetensors).
 pub fn load(path: &Path, device: &Device) -> Result<VarModel> {
-    let map: HashMap<String, Tensor> = if crate::load::is_torch_checkpoint(path) {
-        imgseq_torch::read_state_dict(path, device)?
-            .into_iter()
-            .map(|(k, t)| (k, t.tensor))
-            .collect()
-    } else {
-        imgseq_core::weights::load_tensors(path, device)?
-    };
+    let map = crate::load::read_all_tensors(path, device)?;
     let shapes = map
         .iter()
         .map(|(k, t)| (k.clone(), t.dims().to_vec()))
