@@ -23,6 +23,10 @@ Workloads (issue #4):
      diffusers' AutoencoderKL f32 eager; peak RSS per process
   g  workload a at batch 4 (f32 against PyTorch eager), one pass each; also prints imgseq's time
      per image against batch 1 (row a) — batching must not cost more per image
+  h  VAR's VQVAE (FoundationVision/VAR `VQVAE`, the released `vae_ch160v4096z32` layout, random
+     weights, saved as its plain state dict): encode 256² → 680 multi-scale codes → decode, batch
+     1 and 8, one pass each (batch 1 after a warm-up), against VAR's own code f32 eager (needs
+     `--var CHECKOUT` of FoundationVision/VAR, or $VAR_ROOT); prints the codes' agreement
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -190,6 +194,22 @@ def child(workload, d, *args):
                 else:
                     model.decode(inp["z"]).sample
         ms = timeit(run, 0, 1)
+    elif workload == "var":
+        sys.path.insert(0, os.environ["VAR_ROOT"])
+        from models.vqvae import VQVAE
+        model = VQVAE(vocab_size=4096, z_channels=32, ch=160, test_mode=True, share_quant_resi=4)
+        model.load_state_dict(torch.load(os.path.join(d, "vae.pth"), map_location="cpu"))
+        batch = int(args[0])
+        x = load_file(os.path.join(d, "inputs.safetensors"))[f"x{batch}"]
+        res = {}
+
+        def roundtrip():
+            with torch.no_grad():
+                idx = model.img_to_idxBl(x)
+                model.idxBl_to_img(idx, same_shape=True, last_one=True)
+                res["tokens"] = torch.cat(idx, dim=1)
+        ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
+        save_file(res, os.path.join(d, f"torch_var_{batch}.safetensors"))
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -248,6 +268,18 @@ def setup_vq(d, size, batch=1):
     save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
 
 
+def setup_var(d, var_root):
+    """VAR's VQVAE in its released layout with random weights (as `torch.save(state_dict)`),
+    256² inputs of batch 1 and 8."""
+    sys.path.insert(0, var_root)
+    from models.vqvae import VQVAE
+    torch.manual_seed(0)
+    model = VQVAE(vocab_size=4096, z_channels=32, ch=160, test_mode=True, share_quant_resi=4)
+    torch.save(model.state_dict(), os.path.join(d, "vae.pth"))
+    x8 = (torch.rand(8, 3, 256, 256) * 2 - 1).contiguous()
+    save_file({"x1": x8[:1].clone(), "x8": x8}, os.path.join(d, "inputs.safetensors"))
+
+
 def setup_kl(d, size):
     """The SD VAE's released config with random weights, an image and a latent."""
     from diffusers import AutoencoderKL
@@ -269,8 +301,10 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h")
     ap.add_argument("--markdown", help="append the result table to this file")
+    ap.add_argument("--var", default=os.environ.get("VAR_ROOT"),
+                    help="a checkout of FoundationVision/VAR (workload h)")
     a = ap.parse_args()
     os.environ["BENCH_THREADS"] = str(a.threads)
     os.environ["RAYON_NUM_THREADS"] = str(a.threads)
@@ -394,6 +428,24 @@ def main():
         setup_kl(d, 512)
         for w in ("kl-encode", "kl-decode"):
             row(f"f SD VAE {w[3:]} 512²", "batch 1", None, torch_child(w, d), rust(a.bin, w, d))
+
+    if "h" in only:
+        if not a.var:
+            print("h skipped: VAR needs --var CHECKOUT (FoundationVision/VAR) or $VAR_ROOT")
+        else:
+            os.environ["VAR_ROOT"] = os.path.abspath(a.var)
+            d = os.path.join(tmp, "var")
+            os.makedirs(d)
+            setup_var(d, a.var)
+            from safetensors.torch import load_file
+            for batch in (1, 8):
+                r = rust(a.bin, "var", d, batch)
+                t = torch_child("var", d, batch)
+                row(f"h VAR VQVAE enc+dec 256² (680 codes)", f"batch {batch}", None, t, r,
+                    unit_imgs=batch)
+                ro = load_file(os.path.join(d, f"rust_var_{batch}.safetensors"))["tokens"]
+                to = load_file(os.path.join(d, f"torch_var_{batch}.safetensors"))["tokens"]
+                print(f"   codes equal to VAR's: {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
 
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "

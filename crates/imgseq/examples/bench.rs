@@ -5,6 +5,7 @@
 //!   bench vit-infer DIR BATCH STEPS [candle]   (default: `Classifier::logits`; candle: the model's forward)
 //!   bench vq DIR REPS [f32|bf16|bf16-encoder]   DIR: config.json, model.safetensors, inputs.safetensors (x)
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
+//!   bench var DIR BATCH                DIR: vae.pth (VAR's state dict), inputs.safetensors (x1, x8)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
 
@@ -164,6 +165,27 @@ fn main() -> anyhow::Result<()> {
                 time(0, 1, || m.decode_raw(&z, None).map(|_| ()).map_err(wrap))?
             }
         }
+        "var" => {
+            // VAR's VQVAE: 256² → 680 multi-scale codes → 256², one pass (batch 1 after a
+            // warm-up), as the script's PyTorch side; the codes are saved for the agreement.
+            let batch = num(2, 1);
+            let m = imgseq_vqgan::var::load(&dir.join("vae.pth"), &dev)?;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
+            let patch = imgseq_vqgan::var::PATCH_NUMS_256;
+            let mut codes = Vec::new();
+            let wrap = candle_core::Error::wrap;
+            let ms = time(usize::from(batch == 1), 1, || {
+                codes = m.encode(&x).map_err(wrap)?;
+                let rows: Vec<&[i64]> = codes.iter().map(Vec::as_slice).collect();
+                m.decode(&rows, &patch).map(|_| ()).map_err(wrap)
+            })?;
+            let t = Tensor::from_vec(codes.concat(), (batch, 680), &dev)?;
+            candle_core::safetensors::save(
+                &std::collections::HashMap::from([("tokens".to_string(), t)]),
+                dir.join(format!("rust_var_{batch}.safetensors")),
+            )?;
+            ms
+        }
         "conv" => {
             let reps = num(2, 10);
             let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
@@ -172,7 +194,7 @@ fn main() -> anyhow::Result<()> {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
             })?
         }
-        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, conv)"),
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, var, conv)"),
     };
     let _ = Tensor::zeros(1, DType::F32, &dev)?;
     println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());
