@@ -49,6 +49,13 @@ fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
         ),
         (fx("lfq/tiny.ckpt"), None, "open_magvit2", Crop::ShorterSide),
         (fx("var/tiny.pth"), None, "var", Crop::ShorterSide),
+        (fx("chameleon/vq"), None, "chameleon", Crop::ShorterSide),
+        (
+            fx("chameleon/full/model.safetensors"),
+            None,
+            "chameleon",
+            Crop::ShorterSide,
+        ),
     ]
 }
 

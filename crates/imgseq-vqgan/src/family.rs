@@ -44,7 +44,9 @@ fn opt<T: serde::de::DeserializeOwned>(
 /// The family a `config.json` is written for: diffusers (`_class_name` or
 /// `down_block_types`), LlamaGen (`codebook_size` or `encoder_ch_mult`), else ours/taming.
 pub fn family_of_config(v: &Value) -> Family {
-    if crate::janus::is_janus_config(v) {
+    if crate::chameleon::is_chameleon_config(v) {
+        Family::Chameleon
+    } else if crate::janus::is_janus_config(v) {
         Family::Janus
     } else if v.get("_class_name").is_some() || v.get("down_block_types").is_some() {
         Family::Diffusers
@@ -454,6 +456,7 @@ pub fn config_from_json_value(
     let cfg = match family_of_config(v) {
         Family::Taming | Family::Ibq => return VqConfig::from_json_str(&v.to_string(), path),
         Family::Janus => crate::janus::janus_config(v, path)?,
+        Family::Chameleon => crate::chameleon::chameleon_config(v, path)?,
         Family::Diffusers => {
             let dir = path
                 .parent()

@@ -168,6 +168,9 @@ pub fn decode_tokens(
     show_progress: bool,
 ) -> Result<Vec<RgbImage>> {
     check_batch(batch)?;
+    if !model.has_decoder() {
+        return Err(Error::invalid(crate::chameleon::NO_DECODER));
+    }
     let cfg = model.config();
     let f = cfg.downsample_factor();
     let (hp, wp) = (tokens.h.saturating_mul(f), tokens.w.saturating_mul(f));

@@ -29,6 +29,7 @@
 //! Training it (losses, discriminator, LPIPS, codebook initialisation, the loop and its run
 //! folder) is the `imgseq-train` crate's (`imgseq_train::vqgan`).
 
+pub mod chameleon;
 pub mod config;
 pub mod config_file;
 pub mod convert;

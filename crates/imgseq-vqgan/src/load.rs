@@ -200,7 +200,9 @@ pub fn describe(
     let config = match names {
         Family::Taming | Family::Ibq => VqConfig::from_json_str(&text, cfg_path)?,
         Family::Llamagen => family::config_from_json_value(&v, cfg_path, Some((shapes, weights)))?,
-        Family::Diffusers | Family::Janus => family::config_from_json_value(&v, cfg_path, None)?,
+        Family::Diffusers | Family::Janus | Family::Chameleon => {
+            family::config_from_json_value(&v, cfg_path, None)?
+        }
     };
     Ok(Described { names, config })
 }
@@ -313,7 +315,9 @@ pub fn build_named(
 ) -> Result<VqModel> {
     let map = crate::ibq::model_weights(&d.config, path, map, which)?;
     match d.names {
-        Family::Taming | Family::Ibq => build(&d.config, &AuditedWeights::new(path, map), device),
+        Family::Taming | Family::Ibq | Family::Chameleon => {
+            build(&d.config, &AuditedWeights::new(path, map), device)
+        }
         f => {
             let levels = d.config.ddconfig.ch_mult.len();
             rename::build_renamed(

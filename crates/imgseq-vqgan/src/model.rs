@@ -10,7 +10,7 @@
 //! Shapes in trailing comments use b = batch, c = channels, h × w = spatial size.
 
 use crate::config::{DdConfig, VqConfig};
-use crate::family::{Range, Variant};
+use crate::family::{Family, Range, Variant};
 use crate::layers::ConvVisitor;
 pub use crate::layers::{AttnBlock, Conv2d, Downsample, GroupNorm, ResnetBlock, Upsample};
 use crate::quantize::{Quantized, VectorQuantizer};
@@ -336,7 +336,8 @@ pub struct VqModel {
     quant_conv: Conv2d, // 1×1, z_channels → embed_dim
     quantize: VectorQuantizer,
     post_quant_conv: Conv2d, // 1×1, embed_dim → z_channels
-    decoder: Decoder,
+    /// `None`: an encoder-only model (transformers' Chameleon VQ).
+    decoder: Option<Decoder>,
     /// The arithmetic of the decoding convs ([`Self::set_precision`]); the quantizer's
     /// search, the norms and attention's products are f32 either way.
     pub(crate) precision: Precision,
@@ -371,7 +372,13 @@ impl VqModel {
                 p0,
                 vb.pp("post_quant_conv"),
             )?,
-            decoder: Decoder::new(dd, &cfg.variant, vb.pp("decoder"))?,
+            decoder: if cfg.variant.family == Family::Chameleon
+                && !vb.contains_tensor("decoder.conv_in.weight")
+            {
+                None
+            } else {
+                Some(Decoder::new(dd, &cfg.variant, vb.pp("decoder"))?)
+            },
             precision: Precision::F32,
             encoder_precision: Precision::F32,
             bf16_kernel: Bf16Kernel::best(),
@@ -394,13 +401,21 @@ impl VqModel {
             }
             Half::Decoding => {
                 set(&mut self.post_quant_conv)?;
-                self.decoder.for_each_conv(&mut set)
+                match &mut self.decoder {
+                    Some(d) => d.for_each_conv(&mut set),
+                    None => Ok(()),
+                }
             }
         }
     }
 
     pub fn config(&self) -> &VqConfig {
         &self.cfg
+    }
+
+    /// Whether the model decodes (transformers' Chameleon VQ has no decoder).
+    pub fn has_decoder(&self) -> bool {
+        self.decoder.is_some()
     }
 
     pub fn quantizer(&self) -> &VectorQuantizer {
@@ -461,7 +476,11 @@ impl VqModel {
     /// q: (b, embed_dim, h, w) → (b, out_ch, h·f, w·f), roughly in [-1, 1]
     pub fn decode(&self, q: &Tensor) -> Result<Tensor> {
         let h = self.post_quant_conv.forward(q)?; // (b, z_channels, h, w)
-        let y = self.decoder.forward(&h)?;
+        let decoder = self
+            .decoder
+            .as_ref()
+            .ok_or_else(crate::chameleon::no_decoder)?;
+        let y = decoder.forward(&h)?;
         match self.cfg.variant.range {
             Range::MinusOneOne => Ok(y),
             Range::ZeroOne => (y * 2.0)? - 1.0, // back to [-1, 1]

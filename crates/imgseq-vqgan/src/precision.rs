@@ -65,6 +65,14 @@ impl VqModel {
     /// asked; `auto` as [`PrecisionRequest::resolve_convs`] decides, with
     /// [`Self::bf16_agreement`] as the model's check. Says which precision runs and why.
     pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
+        if !self.has_decoder() && request != PrecisionRequest::Bf16 {
+            // An encoder-only model: the precision is the decoder's, and the encoder is f32.
+            return Ok(PrecisionChoice {
+                precision: Precision::F32,
+                native: false,
+                reason: "an encoder-only model: no decoder to run in bf16".into(),
+            });
+        }
         Bf16Model::choose_precision(self, request)
     }
 

@@ -32,7 +32,7 @@ pub fn ignored(family: Family) -> &'static [(&'static str, usize)] {
     match family {
         // LlamaGen's training-time usage log (`register_buffer("codebook_used", ...)`).
         Family::Llamagen => &[("quantize.codebook_used", 1)],
-        Family::Taming | Family::Diffusers | Family::Janus | Family::Ibq => &[],
+        Family::Taming | Family::Diffusers | Family::Janus | Family::Ibq | Family::Chameleon => &[],
     }
 }
 
@@ -53,7 +53,7 @@ fn source_name(
 ) -> (String, Kind) {
     let parts: Vec<&str> = name.split('.').collect();
     match family {
-        Family::Taming | Family::Ibq => (name.to_string(), Kind::Same),
+        Family::Taming | Family::Ibq | Family::Chameleon => (name.to_string(), Kind::Same),
         Family::Llamagen => (llamagen_name(&parts, levels), Kind::Same),
         Family::Diffusers => diffusers_name(&parts, levels, legacy_attn),
         Family::Janus => (janus_name(&parts, levels), Kind::Same),

@@ -24,6 +24,9 @@ pub enum Family {
     /// IBQ (TencentARC/SEED-Voken, [`crate::ibq`]): taming's names, a Lightning `.ckpt`
     /// with EMA copies, a largest-inner-product codebook search.
     Ibq,
+    /// Chameleon / Anole in transformers' layout (`ChameleonVQVAE`, [`crate::chameleon`]):
+    /// taming's names, the encoder only.
+    Chameleon,
 }
 
 impl Family {
@@ -36,6 +39,7 @@ impl Family {
             Family::Diffusers => "diffusers",
             Family::Janus => "janus",
             Family::Ibq => "ibq",
+            Family::Chameleon => "chameleon",
         }
     }
 
@@ -47,6 +51,7 @@ impl Family {
             Family::Diffusers => "diffusers VQModel",
             Family::Janus => "Janus VQ (transformers JanusVQVAE)",
             Family::Ibq => "IBQ (SEED-Voken)",
+            Family::Chameleon => "Chameleon VQ (transformers ChameleonVQVAE)",
         }
     }
 }

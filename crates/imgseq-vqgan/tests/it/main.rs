@@ -2,6 +2,7 @@
 //! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq-vqgan --test it MODULE::`.
 
 mod bf16;
+mod chameleon;
 mod diffusers;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
