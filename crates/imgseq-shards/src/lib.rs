@@ -21,6 +21,7 @@
 pub mod fuzz;
 pub mod job;
 pub mod latents;
+pub mod llamagen_codes;
 pub mod manifest;
 pub mod parquet_in;
 pub mod parquet_out;

@@ -7,10 +7,12 @@
 //! `imgseq vae ...`     continuous latents (AutoencoderKL): encode, decode, roundtrip
 //! `imgseq weights ...` inspect and convert weight files
 //! `imgseq gpt ...`     a GPT over VQ tokens: train, sample, complete, eval
+//! `imgseq export ...`  tokens in other projects' layouts (LlamaGen's code files)
 //! `imgseq serve`       the models over HTTP, with a web viewer
 
 #[cfg(test)]
 mod documented_commands;
+mod export_cmd;
 mod gpt_cmd;
 mod gpt_judge;
 mod paths;
@@ -84,6 +86,9 @@ enum Cmd {
     /// A GPT over VQ token sequences (class token first): train, sample, complete, eval.
     #[command(subcommand)]
     Gpt(gpt_cmd::GptCmd),
+    /// Tokens in the layouts other projects' training code reads (LlamaGen's code files)
+    #[command(subcommand)]
+    Export(export_cmd::ExportCmd),
     /// Serve the models over HTTP (JSON API under /v1/, web viewer at /).
     Serve(Box<serve_cmd::ServeArgs>),
 }
@@ -114,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Vae(c) => vae_cmd::run(c),
         Cmd::Weights(c) => weights_cmd::run(c),
         Cmd::Gpt(c) => gpt_cmd::run(c),
+        Cmd::Export(c) => export_cmd::run(c),
         Cmd::Serve(a) => serve_cmd::run(*a),
     };
     match res {

@@ -262,3 +262,77 @@ fn var_pth_encodes_decodes_and_tokenizes_from_the_cli() {
         serde_json::json!([1, 2, 3, 4, 5, 6, 8, 10, 13, 16])
     );
 }
+
+/// `export llamagen-codes` on an ImageFolder: LlamaGen's layout (`imagenet32_codes/{i}.npy`
+/// of (1, 2, tokens): the crop's tokens then its mirror's; `imagenet32_labels/{i}.npy` the
+/// class index, classes in sorted order), the same tokens `encode` gives; ten crops with
+/// `--ten-crop`; a second run resumes (writes nothing).
+#[test]
+fn llamagen_codes_export_writes_llamagens_layout_and_resumes() {
+    use imgseq_core::tokenizer::Tokenizer;
+    let d = tempfile::tempdir().unwrap();
+    let folder = d.path().join("train");
+    for (class, n) in [("n02", 1), ("n01", 2)] {
+        std::fs::create_dir_all(folder.join(class)).unwrap();
+        for i in 0..n {
+            std::fs::copy(
+                fx("janus/photo.png"),
+                folder.join(class).join(format!("{i}.png")),
+            )
+            .unwrap();
+        }
+    }
+    let pt = s(&fx("llamagen/vq_tiny.pt"));
+    let out = d.path().join("codes");
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "export",
+            "llamagen-codes",
+            folder.to_str().unwrap(),
+            "--model",
+            &pt,
+            "--size",
+            "32",
+        ];
+        v.extend_from_slice(extra);
+        v.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+    };
+    let run = |v: Vec<String>| ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    let o = s(&out);
+    let said = run(args(&["-o", &o]));
+    assert!(said.contains("3 written"), "{said}");
+    let (shape, codes) = npy::read_npy_i64(out.join("imagenet32_codes/2.npy")).unwrap();
+    assert_eq!(shape, vec![1, 2, 256]);
+    // Class folders in sorted order: n01 (two images) is class 0, n02 class 1.
+    let labels: Vec<i64> = (0..3)
+        .map(|i| {
+            npy::read_npy_i64(out.join(format!("imagenet32_labels/{i}.npy")))
+                .unwrap()
+                .1[0]
+        })
+        .collect();
+    assert_eq!(labels, vec![0, 0, 1]);
+    let t = imgseq_models::open(
+        Path::new(&pt),
+        &imgseq_models::OpenOptions {
+            size: Some(32),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let img = imgseq_core::image_io::load_rgb(fx("janus/photo.png")).unwrap();
+    let x = t.input().prepare(Path::new("p"), &img, true).unwrap();
+    let flip = image::imageops::flip_horizontal(&x);
+    let want = t
+        .encode_pictures(&[x, flip])
+        .unwrap()
+        .into_tokens()
+        .unwrap();
+    assert_eq!(codes, want.data);
+    let said = run(args(&["-o", &o]));
+    assert!(said.contains("0 written, 3 already there"), "{said}");
+    let o10 = s(&d.path().join("ten"));
+    run(args(&["--ten-crop", "-o", &o10]));
+    let (shape, _) = npy::read_npy_i64(d.path().join("ten/imagenet32_codes/0.npy")).unwrap();
+    assert_eq!(shape, vec![1, 10, 256]);
+}
