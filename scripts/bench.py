@@ -23,6 +23,9 @@ Workloads (issue #4):
      diffusers' AutoencoderKL f32 eager; peak RSS per process
   g  workload a at batch 4 (f32 against PyTorch eager), one pass each; also prints imgseq's time
      per image against batch 1 (row a) — batching must not cost more per image
+  i  Chameleon's VQ (transformers `ChameleonVQVAE`, released config, random weights, saved with
+     `save_pretrained`): encode 512² → 1,024 tokens, batch 1, one pass after a warm-up, against
+     `ChameleonVQVAE.encode` f32 eager (transformers keeps no decoder)
   h  VAR's VQVAE (FoundationVision/VAR `VQVAE`, the released `vae_ch160v4096z32` layout, random
      weights, saved as its plain state dict): encode 256² → 680 multi-scale codes → decode, batch
      1 and 8, one pass each (batch 1 after a warm-up), against VAR's own code f32 eager (needs
@@ -194,6 +197,17 @@ def child(workload, d, *args):
                 else:
                     model.decode(inp["z"]).sample
         ms = timeit(run, 0, 1)
+    elif workload == "chameleon-encode":
+        from transformers import ChameleonVQVAE
+        model = ChameleonVQVAE.from_pretrained(d).eval()
+        x = load_file(os.path.join(d, "inputs.safetensors"))["x"]
+        res = {}
+
+        def encode():
+            with torch.no_grad():
+                res["tokens"] = model.encode(x).image_tokens
+        ms = timeit(encode, 1, int(args[0]))
+        save_file({"tokens": res["tokens"].contiguous()}, os.path.join(d, "torch_tokens.safetensors"))
     elif workload == "var":
         sys.path.insert(0, os.environ["VAR_ROOT"])
         from models.vqvae import VQVAE
@@ -268,6 +282,21 @@ def setup_vq(d, size, batch=1):
     save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
 
 
+def setup_chameleon(d, size):
+    """transformers' ChameleonVQVAE at its released config, random weights, one picture; the
+    codebook drawn from its latents so that the tokens spread over it."""
+    from transformers import ChameleonVQVAE, ChameleonVQVAEConfig
+    torch.manual_seed(0)
+    model = ChameleonVQVAE(ChameleonVQVAEConfig()).eval()
+    x = (torch.rand(1, 3, size, size) * 2 - 1).contiguous()
+    with torch.no_grad():
+        h = model.quant_conv(model.encoder(x)).permute(0, 2, 3, 1).reshape(-1, 256)
+        pick = torch.randint(0, h.shape[0], (8192,))
+        model.quantize.embedding.weight.copy_(h[pick] + 0.01 * torch.randn(8192, 256))
+    model.save_pretrained(d)
+    save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
+
+
 def setup_var(d, var_root):
     """VAR's VQVAE in its released layout with random weights (as `torch.save(state_dict)`),
     256² inputs of batch 1 and 8."""
@@ -301,7 +330,7 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i")
     ap.add_argument("--markdown", help="append the result table to this file")
     ap.add_argument("--var", default=os.environ.get("VAR_ROOT"),
                     help="a checkout of FoundationVision/VAR (workload h)")
@@ -428,6 +457,19 @@ def main():
         setup_kl(d, 512)
         for w in ("kl-encode", "kl-decode"):
             row(f"f SD VAE {w[3:]} 512²", "batch 1", None, torch_child(w, d), rust(a.bin, w, d))
+
+    if "i" in only:
+        d = os.path.join(tmp, "chameleon")
+        os.makedirs(d)
+        setup_chameleon(d, 512)
+        reps = 1 if a.quick else 2
+        r = rust(a.bin, "chameleon-encode", d, reps)
+        t = torch_child("chameleon-encode", d, reps)
+        row("i Chameleon VQ encode 512² (1,024 tokens)", "batch 1", None, t, r, unit_imgs=1)
+        from safetensors.torch import load_file
+        ro = load_file(os.path.join(d, "rust_tokens.safetensors"))["tokens"].long().flatten()
+        to = load_file(os.path.join(d, "torch_tokens.safetensors"))["tokens"].long().flatten()
+        print(f"   tokens equal to transformers': {100 * (ro == to).float().mean().item():.2f}%")
 
     if "h" in only:
         if not a.var:

@@ -5,6 +5,7 @@
 //!   bench vit-infer DIR BATCH STEPS [candle]   (default: `Classifier::logits`; candle: the model's forward)
 //!   bench vq DIR REPS [f32|bf16|bf16-encoder]   DIR: config.json, model.safetensors, inputs.safetensors (x)
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
+//!   bench chameleon-encode DIR REPS   DIR: a ChameleonVQVAE save_pretrained folder, inputs.safetensors (x)
 //!   bench var DIR BATCH                DIR: vae.pth (VAR's state dict), inputs.safetensors (x1, x8)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
@@ -165,6 +166,24 @@ fn main() -> anyhow::Result<()> {
                 time(0, 1, || m.decode_raw(&z, None).map(|_| ()).map_err(wrap))?
             }
         }
+        "chameleon-encode" => {
+            // transformers' ChameleonVQVAE (encoder only): 512² → 1,024 tokens, the tokens
+            // saved for the agreement.
+            let reps = num(2, 2);
+            let model = imgseq_vqgan::load::load_model(dir.join("model.safetensors"), None, &dev)?;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?["x"].clone();
+            let mut idx = None;
+            let ms = time(1, reps, || {
+                idx = Some(model.encode(&x)?.indices);
+                Ok(())
+            })?;
+            let t = idx.expect("encoded").to_dtype(DType::I64)?;
+            candle_core::safetensors::save(
+                &std::collections::HashMap::from([("tokens".to_string(), t)]),
+                dir.join("rust_tokens.safetensors"),
+            )?;
+            ms
+        }
         "var" => {
             // VAR's VQVAE: 256² → 680 multi-scale codes → 256², one pass (batch 1 after a
             // warm-up), as the script's PyTorch side; the codes are saved for the agreement.
@@ -194,7 +213,7 @@ fn main() -> anyhow::Result<()> {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
             })?
         }
-        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, var, conv)"),
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, chameleon-encode, var, conv)"),
     };
     let _ = Tensor::zeros(1, DType::F32, &dev)?;
     println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());
