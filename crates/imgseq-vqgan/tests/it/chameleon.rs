@@ -9,16 +9,14 @@ use imgseq_kernels::PrecisionRequest;
 use imgseq_vqgan::family::Family;
 use imgseq_vqgan::{load_model, VqTokenizer};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn fx(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/chameleon")
-        .join(name)
+    crate::common::fixture("chameleon", name)
 }
 
 fn io() -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap()
+    crate::common::io_of("chameleon")
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! ≠ latent channels, `torch.cdist` indices, and an aMUSEd-like model (no middle attention,
 //! [0, 1] pixels told by the pipeline's `model_index.json`).
 
+use crate::common::{as_i64, rel_diff};
 use candle_core::{DType, Device, Tensor};
 use imgseq_vqgan::family::{Distance, Family, Range};
 use imgseq_vqgan::{load, load_model, VqModel};
@@ -19,23 +20,6 @@ fn fx(name: &str) -> PathBuf {
 fn io(model: &str, what: &str) -> Tensor {
     let m = candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap();
     m[&format!("{model}.{what}")].clone()
-}
-
-/// max |a − b| / max |b|
-fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-    let m = b.abs().unwrap().max_all().unwrap();
-    d.to_scalar::<f32>().unwrap() / m.to_scalar::<f32>().unwrap()
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    t.to_dtype(DType::I64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 /// Our models read and write [-1, 1] whatever the network's range.

@@ -3,7 +3,8 @@
 //! published: a Lightning `.ckpt` with EMA copies and `loss.*` tensors, and their LightningCLI
 //! yaml. The EMA weights are used by default, as their evaluation does; the raw ones on request.
 
-use candle_core::{DType, Device, Tensor};
+use crate::common::{as_i64, psnr};
+use candle_core::{Device, Tensor};
 use imgseq_vqgan::family::{Distance, Family};
 use imgseq_vqgan::{ibq, load, load_model, VqConfig, VqModel};
 use std::collections::HashMap;
@@ -17,16 +18,6 @@ fn fx(name: &str) -> PathBuf {
 
 fn io() -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap()
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    let t = t.to_dtype(DType::I64).unwrap();
-    t.flatten_all().unwrap().to_vec1().unwrap()
-}
-
-fn psnr(a: &Tensor, b: &Tensor) -> f32 {
-    let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
-    10.0 * (4.0 / mse.to_scalar::<f32>().unwrap().max(1e-20)).log10()
 }
 
 fn check(m: &VqModel, indices: &str, recon: &str) -> f32 {

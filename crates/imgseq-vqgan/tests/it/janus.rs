@@ -4,6 +4,7 @@
 //! l2-normalised one by default, transformers' raw argmin by the config), and the image
 //! processor's resize + pad to square, bit-exact with Pillow.
 
+use crate::common::{as_i64, psnr};
 use candle_core::{DType, Device, Tensor};
 use imgseq_vqgan::family::{Distance, Family, Resize};
 use imgseq_vqgan::{load, load_model, VqModel};
@@ -18,17 +19,6 @@ fn fx(name: &str) -> PathBuf {
 
 fn io() -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap()
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    let t = t.to_dtype(DType::I64).unwrap();
-    t.flatten_all().unwrap().to_vec1().unwrap()
-}
-
-/// PSNR (dB) of `a` against `b`, both in [−1, 1] (peak-to-peak 2).
-fn psnr(a: &Tensor, b: &Tensor) -> f32 {
-    let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
-    10.0 * (4.0 / mse.to_scalar::<f32>().unwrap().max(1e-20)).log10()
 }
 
 /// The fixture folder, optionally with `imgseq_search` added to its config.json.

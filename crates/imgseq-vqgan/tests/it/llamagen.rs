@@ -3,6 +3,7 @@
 //! `.pt` (weights under `model`, an `argparse.Namespace` beside them, no config) and
 //! `model.safetensors` + `config.json` — and ADM's centre crop, bit-exact with Pillow.
 
+use crate::common::{as_i64, rel_diff};
 use candle_core::{DType, Device, Tensor};
 use imgseq_vqgan::family::{Family, Resize};
 use imgseq_vqgan::{load, load_model, preprocess, VqConfig, VqModel};
@@ -17,23 +18,6 @@ fn fx(name: &str) -> PathBuf {
 
 fn io() -> HashMap<String, Tensor> {
     candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap()
-}
-
-/// max |a − b| / max |b|
-fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-    let m = b.abs().unwrap().max_all().unwrap();
-    d.to_scalar::<f32>().unwrap() / m.to_scalar::<f32>().unwrap()
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    t.to_dtype(DType::I64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 /// The `.pt` alone in a folder (no config.json to find).

@@ -3,6 +3,7 @@
 
 mod bf16;
 mod chameleon;
+mod common;
 mod diffusers;
 mod hostile_configs;
 mod hostile_fuzz_corpus;

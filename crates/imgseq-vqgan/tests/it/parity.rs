@@ -1,6 +1,7 @@
 //! Parity with the independent PyTorch re-implementation of taming's VQGAN
 //! (`scripts/make_vqgan_fixtures.py`), and strict / safe loading. No Python needed.
 
+use crate::common::{as_i64, rel_diff};
 use candle_core::{DType, Device, Tensor};
 use imgseq_core::AuditedWeights;
 use imgseq_torch::{self as ckpt, StorageDType};
@@ -25,36 +26,6 @@ fn model() -> VqModel {
         &Device::Cpu,
     )
     .unwrap()
-}
-
-/// max |a − b| / max |b|
-fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let d = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    let m = b
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
-    d / m
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    t.to_dtype(DType::I64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
 }
 
 fn x() -> Tensor {

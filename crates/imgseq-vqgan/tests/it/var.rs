@@ -4,7 +4,8 @@
 //! every one of the 680 multi-scale codes, the reconstruction, the decode of the first three
 //! scales and of random codes.
 
-use candle_core::{DType, Device, Tensor};
+use crate::common::{as_i64, psnr};
+use candle_core::{Device, Tensor};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
 use imgseq_vqgan::var::{self, PhiSharing, VarConfig, VarTokenizer, PATCH_NUMS_256};
@@ -12,27 +13,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 fn fx(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/var")
-        .join(name)
+    crate::common::fixture("var", name)
 }
 
 fn io() -> HashMap<String, Tensor> {
-    candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap()
-}
-
-fn as_i64(t: &Tensor) -> Vec<i64> {
-    t.to_dtype(DType::I64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
-
-fn psnr(a: &Tensor, b: &Tensor) -> f32 {
-    let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
-    10.0 * (4.0 / mse.to_scalar::<f32>().unwrap().max(1e-20)).log10()
+    crate::common::io_of("var")
 }
 
 fn rows(t: &[i64], len: usize) -> Vec<&[i64]> {
