@@ -115,3 +115,18 @@ def test_every_family_gives_the_clis_tokens_in_the_shard_dtype(tmp_path, cli, na
     bad[0, 0, 0] = t.n_codes
     with pytest.raises(ValueError, match="outside the codebook"):
         t.decode(bad)
+
+
+def test_chameleon_encodes_as_the_cli_and_says_it_has_no_decoder(tmp_path, cli):
+    # transformers' ChameleonVQVAE keeps the encoder only: tokens, no pictures.
+    fx = REPO / "tests/fixtures/chameleon"
+    img = make_image(5, 40, 36)
+    write_png(tmp_path / "c.png", img)
+    t = imgseq.Tokenizer.from_pretrained(fx / "vq", size=32)
+    assert t.description["family"] == "chameleon"
+    got = t.encode(img[None])
+    run_cli(cli, "encode", tmp_path / "c.png", "--model", fx / "vq", "--size", 32,
+            "-o", tmp_path / "c.npy")
+    np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))
+    with pytest.raises(ValueError, match="no decoder"):
+        t.decode(got)

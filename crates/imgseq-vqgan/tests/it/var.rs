@@ -5,7 +5,7 @@
 //! scales and of random codes.
 
 use crate::common::{as_i64, psnr};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
 use imgseq_vqgan::var::{self, PhiSharing, VarConfig, VarTokenizer, PATCH_NUMS_256};
@@ -142,4 +142,62 @@ fn the_released_layout_reads_as_var_d16_to_d30s_tokenizer() {
     assert_eq!(VarConfig::tokens(&p), 680);
     assert_eq!(c.vq.ddconfig.attn_resolutions, vec![16]);
     assert!(var::is_var_keys(shapes.keys().map(String::as_str)));
+}
+
+/// A VAR file whose tensors do not fit together: one line naming the file and the problem,
+/// never a panic.
+#[test]
+fn var_files_that_do_not_fit_are_refused_naming_the_file() {
+    let tensors: HashMap<String, Tensor> =
+        imgseq_vqgan::load::read_all_tensors(&fx("tiny.pth"), &Device::Cpu).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let case = |name: &str, edit: &dyn Fn(&mut HashMap<String, Tensor>)| {
+        let mut t = tensors.clone();
+        edit(&mut t);
+        let p = d.path().join(format!("{name}.safetensors"));
+        candle_core::safetensors::save(&t, &p).unwrap();
+        let e = match var::load(&p, &Device::Cpu) {
+            Ok(_) => panic!("{name}: loaded"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(&format!("{name}.safetensors")), "{name}: {e}");
+        assert_eq!(e.lines().count(), 1, "{name}: {e}");
+        e
+    };
+    // The same tensors as safetensors load (the reader is not the point).
+    let p = d.path().join("same.safetensors");
+    candle_core::safetensors::save(&tensors, &p).unwrap();
+    assert!(var::load(&p, &Device::Cpu).is_ok());
+    let e = case("codebook", &|t| {
+        t.insert(
+            "quantize.embedding.weight".into(),
+            Tensor::zeros((64, 7), DType::F32, &Device::Cpu).unwrap(),
+        );
+    });
+    assert!(e.contains("disagree"), "{e}");
+    case("qkv", &|t| {
+        let k = t
+            .keys()
+            .find(|k| k.ends_with("attn_1.qkv.weight"))
+            .unwrap()
+            .clone();
+        let w = t[&k].narrow(0, 0, 10).unwrap();
+        t.insert(k, w);
+    });
+    let e = case("phi", &|t| {
+        t.retain(|k, _| !k.starts_with("quantize.quant_resi."));
+    });
+    assert!(e.contains("φ") || e.contains("VAR"), "{e}");
+    case("extra", &|t| {
+        t.insert(
+            "quantize.quant_resi.qresi_ls.0.extra".into(),
+            Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
+        );
+    });
+    case("phi_shape", &|t| {
+        t.insert(
+            "quantize.quant_resi.qresi_ls.1.weight".into(),
+            Tensor::zeros((8, 8, 1, 1), DType::F32, &Device::Cpu).unwrap(),
+        );
+    });
 }
