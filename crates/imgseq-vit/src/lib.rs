@@ -22,6 +22,7 @@
 //! is the `imgseq-train` crate's (`imgseq_train::vit`).
 
 pub mod checkpoint;
+pub mod clip;
 pub mod config;
 pub mod data;
 pub mod eval;

@@ -27,7 +27,7 @@ pub struct Linear {
 }
 
 impl Linear {
-    fn new(
+    pub(crate) fn new(
         in_dim: usize,
         out_dim: usize,
         bias: bool,
@@ -78,7 +78,7 @@ impl Module for Linear {
 type LinearVisitor<'a> = dyn FnMut(&mut Linear) -> Result<()> + 'a;
 
 /// LayerNorm `vb` (`layernorm_before`, `layernorm_after`, `layernorm`) of `dim` values.
-fn layer_norm(dim: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+pub(crate) fn layer_norm(dim: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
     let weight = vb.get_with_hints(dim, "weight", Init::Const(1.))?;
     let bias = vb.get_with_hints(dim, "bias", Init::Const(0.))?;
     Ok(LayerNorm::new(weight, bias, eps))

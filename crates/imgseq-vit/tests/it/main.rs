@@ -1,6 +1,7 @@
 //! One test binary for this crate; run one module with
 //! `cargo test -p imgseq-vit --test it MODULE::`.
 
+mod clip;
 mod common;
 mod fused;
 mod hf_parity;
