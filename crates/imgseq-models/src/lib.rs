@@ -18,6 +18,7 @@
 //!   into the shared Hugging Face cache, then opened as a local folder.
 
 pub mod catalogue;
+pub mod clip;
 pub mod family;
 pub mod files;
 pub mod hub;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 pub static FAMILIES: &[&dyn Family] = &[
     &crate::lfq::OpenMagvit2,
     &crate::var::Var,
+    &crate::clip::Clip,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];

@@ -319,6 +319,7 @@ fn tokens_do_not_depend_on_the_batch_or_the_threads() {
         .map(|(w, c, f, _)| (w, c, f))
         .collect();
     cases.push((fx("kl/sd"), None, "autoencoder_kl"));
+    cases.push((fx("clip/vision"), None, "clip"));
     let pics: Vec<RgbImage> = (0..8u32)
         .map(|i| {
             RgbImage::from_fn(40, 36, |x, y| {
@@ -366,4 +367,43 @@ fn bits(e: &imgseq_core::tokenizer::Encoded) -> Vec<u32> {
         Encoded::Latents(l) => l.data.iter().map(|v| v.to_bits()).collect(),
         Encoded::Embeddings(m) => m.data.iter().map(|v| v.to_bits()).collect(),
     }
+}
+
+/// A CLIP vision tower through the loader: its family, and the library's last hidden state
+/// of the processor's input (CLIP's mean and std).
+#[test]
+fn a_clip_tower_opens_through_the_loader_as_its_last_hidden_state() {
+    let t = open(&fx("clip/vision"), &OpenOptions::default()).unwrap();
+    let d = t.describe();
+    assert_eq!(
+        (d.family.as_str(), d.output.kind),
+        ("clip", OutputKind::Embeddings)
+    );
+    assert_eq!(d.output.shape, vec![17, 32]);
+    let pic = RgbImage::from_fn(40, 36, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    let x = t.input().square(&pic).unwrap();
+    let got = t.encode_pictures(std::slice::from_ref(&x)).unwrap();
+    let m = imgseq_vit::clip::load(&fx("clip/vision"), &candle_core::Device::Cpu).unwrap();
+    let input = t.input_tensor(std::slice::from_ref(&x)).unwrap();
+    let want = m.forward_all(&input).unwrap();
+    let want = want.hidden_states.last().unwrap().flatten_all().unwrap();
+    assert_eq!(
+        bits(&got),
+        want.to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    );
+    // The processor's normalisation: a mid-gray pixel is (0.5 − mean) / std.
+    let gray = RgbImage::from_pixel(32, 32, Rgb([128, 128, 128]));
+    let v = t
+        .input_tensor(&[gray])
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let want0 = (128.0 / 255.0 - imgseq_vit::clip::CLIP_MEAN[0]) / imgseq_vit::clip::CLIP_STD[0];
+    assert!((v[0] - want0).abs() < 1e-6, "{} vs {want0}", v[0]);
 }

@@ -62,13 +62,13 @@ impl ClipVisionConfig {
     /// Checks what the model relies on (one line naming the field).
     pub fn validate(&self) -> std::result::Result<(), String> {
         let c = self;
-        if c.patch_size == 0 || c.image_size == 0 || c.image_size % c.patch_size != 0 {
+        if c.patch_size == 0 || c.image_size == 0 || !c.image_size.is_multiple_of(c.patch_size) {
             return Err(format!(
                 "image_size {} is not a whole number of patches of {}",
                 c.image_size, c.patch_size
             ));
         }
-        if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 {
+        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 c.hidden_size, c.num_attention_heads
@@ -269,6 +269,15 @@ pub fn is_clip_config(v: &serde_json::Value) -> bool {
     )
 }
 
+/// Whether the file at `path` is a CLIP `config.json` (at most 1 MiB, else no).
+pub fn is_clip_config_file(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 1 << 20)
+        && std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| is_clip_config(&v))
+}
+
 /// The tower from a folder (`config.json` + `model.safetensors`) or a safetensors file with
 /// its `config.json` beside it; every tensor of the tower used, a full checkpoint's others
 /// left out.
@@ -304,4 +313,89 @@ pub fn load(
         })?;
     w.finish(&[])?;
     Ok(model)
+}
+
+/// The tower as a tokenizer: pictures (CLIP's processor: shorter side resized, centre crop,
+/// [0, 1], CLIP's mean and std) → one hidden state, class token first.
+pub struct ClipTower {
+    pub model: ClipVisionModel,
+    /// Which hidden state: −1 the last (transformers' `last_hidden_state`), −2 LLaVA's.
+    pub layer: isize,
+}
+
+impl ClipTower {
+    /// The hidden state `layer` names (from the end when negative).
+    fn pick(&self, out: &ClipOutput) -> imgseq_core::Result<Tensor> {
+        let n = out.hidden_states.len() as isize;
+        let i = if self.layer < 0 {
+            n + self.layer
+        } else {
+            self.layer
+        };
+        if !(0..n).contains(&i) {
+            return Err(imgseq_core::Error::invalid(format!(
+                "layer {}: the tower has hidden states 0 to {} (−1 the last)",
+                self.layer,
+                n - 1
+            )));
+        }
+        Ok(out.hidden_states[i as usize].clone())
+    }
+}
+
+impl imgseq_core::tokenizer::Tokenizer for ClipTower {
+    fn label(&self) -> String {
+        "CLIP vision tower (transformers CLIPVisionModel)".into()
+    }
+
+    fn describe(&self) -> imgseq_core::tokenizer::Description {
+        use imgseq_core::tokenizer::{Description, OutputKind, OutputSpec};
+        let c = &self.model.cfg;
+        let mut config = serde_json::to_value(c).unwrap_or_default();
+        config["layer"] = serde_json::json!(self.layer);
+        let mut d = Description::basic(
+            "clip",
+            &self.label(),
+            self.input(),
+            OutputSpec {
+                kind: OutputKind::Embeddings,
+                shape: vec![1 + c.grid() * c.grid(), c.hidden_size],
+                codebook_size: None,
+                scales: None,
+            },
+        );
+        d.config = config;
+        d
+    }
+
+    fn input(&self) -> imgseq_core::input::InputSpec {
+        imgseq_core::input::InputSpec {
+            size: self.model.cfg.image_size as u32,
+            crop: imgseq_core::input::Crop::ShorterSide,
+            channels: 3,
+            range: imgseq_core::image_io::PixelRange::ZeroOne,
+        }
+    }
+
+    fn input_tensor(&self, imgs: &[image::RgbImage]) -> imgseq_core::Result<Tensor> {
+        let x = self.input().to_tensor(imgs)?; // (b, 3, S, S) in [0, 1]
+        let dev = x.device().clone();
+        let mean = Tensor::from_slice(&CLIP_MEAN, (1, 3, 1, 1), &dev)?;
+        let std = Tensor::from_slice(&CLIP_STD, (1, 3, 1, 1), &dev)?;
+        Ok(x.broadcast_sub(&mean)?.broadcast_div(&std)?)
+    }
+
+    fn encode(&self, x: &Tensor) -> imgseq_core::Result<imgseq_core::tokenizer::Encoded> {
+        let out = self.model.forward_all(x)?;
+        let h = self.pick(&out)?;
+        let (n, tokens, dim) = h.dims3()?;
+        Ok(imgseq_core::tokenizer::Encoded::Embeddings(
+            imgseq_core::tokenizer::Embeddings {
+                n,
+                tokens,
+                dim,
+                data: h.flatten_all()?.to_vec1::<f32>()?,
+            },
+        ))
+    }
 }
