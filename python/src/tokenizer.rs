@@ -141,6 +141,7 @@ impl Tokenizer {
             patch,
             sample_seed,
             tile,
+            ..OpenOptions::default()
         };
         let inner = py
             .detach(|| imgseq_models::open(&path, &o))

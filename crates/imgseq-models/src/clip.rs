@@ -54,7 +54,12 @@ impl Family for Clip {
         } else {
             p.source.to_path_buf()
         };
-        let t = ClipTower { model, layer: -1 };
+        let t = ClipTower {
+            model,
+            layer: o.layer.unwrap_or(-1),
+            patches_only: o.patches_only,
+        };
+        t.check_layer()?;
         let files = vec![weights.clone(), config_of(p.source)];
         Ok(Opened::new(Box::new(t), p.source, &weights, files))
     }

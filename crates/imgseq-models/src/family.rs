@@ -29,6 +29,10 @@ pub struct OpenOptions {
     pub sample_seed: Option<u64>,
     /// Continuous-latent families: tiled encode/decode with tiles of this side in pixels.
     pub tile: Option<usize>,
+    /// Vision towers: which hidden state (−1 the last, −2 LLaVA's).
+    pub layer: Option<isize>,
+    /// Vision towers: the patch tokens only, without the class token.
+    pub patches_only: bool,
 }
 
 impl OpenOptions {
@@ -45,6 +49,22 @@ impl OpenOptions {
             Some((name, _)) => Err(imgseq_core::Error::invalid(format!(
                 "{name}: applies to continuous-latent models (AutoencoderKL); a {label} gives \
                  codebook tokens"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Refuses the vision towers' options for a family (named `label`) that is no tower.
+    pub fn refuse_tower_options(&self, label: &str) -> Result<()> {
+        let set = [
+            ("layer", self.layer.is_some()),
+            ("patches_only", self.patches_only),
+        ];
+        match set.iter().find(|(_, on)| *on) {
+            Some((name, _)) => Err(imgseq_core::Error::invalid(format!(
+                "{name}: applies to vision towers (CLIP); a {label} has no layers to choose"
             ))),
             None => Ok(()),
         }

@@ -28,6 +28,7 @@ impl Family for AutoencoderKl {
     }
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
+        o.refuse_tower_options("VAE")?;
         if o.precision == PrecisionRequest::Bf16 || o.bf16_encoder || o.raw {
             return Err(Error::invalid(format!(
                 "{}: an AutoencoderKL runs its f32 weights only (no --precision bf16, \

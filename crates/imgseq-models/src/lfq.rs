@@ -27,6 +27,7 @@ impl Family for OpenMagvit2 {
             )))
         };
         o.refuse_latent_options(imgseq_lfq::FAMILY)?;
+        o.refuse_tower_options(imgseq_lfq::FAMILY)?;
         if o.precision == PrecisionRequest::Bf16 {
             return refuse("--precision bf16");
         }

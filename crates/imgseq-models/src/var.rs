@@ -22,6 +22,7 @@ impl Family for Var {
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
         o.refuse_latent_options(var::LABEL)?;
+        o.refuse_tower_options(var::LABEL)?;
         if o.precision == PrecisionRequest::Bf16 || o.bf16_encoder || o.raw || o.config.is_some() {
             return Err(Error::invalid(format!(
                 "{}: a {} runs its f32 weights as the file describes them (no --precision \

@@ -41,6 +41,7 @@ impl Family for Vq {
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
         o.refuse_latent_options("VQ model")?;
+        o.refuse_tower_options("VQ model")?;
         let loaded = load(p, o)?;
         let size = default_size(loaded.model.config(), o.size);
         let tok = VqTokenizer::new(loaded.model, size)?;

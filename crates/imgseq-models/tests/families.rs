@@ -407,3 +407,45 @@ fn a_clip_tower_opens_through_the_loader_as_its_last_hidden_state() {
     let want0 = (128.0 / 255.0 - imgseq_vit::clip::CLIP_MEAN[0]) / imgseq_vit::clip::CLIP_STD[0];
     assert!((v[0] - want0).abs() < 1e-6, "{} vs {want0}", v[0]);
 }
+
+/// LLaVA's features: `--layer -2 --patches-only` give hidden state −2 without its class token;
+/// a tokenizer that is no tower refuses the options in one line; a layer past the tower's is
+/// refused when the model opens.
+#[test]
+fn a_clip_tower_gives_the_layer_asked_and_other_families_refuse_it() {
+    let o = OpenOptions {
+        layer: Some(-2),
+        patches_only: true,
+        ..OpenOptions::default()
+    };
+    let t = open(&fx("clip/vision"), &o).unwrap();
+    assert_eq!(t.describe().output.shape, vec![16, 32]);
+    let pic = RgbImage::from_fn(32, 32, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    let got = t.encode_pictures(std::slice::from_ref(&pic)).unwrap();
+    let m = imgseq_vit::clip::load(&fx("clip/vision"), &candle_core::Device::Cpu).unwrap();
+    let input = t.input_tensor(std::slice::from_ref(&pic)).unwrap();
+    let out = m.forward_all(&input).unwrap();
+    let want = out.hidden_states[1]
+        .narrow(1, 1, 16)
+        .unwrap()
+        .flatten_all()
+        .unwrap();
+    let want: Vec<u32> = want
+        .to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    assert_eq!(bits(&got), want);
+    let e = open(&fx("llamagen/vq_tiny.pt"), &o)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("vision towers") && e.lines().count() == 1, "{e}");
+    let far = OpenOptions {
+        layer: Some(7),
+        ..OpenOptions::default()
+    };
+    let e = open(&fx("clip/vision"), &far).err().unwrap().to_string();
+    assert!(e.contains("layer 7") && e.contains("0 to 2"), "{e}");
+}

@@ -321,12 +321,19 @@ pub struct ClipTower {
     pub model: ClipVisionModel,
     /// Which hidden state: −1 the last (transformers' `last_hidden_state`), −2 LLaVA's.
     pub layer: isize,
+    /// The patch tokens only (LLaVA's `patch` feature), without the class token.
+    pub patches_only: bool,
 }
 
 impl ClipTower {
-    /// The hidden state `layer` names (from the end when negative).
-    fn pick(&self, out: &ClipOutput) -> imgseq_core::Result<Tensor> {
-        let n = out.hidden_states.len() as isize;
+    /// Refuses a layer the tower does not have (one line naming the range).
+    pub fn check_layer(&self) -> imgseq_core::Result<()> {
+        self.index(self.model.cfg.num_hidden_layers + 1).map(|_| ())
+    }
+
+    /// The hidden state `layer` names (from the end when negative), of `n` states.
+    fn index(&self, n: usize) -> imgseq_core::Result<usize> {
+        let n = n as isize;
         let i = if self.layer < 0 {
             n + self.layer
         } else {
@@ -339,7 +346,18 @@ impl ClipTower {
                 n - 1
             )));
         }
-        Ok(out.hidden_states[i as usize].clone())
+        Ok(i as usize)
+    }
+
+    /// The chosen hidden state, with or without the class token.
+    fn pick(&self, out: &ClipOutput) -> imgseq_core::Result<Tensor> {
+        let h = &out.hidden_states[self.index(out.hidden_states.len())?];
+        let n = h.dim(1)?;
+        Ok(if self.patches_only {
+            h.narrow(1, 1, n - 1)?
+        } else {
+            h.clone()
+        })
     }
 }
 
@@ -353,13 +371,15 @@ impl imgseq_core::tokenizer::Tokenizer for ClipTower {
         let c = &self.model.cfg;
         let mut config = serde_json::to_value(c).unwrap_or_default();
         config["layer"] = serde_json::json!(self.layer);
+        config["patches_only"] = serde_json::json!(self.patches_only);
+        let tokens = c.grid() * c.grid() + usize::from(!self.patches_only);
         let mut d = Description::basic(
             "clip",
             &self.label(),
             self.input(),
             OutputSpec {
                 kind: OutputKind::Embeddings,
-                shape: vec![1 + c.grid() * c.grid(), c.hidden_size],
+                shape: vec![tokens, c.hidden_size],
                 codebook_size: None,
                 scales: None,
             },

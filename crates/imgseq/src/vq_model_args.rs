@@ -16,8 +16,9 @@ use crate::precision_arg::PrecisionArg;
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     /// The model: a weights file or folder of any family the loader reads — taming .ckpt or
-    /// safetensors, LlamaGen .pt, a diffusers or Janus folder, IBQ or Open-MAGVIT2 .ckpt, an
-    /// AutoencoderKL (default: the shipped weights/vqgan).
+    /// safetensors, LlamaGen .pt, a diffusers or Janus folder, IBQ or Open-MAGVIT2 .ckpt, VAR's
+    /// .pth, a Chameleon VQ or CLIP vision folder, an AutoencoderKL, a catalogue name
+    /// (`imgseq models`) or hf:ORG/NAME (default: the shipped weights/vqgan).
     #[arg(long, visible_alias = "model", value_name = "PATH")]
     pub weights: Option<PathBuf>,
     /// Model config: config.json or taming's model.yaml (default: beside the weights).
@@ -35,6 +36,19 @@ pub struct ModelArgs {
     pub raw: bool,
     #[command(flatten)]
     pub latent: LatentArgs,
+    #[command(flatten)]
+    pub tower: TowerArgs,
+}
+
+/// Vision towers' settings (CLIP; other families refuse them).
+#[derive(Args, Clone, Default)]
+pub struct TowerArgs {
+    /// A vision tower's hidden state: -1 the last, -2 what LLaVA reads (docs/vit-tokens.md).
+    #[arg(long, allow_negative_numbers = true)]
+    pub layer: Option<isize>,
+    /// A vision tower's patch tokens only, without the class token (LLaVA's "patch" feature).
+    #[arg(long)]
+    pub patches_only: bool,
 }
 
 /// Continuous-latent models' settings (VAEs; discrete families refuse them).
@@ -97,6 +111,8 @@ impl ModelArgs {
             patch: self.latent.patch,
             sample_seed: self.latent.sample_seed,
             tile: self.latent.tile,
+            layer: self.tower.layer,
+            patches_only: self.tower.patches_only,
         }
     }
 
