@@ -12,7 +12,7 @@
 
 use crate::config::{DdConfig, VqConfig};
 
-use crate::variant::{conv, Family, Variant};
+use crate::variant::{opt, Family, Variant};
 use imgseq_core::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
@@ -24,13 +24,6 @@ pub fn is_chameleon_config(v: &Value) -> bool {
         v.get("model_type").and_then(Value::as_str),
         Some("chameleon_vqgan" | "chameleon")
     )
-}
-
-fn opt<T: serde::de::DeserializeOwned>(v: &Value, name: &str, default: T, p: &Path) -> Result<T> {
-    match v.get(name) {
-        Some(x) if !x.is_null() => conv(x, name, p),
-        _ => Ok(default),
-    }
 }
 
 /// The [`VqConfig`] of a `ChameleonVQVAEConfig` (or a full model's `vq_config`), with its

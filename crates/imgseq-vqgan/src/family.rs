@@ -21,25 +21,12 @@
 //! LlamaGen model from its tensor shapes alone (its `.pt` has no config). The weight-name maps are in [`crate::rename`].
 
 use crate::config::{DdConfig, VqConfig, MAX_CHANNELS, MAX_LEVELS};
-use crate::variant::conv;
+use crate::variant::opt;
 pub use crate::variant::{Distance, Family, Range, Resize, Variant, MAX_GROUPS};
 use imgseq_core::{Error, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// `name`'s value, or `default` when absent or null.
-fn opt<T: serde::de::DeserializeOwned>(
-    v: &Value,
-    name: &str,
-    default: T,
-    path: &Path,
-) -> Result<T> {
-    match v.get(name) {
-        Some(x) if !x.is_null() => conv(x, name, path),
-        _ => Ok(default),
-    }
-}
 
 /// The family a `config.json` is written for: diffusers (`_class_name` or
 /// `down_block_types`), LlamaGen (`codebook_size` or `encoder_ch_mult`), else ours/taming.

@@ -16,7 +16,7 @@
 //! ([`crate::variant::Distance::Unnormalised`]).
 
 use crate::config::{DdConfig, VqConfig, MAX_LEVELS};
-use crate::variant::{conv, Variant};
+use crate::variant::{opt, Variant};
 use candle_core::Tensor;
 use imgseq_core::{Error, Result};
 use serde_json::Value;
@@ -62,14 +62,6 @@ pub fn vq_part_of<T>(items: Vec<(String, Tensor, T)>) -> Vec<(String, Tensor, T)
         .into_iter()
         .filter_map(|(k, t, x)| k.strip_prefix(FULL_PREFIX).map(|s| (s.to_string(), t, x)))
         .collect()
-}
-
-/// `name`'s value, or `default` when absent or null.
-fn opt<T: serde::de::DeserializeOwned>(v: &Value, name: &str, default: T, p: &Path) -> Result<T> {
-    match v.get(name) {
-        Some(x) if !x.is_null() => conv(x, name, p),
-        _ => Ok(default),
-    }
 }
 
 /// The [`VqConfig`] of a `JanusVQVAEConfig` (`config.json` of `model_type` `janus_vqgan`, or a

@@ -201,3 +201,16 @@ pub(crate) fn conv<T: serde::de::DeserializeOwned>(
     T::deserialize(v.clone())
         .map_err(|e| Error::format(path, format!("field `{name}` has a wrong value {v} ({e})")))
 }
+
+/// `name`'s value in a config, or `default` when absent or null.
+pub(crate) fn opt<T: serde::de::DeserializeOwned>(
+    v: &Value,
+    name: &str,
+    default: T,
+    path: &Path,
+) -> Result<T> {
+    match v.get(name) {
+        Some(x) if !x.is_null() => conv(x, name, path),
+        _ => Ok(default),
+    }
+}

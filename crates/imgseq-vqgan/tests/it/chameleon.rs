@@ -3,6 +3,7 @@
 //! from a full model's file: the latents and every token; decoding says that this layout has
 //! no decoder.
 
+use crate::common::rel_diff;
 use candle_core::{DType, Device, Tensor};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_kernels::PrecisionRequest;
@@ -36,21 +37,7 @@ fn chameleon_folder_and_full_model_give_transformers_tokens() {
         assert_eq!((c.n_embed, c.embed_dim), (64, 16));
         assert!(!m.has_decoder());
         let h = m.encode_latents(&io["x"]).unwrap();
-        let rel = (&h - &io["h"])
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-            / io["h"]
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+        let rel = rel_diff(&h, &io["h"]);
         assert!(rel < 1e-4, "{src}: latents {rel}");
         let got: Vec<i64> = m
             .encode(&io["x"])

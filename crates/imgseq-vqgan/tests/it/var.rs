@@ -4,7 +4,7 @@
 //! every one of the 680 multi-scale codes, the reconstruction, the decode of the first three
 //! scales and of random codes.
 
-use crate::common::{as_i64, psnr};
+use crate::common::{as_i64, psnr, rel_diff};
 use candle_core::{DType, Device, Tensor};
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_core::tokens::TokenGrid;
@@ -36,16 +36,7 @@ fn var_pth_gives_vars_latents_multi_scale_codes_and_pictures() {
     let io = io();
     let x = &io["x"];
     let f = m.encode_latents(x).unwrap();
-    let rel = ((&f - &io["f"]).unwrap().abs().unwrap().max_all().unwrap())
-        .to_scalar::<f32>()
-        .unwrap()
-        / io["f"]
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+    let rel = rel_diff(&f, &io["f"]);
     assert!(rel < 1e-4, "latents: relative {rel}");
     let got = m.encode(x).unwrap();
     let want = as_i64(&io["idx"]);
