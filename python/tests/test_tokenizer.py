@@ -130,3 +130,23 @@ def test_chameleon_encodes_as_the_cli_and_says_it_has_no_decoder(tmp_path, cli):
     np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))
     with pytest.raises(ValueError, match="no decoder"):
         t.decode(got)
+
+
+@pytest.mark.parametrize("kind", ["420", "444", "progressive", "gray", "cmyk", "committed"])
+def test_jpeg_tokens_from_pillow_arrays_equal_the_cli(tmp_path, cli, kind):
+    """The reference pipelines decode JPEG with Pillow: imgseq decodes as Pillow does, so the
+    tokens of Pillow's arrays and of the CLI reading the file are the same, all of them."""
+    Image = pytest.importorskip("PIL.Image")
+    if kind == "committed":
+        path = REPO / "crates/imgseq-core/tests/fixtures/pillow/libjpeg_411.jpg"
+    else:
+        im = Image.fromarray(make_image(7, 56, 72))
+        im = {"gray": im.convert("L"), "cmyk": im.convert("CMYK")}.get(kind, im)
+        opts = {"444": {"subsampling": 0}, "progressive": {"progressive": True}}.get(kind, {})
+        path = tmp_path / f"{kind}.jpg"
+        im.save(path, quality=87, **opts)
+    pixels = np.asarray(Image.open(path).convert("RGB"))
+    t = imgseq.Tokenizer.from_pretrained(VQ, size=32)
+    got = t.encode(pixels[None])
+    run_cli(cli, "vq", "encode", path, "--weights", VQ, "--size", 32, "-o", tmp_path / "c.npy")
+    np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))

@@ -11,6 +11,7 @@
 //! [`GrayImage`].
 
 use crate::fsutil::write_bytes_atomic;
+use crate::pillow;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use image::imageops::FilterType;
@@ -104,9 +105,14 @@ fn reader(path: &Path) -> Result<ImageReader<std::io::BufReader<std::fs::File>>>
 /// Reads only the header of an image file and returns its `(width, height)`.
 pub fn image_dimensions(path: impl AsRef<Path>) -> Result<(u32, u32)> {
     let path = path.as_ref();
-    reader(path)?
-        .into_dimensions()
-        .map_err(|e| decode_error(path, e))
+    let r = reader(path)?;
+    let jpeg = r.format() == Some(image::ImageFormat::Jpeg);
+    match r.into_dimensions() {
+        Ok(dims) => Ok(dims),
+        // libjpeg reads what the generic header reader cannot (arithmetic coding, ...).
+        Err(_) if jpeg => pillow::jpeg_dimensions(path, &read_limited(path)?),
+        Err(e) => Err(decode_error(path, e)),
+    }
 }
 
 /// Bytes a decode of a `w`×`h` image may hold at once: the decoder's buffer (at most 8 bytes a
@@ -131,45 +137,23 @@ fn reserve_decode(path: &Path, w: u32, h: u32) -> Result<crate::budget::Reserved
 /// Decodes an image file, refusing huge images before decoding.
 pub fn load_dynamic(path: impl AsRef<Path>) -> Result<DynamicImage> {
     let path = path.as_ref();
-    let (w, h) = image_dimensions(path)?;
-    if w > MAX_SIDE || h > MAX_SIDE {
-        return Err(Error::format(
-            path,
-            format!("image is {w}x{h} pixels, larger than the {MAX_SIDE}x{MAX_SIDE} limit"),
-        ));
-    }
-    if w == 0 || h == 0 {
-        return Err(Error::format(path, format!("image is empty ({w}x{h})")));
-    }
-    let _held = reserve_decode(path, w, h)?;
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_SIDE);
-    limits.max_image_height = Some(MAX_SIDE);
-    limits.max_alloc = Some(MAX_ALLOC);
-    let r = reader(path)?;
-    if r.format() == Some(image::ImageFormat::Jpeg) {
-        // The JPEG decoder fills a truncated scan with gray and reports success: check that
-        // the data ends with an end-of-image marker after its last scan.
-        let bytes = read_limited(path)?;
-        if !jpeg_is_complete(&bytes) {
-            return Err(Error::format(
-                path,
-                "corrupt or truncated image (the JPEG data ends before its end-of-image marker)",
-            ));
-        }
-        let mut r = ImageReader::with_format(std::io::Cursor::new(bytes), image::ImageFormat::Jpeg);
-        r.limits(limits);
-        return r.decode().map_err(|e| decode_error(path, e));
-    }
-    let mut r = r;
-    r.limits(limits);
-    r.decode().map_err(|e| decode_error(path, e))
+    // The header first, so that a huge or broken file is refused before it is read whole.
+    image_dimensions(path)?;
+    decode_dynamic_bytes(path, &read_limited(path)?)
 }
 
-/// Decodes an image held in memory (a tar member, a Parquet cell) as 8-bit RGB with the same
-/// checks as a file: format from the content, size and allocation limits, truncated JPEG
-/// refused. `name` is what messages call it.
-pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
+/// Decodes an image held in memory (a tar member, a Parquet cell, a file's bytes) with the
+/// checks every decode gets: format from the content, size and allocation limits, truncated
+/// JPEG refused; JPEG decoded as Pillow decodes it ([`crate::pillow`]), EXIF orientation
+/// applied only when [`crate::pillow::set_exif_transpose`] asked for it. `name` is what
+/// messages call it.
+pub fn decode_dynamic_bytes(name: &Path, bytes: &[u8]) -> Result<DynamicImage> {
+    decode_bytes_upright(name, bytes, pillow::exif_transpose())
+}
+
+/// [`decode_dynamic_bytes`], turned by the EXIF orientation when `upright`
+/// (`ImageOps.exif_transpose`) whatever the process-wide setting.
+pub fn decode_bytes_upright(name: &Path, bytes: &[u8], upright: bool) -> Result<DynamicImage> {
     let (format, (w, h)) = header_of_bytes(name, bytes)?;
     if w > MAX_SIDE || h > MAX_SIDE {
         return Err(Error::format(
@@ -181,22 +165,37 @@ pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
         return Err(Error::format(name, format!("image is empty ({w}x{h})")));
     }
     let _held = reserve_decode(name, w, h)?;
-    if format == image::ImageFormat::Jpeg && !jpeg_is_complete(bytes) {
-        return Err(Error::format(
-            name,
-            "corrupt or truncated image (the JPEG data ends before its end-of-image marker)",
-        ));
+    let mut img = if format == image::ImageFormat::Jpeg {
+        // libjpeg fills a truncated scan with gray and only warns: check that the data ends
+        // with an end-of-image marker after its last scan (Pillow refuses such files too).
+        if !jpeg_is_complete(bytes) {
+            return Err(Error::format(
+                name,
+                "corrupt or truncated image (the JPEG data ends before its end-of-image marker)",
+            ));
+        }
+        pillow::decode_jpeg(name, bytes)?
+    } else {
+        let mut limits = Limits::default();
+        limits.max_image_width = Some(MAX_SIDE);
+        limits.max_image_height = Some(MAX_SIDE);
+        limits.max_alloc = Some(MAX_ALLOC);
+        let mut r = ImageReader::with_format(std::io::Cursor::new(bytes), format);
+        r.limits(limits);
+        r.decode().map_err(|e| decode_error(name, e))?
+    };
+    if upright {
+        if let Some(o) = pillow::orientation_of(bytes, format) {
+            img.apply_orientation(o);
+        }
     }
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_SIDE);
-    limits.max_image_height = Some(MAX_SIDE);
-    limits.max_alloc = Some(MAX_ALLOC);
-    let mut r = ImageReader::with_format(std::io::Cursor::new(bytes), format);
-    r.limits(limits);
-    Ok(match r.decode().map_err(|e| decode_error(name, e))? {
-        DynamicImage::ImageRgb8(i) => i,
-        other => other.to_rgb8(),
-    })
+    Ok(img)
+}
+
+/// Decodes an image held in memory as 8-bit RGB ([`decode_dynamic_bytes`], then Pillow's
+/// `convert("RGB")`).
+pub fn decode_rgb_bytes(name: &Path, bytes: &[u8]) -> Result<RgbImage> {
+    Ok(pillow::to_rgb8(decode_dynamic_bytes(name, bytes)?))
 }
 
 /// The format and `(width, height)` of an image held in memory, from its header alone (no
@@ -211,6 +210,9 @@ pub fn header_of_bytes(name: &Path, bytes: &[u8]) -> Result<(image::ImageFormat,
             "not an image (expected png, jpeg, webp or bmp)",
         ));
     };
+    if format == image::ImageFormat::Jpeg {
+        return Ok((format, pillow::jpeg_dimensions(name, bytes)?));
+    }
     let dims = r.into_dimensions().map_err(|e| decode_error(name, e))?;
     Ok((format, dims))
 }
@@ -245,10 +247,7 @@ pub fn jpeg_is_complete(bytes: &[u8]) -> bool {
 
 /// Loads an image as 8-bit RGB (alpha is dropped, gray is replicated).
 pub fn load_rgb(path: impl AsRef<Path>) -> Result<RgbImage> {
-    Ok(match load_dynamic(path)? {
-        DynamicImage::ImageRgb8(i) => i,
-        other => other.to_rgb8(),
-    })
+    Ok(pillow::to_rgb8(load_dynamic(path)?))
 }
 
 /// Converts RGB to gray with ITU-R 601 luma, bit-exact with PIL's `convert("L")`
@@ -278,8 +277,8 @@ fn to_gray(img: DynamicImage) -> GrayImage {
         DynamicImage::ImageLuma8(i) => i,
         i @ (DynamicImage::ImageLuma16(_)
         | DynamicImage::ImageLumaA8(_)
-        | DynamicImage::ImageLumaA16(_)) => i.to_luma8(),
-        other => rgb_to_gray(&other.to_rgb8()),
+        | DynamicImage::ImageLumaA16(_)) => pillow::to_l8(i),
+        other => rgb_to_gray(&pillow::to_rgb8(other)),
     }
 }
 
@@ -290,7 +289,7 @@ pub fn with_channels(img: DynamicImage, channels: usize) -> Result<DynamicImage>
     match (channels, img) {
         (1, i @ DynamicImage::ImageLuma8(_)) | (3, i @ DynamicImage::ImageRgb8(_)) => Ok(i),
         (1, i) => Ok(DynamicImage::ImageLuma8(to_gray(i))),
-        (3, i) => Ok(DynamicImage::ImageRgb8(i.to_rgb8())),
+        (3, i) => Ok(DynamicImage::ImageRgb8(pillow::to_rgb8(i))),
         (c, _) => Err(Error::invalid(format!(
             "images can be loaded with 1 or 3 channels, not {c}"
         ))),

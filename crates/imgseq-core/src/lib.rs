@@ -15,6 +15,7 @@ pub mod latent_patch;
 pub mod metrics;
 pub mod npy;
 pub mod optim;
+pub mod pillow;
 pub mod progress;
 pub mod resample;
 pub mod run;

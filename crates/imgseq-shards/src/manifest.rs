@@ -98,7 +98,12 @@ pub struct TokenizerInfo {
 /// zero canvas instead, as the job's `--pad` does).
 pub fn crop_text(pad: bool, p: &Preprocessing) -> String {
     format!(
-        "{}{}; {}{}",
+        "{}{}{}; {}{}",
+        if imgseq_core::pillow::exif_transpose() {
+            "turned upright by EXIF orientation; "
+        } else {
+            ""
+        },
         if pad {
             "images no larger than size centred on a zero size x size canvas; others: "
         } else {

@@ -43,6 +43,11 @@ struct Cli {
     /// Number of CPU threads (default: all cores).
     #[arg(long, global = true)]
     threads: Option<usize>,
+    /// Turn pictures upright by their EXIF orientation tag when decoding them (Pillow's
+    /// `ImageOps.exif_transpose`); off by default, as Pillow and the reference pipelines read
+    /// them.
+    #[arg(long, global = true)]
+    exif_transpose: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -93,6 +98,17 @@ enum Cmd {
     Serve(Box<serve_cmd::ServeArgs>),
 }
 
+/// `imgseq inspect | head`: output into a closed pipe ends the program quietly, as it does for
+/// other Unix tools, instead of a panic in `println!` (Rust ignores SIGPIPE by default). Not for
+/// the server, whose clients may hang up mid-answer.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restores one signal's default disposition, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     imgseq_kernels::tune_allocator();
     let matches = Cli::command().get_matches();
@@ -102,6 +118,10 @@ fn main() -> ExitCode {
             eprintln!("error: {}", one_line(&e));
             return ExitCode::FAILURE;
         }
+    }
+    imgseq_core::pillow::set_exif_transpose(cli.exif_transpose);
+    if !matches!(cli.cmd, Cmd::Serve(_)) {
+        quiet_on_closed_pipe();
     }
     // Both rayon (our kernels) and candle's gemm read it; set once, before any thread starts.
     imgseq_kernels::settle_thread_count(cli.threads);

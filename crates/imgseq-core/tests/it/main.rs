@@ -5,3 +5,4 @@ mod fuzz_corpus_replay;
 mod hostile_files;
 mod npy_format;
 mod pil_resize;
+mod pillow_pixels;
