@@ -34,12 +34,69 @@ pub fn bicubic_matrix(inp: usize, out: usize) -> Vec<f32> {
     m
 }
 
+/// The (out, inp) matrix of PyTorch's `F.interpolate(mode="bicubic", align_corners=False,
+/// antialias=True)` along one axis (`upsample_bicubic2d_aa`, what DINOv2 with registers
+/// interpolates its positions with): output `i` is centred on source `(i + 0.5)·scale`,
+/// `scale = inp/out`; the cubic (a = −0.5) is stretched by `max(scale, 1)` when shrinking; the
+/// taps from `trunc(centre − support + 0.5)` (at least 0) to `trunc(centre + support + 0.5)`
+/// (at most `inp`), weights normalised to sum 1.
+pub fn bicubic_aa_matrix(inp: usize, out: usize) -> Vec<f32> {
+    fn cubic(x: f64) -> f64 {
+        const A: f64 = -0.5;
+        let x = x.abs();
+        if x < 1.0 {
+            ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            (((x - 5.0) * x + 8.0) * x - 4.0) * A
+        } else {
+            0.0
+        }
+    }
+    let mut m = vec![0f32; out * inp];
+    let scale = inp as f64 / out as f64;
+    let (support, invscale) = if scale >= 1.0 {
+        (2.0 * scale, 1.0 / scale)
+    } else {
+        (2.0, 1.0)
+    };
+    for o in 0..out {
+        let centre = scale * (o as f64 + 0.5);
+        let lo = ((centre - support + 0.5) as i64).max(0) as usize;
+        let hi = ((centre + support + 0.5) as i64).min(inp as i64) as usize;
+        let w: Vec<f64> = (lo..hi)
+            .map(|j| cubic((j as f64 - centre + 0.5) * invscale))
+            .collect();
+        let total: f64 = w.iter().sum();
+        for (j, wj) in (lo..hi).zip(&w) {
+            m[o * inp + j] = if total != 0.0 { wj / total } else { 0.0 } as f32;
+        }
+    }
+    m
+}
+
 /// Resizes a (h, w, c) grid to (new_h, new_w, c) bicubically.
 pub fn bicubic_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<Tensor> {
+    resize_grid(grid, new_h, new_w, bicubic_matrix)
+}
+
+/// Resizes a (h, w, c) grid to (new_h, new_w, c) bicubically with antialiasing
+/// ([`bicubic_aa_matrix`]).
+pub fn bicubic_aa_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<Tensor> {
+    resize_grid(grid, new_h, new_w, bicubic_aa_matrix)
+}
+
+/// Resizes a (h, w, c) grid to (new_h, new_w, c) by the separable `matrix` (rows, then
+/// columns).
+fn resize_grid(
+    grid: &Tensor,
+    new_h: usize,
+    new_w: usize,
+    matrix: fn(usize, usize) -> Vec<f32>,
+) -> Result<Tensor> {
     let (h, w, c) = grid.dims3()?;
     let dev = grid.device();
-    let mh = Tensor::from_vec(bicubic_matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
-    let mw = Tensor::from_vec(bicubic_matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
+    let mh = Tensor::from_vec(matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
+    let mw = Tensor::from_vec(matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
     let rows = mh
         .matmul(&grid.reshape((h, w * c))?)?
         .reshape((new_h, w, c))?; // (new_h, w, c)
