@@ -34,6 +34,9 @@ pub struct OpenOptions {
     pub layer: Option<isize>,
     /// Vision towers: the patch tokens only, without the class token (and registers).
     pub patches_only: bool,
+    /// Vision towers: transformers' `pooler_output` (one token per picture) instead of a
+    /// hidden state.
+    pub pooled: bool,
 }
 
 impl OpenOptions {
@@ -62,6 +65,7 @@ impl OpenOptions {
         let set = [
             ("layer", self.layer.is_some()),
             ("patches_only", self.patches_only),
+            ("pooled", self.pooled),
         ];
         match set.iter().find(|(_, on)| *on) {
             Some((name, _)) => Err(imgseq_core::Error::invalid(format!(

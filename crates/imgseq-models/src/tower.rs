@@ -44,6 +44,7 @@ pub(crate) fn opened<M: VisionModel + 'static>(
         model,
         layer: o.layer,
         patches_only: o.patches_only,
+        pooled: o.pooled,
         pixels,
     };
     t.check_layer()?;

@@ -552,3 +552,55 @@ fn siglip_and_dinov2_open_through_the_loader_as_their_last_hidden_state() {
     .to_string();
     assert!(e.contains("--size 4"), "{e}");
 }
+
+/// `pooled`: every tower's pooler_output as one token (CLIP: its normed class token, SigLIP:
+/// the attention-pooling head, DINOv2: the class token of the last state), the library's bit
+/// for bit; with a layer it is refused in one line.
+#[test]
+fn a_tower_gives_its_pooled_output_as_one_token() {
+    use imgseq_vit::tower::VisionModel;
+    let pic = RgbImage::from_fn(40, 40, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    let o = OpenOptions {
+        pooled: true,
+        ..OpenOptions::default()
+    };
+    for src in ["clip/vision", "siglip/vision", "dinov2/plain"] {
+        let t = open(&fx(src), &o).unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert_eq!(t.describe().output.shape, vec![1, 32], "{src}");
+        let x = t.input().square(&pic).unwrap();
+        let got = t.encode_pictures(std::slice::from_ref(&x)).unwrap();
+        let input = t.input_tensor(std::slice::from_ref(&x)).unwrap();
+        let dev = candle_core::Device::Cpu;
+        let out = match src {
+            "clip/vision" => imgseq_vit::clip::load(&fx(src), &dev).unwrap().forward_tower(&input),
+            "siglip/vision" => imgseq_vit::siglip::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
+            _ => imgseq_vit::dinov2::load(&fx(src), &dev).unwrap().forward_tower(&input),
+        }
+        .unwrap();
+        let want: Vec<u32> = out
+            .pooled
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits(&got), want, "{src}");
+    }
+    let e = open(
+        &fx("siglip/vision"),
+        &OpenOptions {
+            pooled: true,
+            layer: Some(-2),
+            ..OpenOptions::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("pooled") && e.lines().count() == 1, "{e}");
+}

@@ -302,6 +302,10 @@ impl tower::VisionModel for SiglipVisionModel {
         0
     }
 
+    fn has_pooled(&self) -> bool {
+        self.head.is_some()
+    }
+
     fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
         self.forward_all(x)
     }

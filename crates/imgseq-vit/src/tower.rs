@@ -330,6 +330,10 @@ pub trait VisionModel: Send + Sync {
     fn patch_size(&self) -> usize;
     /// Tokens in front of the patches (a class token, registers).
     fn prefix_tokens(&self) -> usize;
+    /// Whether [`TowerOutput::pooled`] is there (SigLIP without its head has none).
+    fn has_pooled(&self) -> bool {
+        true
+    }
     /// The hidden states, the last (normed) state and the pooled output of normalised
     /// pixels (b, C, S, S).
     fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput>;
@@ -345,13 +349,28 @@ pub struct Tower<M> {
     /// The patch tokens only (LLaVA's `patch` feature): the class token and registers left
     /// out.
     pub patches_only: bool,
+    /// transformers' `pooler_output` instead of a hidden state: one token per picture.
+    pub pooled: bool,
     /// The pictures the tower reads.
     pub pixels: Pixels,
 }
 
 impl<M: VisionModel> Tower<M> {
-    /// Refuses a layer the tower does not have (one line naming the range).
+    /// Refuses a layer the tower does not have (one line naming the range), and the pooled
+    /// output with a layer or patches chosen, or where the tower has none.
     pub fn check_layer(&self) -> imgseq_core::Result<()> {
+        if self.pooled && (self.layer.is_some() || self.patches_only) {
+            return Err(imgseq_core::Error::invalid(
+                "pooled: the tower's pooled output is one vector; it takes no layer or \
+                 patches_only",
+            ));
+        }
+        if self.pooled && !self.model.has_pooled() {
+            return Err(imgseq_core::Error::invalid(format!(
+                "pooled: this {} has no pooled output (its config has no pooling head)",
+                self.model.label()
+            )));
+        }
         match self.layer {
             Some(l) => hidden_state_index(l, self.model.num_hidden_layers() + 1).map(|_| ()),
             None => Ok(()),
@@ -360,6 +379,9 @@ impl<M: VisionModel> Tower<M> {
 
     /// Tokens per picture.
     pub fn tokens(&self) -> usize {
+        if self.pooled {
+            return 1;
+        }
         let g = self.pixels.size as usize / self.model.patch_size().max(1);
         g * g
             + if self.patches_only {
@@ -369,8 +391,15 @@ impl<M: VisionModel> Tower<M> {
             }
     }
 
-    /// The chosen state of a forward pass, with or without the tokens in front.
+    /// The chosen state of a forward pass, with or without the tokens in front (the pooled
+    /// output as one token).
     pub fn pick(&self, out: &TowerOutput) -> imgseq_core::Result<Tensor> {
+        if self.pooled {
+            let p = out.pooled.as_ref().ok_or_else(|| {
+                imgseq_core::Error::invalid("pooled: the tower gave no pooled output")
+            })?;
+            return Ok(p.unsqueeze(1)?);
+        }
         let h = match self.layer {
             Some(l) => &out.hidden_states[hidden_state_index(l, out.hidden_states.len())?],
             None => &out.last_hidden_state,
@@ -407,6 +436,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
         let mut config = self.model.config_value();
         config["layer"] = serde_json::json!(self.layer);
         config["output"] = serde_json::json!(match self.layer {
+            _ if self.pooled => "pooler_output".to_string(),
             None => "last_hidden_state".to_string(),
             Some(l) => format!("hidden_states[{l}]"),
         });

@@ -51,6 +51,9 @@ pub struct TowerArgs {
     /// "patch" feature).
     #[arg(long)]
     pub patches_only: bool,
+    /// A vision tower's pooled output (transformers' pooler_output): one vector per picture.
+    #[arg(long, conflicts_with_all = ["layer", "patches_only"])]
+    pub pooled: bool,
 }
 
 /// Continuous-latent models' settings (VAEs; discrete families refuse them).
@@ -115,6 +118,7 @@ impl ModelArgs {
             tile: self.latent.tile,
             layer: self.tower.layer,
             patches_only: self.tower.patches_only,
+            pooled: self.tower.pooled,
         }
     }
 

@@ -107,6 +107,7 @@ fn so400m() -> (Asked, Tower<siglip::SiglipVisionModel>) {
         model,
         layer: None,
         patches_only: false,
+        pooled: false,
     };
     (asked, t)
 }
@@ -122,6 +123,7 @@ fn dinov2_large() -> (Asked, Tower<dinov2::Dinov2Model>) {
         model: dinov2::Dinov2Model::new(&cfg, vb).unwrap(),
         layer: None,
         patches_only: false,
+        pooled: false,
         pixels: dinov2::pixels(dinov2::DINOV2_INPUT_SIZE),
     };
     (asked, t)
