@@ -70,7 +70,7 @@ impl OpenOptions {
         match set.iter().find(|(_, on)| *on) {
             Some((name, _)) => Err(imgseq_core::Error::invalid(format!(
                 "{name}: applies to vision towers (CLIP, SigLIP, DINOv2); a {label} has no layers \
-                 to choose"
+                 or pooled output to choose"
             ))),
             None => Ok(()),
         }

@@ -572,11 +572,15 @@ fn a_tower_gives_its_pooled_output_as_one_token() {
         let input = t.input_tensor(std::slice::from_ref(&x)).unwrap();
         let dev = candle_core::Device::Cpu;
         let out = match src {
-            "clip/vision" => imgseq_vit::clip::load(&fx(src), &dev).unwrap().forward_tower(&input),
+            "clip/vision" => imgseq_vit::clip::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
             "siglip/vision" => imgseq_vit::siglip::load(&fx(src), &dev)
                 .unwrap()
                 .forward_tower(&input),
-            _ => imgseq_vit::dinov2::load(&fx(src), &dev).unwrap().forward_tower(&input),
+            _ => imgseq_vit::dinov2::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
         }
         .unwrap();
         let want: Vec<u32> = out

@@ -126,9 +126,30 @@ mod tests {
     }
 
     #[test]
+    fn aa_same_size_is_identity() {
+        let m = bicubic_aa_matrix(5, 5);
+        for i in 0..5 {
+            for j in 0..5 {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((m[i * 5 + j] - want).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
     fn rows_sum_to_one_so_constants_survive() {
-        for (i, o) in [(8, 12), (8, 5), (3, 7)] {
-            let m = bicubic_matrix(i, o);
+        for (i, o, aa) in [
+            (8, 12, false),
+            (8, 5, false),
+            (3, 7, false),
+            (8, 5, true),
+            (5, 7, true),
+        ] {
+            let m = if aa {
+                bicubic_aa_matrix(i, o)
+            } else {
+                bicubic_matrix(i, o)
+            };
             for r in 0..o {
                 let s: f32 = m[r * i..(r + 1) * i].iter().sum();
                 assert!((s - 1.0).abs() < 1e-5, "{i}->{o} row {r}: {s}");
