@@ -3,24 +3,17 @@
 //! Its output is continuous: the last hidden state, class token first.
 
 use crate::family::{Family, OpenOptions, Probe};
+use crate::tower::{opened, refuse_options, refuse_other_size};
 use crate::Opened;
 use candle_core::Device;
-use imgseq_core::{Error, Result};
-use imgseq_kernels::PrecisionRequest;
-use imgseq_vit::clip::{self, ClipTower};
-use std::path::{Path, PathBuf};
+use imgseq_core::Result;
+use imgseq_vit::clip;
+use imgseq_vit::tower::files_of;
 
 /// CLIP vision towers.
 pub struct Clip;
 
-/// The `config.json` of a source: inside a folder, beside a file.
-fn config_of(source: &Path) -> PathBuf {
-    if source.is_dir() {
-        source.join("config.json")
-    } else {
-        source.with_file_name("config.json")
-    }
-}
+const LABEL: &str = "CLIP vision tower";
 
 impl Family for Clip {
     fn name(&self) -> &'static str {
@@ -28,39 +21,14 @@ impl Family for Clip {
     }
 
     fn claims(&self, p: &Probe) -> bool {
-        clip::is_clip_config_file(&config_of(p.source))
+        clip::is_clip_config_file(&files_of(p.source).1)
     }
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
-        o.refuse_latent_options("CLIP vision tower")?;
-        if o.precision == PrecisionRequest::Bf16 || o.bf16_encoder || o.raw || o.config.is_some() {
-            return Err(Error::invalid(format!(
-                "{}: a CLIP vision tower runs its f32 weights with its own config.json (no \
-                 --precision bf16, --bf16-encoder, --raw or --config)",
-                p.source.display()
-            )));
-        }
+        refuse_options(p, o, LABEL)?;
         let model = clip::load(p.source, &Device::Cpu)?;
-        let side = model.cfg.image_size as u32;
-        if let Some(s) = o.size.filter(|&s| s != side) {
-            return Err(Error::invalid(format!(
-                "{}: the tower reads {side}×{side} pictures (its image_size); --size {s} \
-                 would need interpolated positions, which imgseq does not do for CLIP yet",
-                p.source.display()
-            )));
-        }
-        let weights = if p.source.is_dir() {
-            p.source.join("model.safetensors")
-        } else {
-            p.source.to_path_buf()
-        };
-        let t = ClipTower {
-            model,
-            layer: o.layer.unwrap_or(-1),
-            patches_only: o.patches_only,
-        };
-        t.check_layer()?;
-        let files = vec![weights.clone(), config_of(p.source)];
-        Ok(Opened::new(Box::new(t), p.source, &weights, files))
+        let pixels = clip::pixels(&model.cfg);
+        refuse_other_size(p, o, pixels.size, LABEL)?;
+        opened(p, o, model, pixels)
     }
 }

@@ -29,10 +29,14 @@ pub struct OpenOptions {
     pub sample_seed: Option<u64>,
     /// Continuous-latent families: tiled encode/decode with tiles of this side in pixels.
     pub tile: Option<usize>,
-    /// Vision towers: which hidden state (−1 the last, −2 LLaVA's).
+    /// Vision towers: which of transformers' `hidden_states` (−1 the last block's output, −2
+    /// LLaVA's); `None`: its `last_hidden_state`.
     pub layer: Option<isize>,
-    /// Vision towers: the patch tokens only, without the class token.
+    /// Vision towers: the patch tokens only, without the class token (and registers).
     pub patches_only: bool,
+    /// Vision towers: transformers' `pooler_output` (one token per picture) instead of a
+    /// hidden state.
+    pub pooled: bool,
 }
 
 impl OpenOptions {
@@ -61,10 +65,12 @@ impl OpenOptions {
         let set = [
             ("layer", self.layer.is_some()),
             ("patches_only", self.patches_only),
+            ("pooled", self.pooled),
         ];
         match set.iter().find(|(_, on)| *on) {
             Some((name, _)) => Err(imgseq_core::Error::invalid(format!(
-                "{name}: applies to vision towers (CLIP); a {label} has no layers to choose"
+                "{name}: applies to vision towers (CLIP, SigLIP, DINOv2); a {label} has no layers \
+                 or pooled output to choose"
             ))),
             None => Ok(()),
         }

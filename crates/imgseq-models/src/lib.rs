@@ -10,6 +10,8 @@
 //! * [`vq`]: the VQ families of `imgseq-vqgan` (taming, LlamaGen, diffusers `VQModel`, Janus,
 //!   IBQ: one network, told apart by their configs and weight names).
 //! * [`lfq`]: Open-MAGVIT2 (`imgseq-lfq`).
+//! * [`clip`], [`siglip`], [`dinov2`]: the vision towers of `imgseq-vit` (transformers'
+//!   `CLIPVisionModel`, `SiglipVisionModel`, `Dinov2Model`), sharing [`tower`].
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
@@ -19,6 +21,7 @@
 
 pub mod catalogue;
 pub mod clip;
+pub mod dinov2;
 pub mod family;
 pub mod files;
 pub mod hub;
@@ -26,6 +29,8 @@ pub mod kl;
 pub mod lfq;
 pub mod opened;
 pub mod registry;
+pub mod siglip;
+pub mod tower;
 pub mod var;
 pub mod vq;
 

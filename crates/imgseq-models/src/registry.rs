@@ -12,6 +12,8 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::lfq::OpenMagvit2,
     &crate::var::Var,
     &crate::clip::Clip,
+    &crate::siglip::Siglip,
+    &crate::dinov2::Dinov2,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];

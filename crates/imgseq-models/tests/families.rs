@@ -320,6 +320,9 @@ fn tokens_do_not_depend_on_the_batch_or_the_threads() {
         .collect();
     cases.push((fx("kl/sd"), None, "autoencoder_kl"));
     cases.push((fx("clip/vision"), None, "clip"));
+    cases.push((fx("siglip/vision"), None, "siglip"));
+    cases.push((fx("dinov2/plain"), None, "dinov2"));
+    cases.push((fx("dinov2/registers"), None, "dinov2"));
     let pics: Vec<RgbImage> = (0..8u32)
         .map(|i| {
             RgbImage::from_fn(40, 36, |x, y| {
@@ -338,7 +341,8 @@ fn tokens_do_not_depend_on_the_batch_or_the_threads() {
     for (w, config, family) in cases {
         let o = OpenOptions {
             config,
-            size: Some(32),
+            // The SigLIP fixture reads its own 36² only.
+            size: Some(if family == "siglip" { 36 } else { 32 }),
             precision: imgseq_kernels::PrecisionRequest::F32,
             ..OpenOptions::default()
         };
@@ -448,4 +452,159 @@ fn a_clip_tower_gives_the_layer_asked_and_other_families_refuse_it() {
     };
     let e = open(&fx("clip/vision"), &far).err().unwrap().to_string();
     assert!(e.contains("layer 7") && e.contains("0 to 2"), "{e}");
+}
+
+/// The last hidden state the library gives for the tower's own input of `pic`.
+fn library_state(t: &imgseq_models::Opened, pic: &RgbImage, out: &str) -> Vec<u32> {
+    use imgseq_vit::tower::VisionModel;
+    let input = t.input_tensor(std::slice::from_ref(pic)).unwrap();
+    let src = t.source.clone();
+    let o = match t.describe().family.as_str() {
+        "siglip" => imgseq_vit::siglip::load(&src, &candle_core::Device::Cpu)
+            .unwrap()
+            .forward_tower(&input),
+        _ => imgseq_vit::dinov2::load(&src, &candle_core::Device::Cpu)
+            .unwrap()
+            .forward_tower(&input),
+    }
+    .unwrap();
+    let h = match out {
+        "last" => o.last_hidden_state,
+        _ => o.hidden_states[o.hidden_states.len() - 2].clone(),
+    };
+    let h = if out == "-2 patches" {
+        let n = h.dim(1).unwrap();
+        h.narrow(1, 3, n - 3).unwrap()
+    } else {
+        h
+    };
+    h.flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// SigLIP and DINOv2 through the loader: their families, token counts (SigLIP: patches only;
+/// DINOv2 at 224² unless --size says: the class token, the registers, the patches), the
+/// library's last hidden state (or layer −2 without the tokens in front) of the processor's
+/// input, and their processors' normalisation.
+#[test]
+fn siglip_and_dinov2_open_through_the_loader_as_their_last_hidden_state() {
+    let pic = RgbImage::from_fn(50, 44, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    let cases = [
+        ("siglip/vision", None, false, "siglip", vec![16, 32]),
+        ("dinov2/plain", None, false, "dinov2", vec![1 + 28 * 28, 32]),
+        ("dinov2/plain", Some(40), false, "dinov2", vec![1 + 25, 32]),
+        ("dinov2/registers", Some(48), true, "dinov2", vec![36, 32]),
+    ];
+    for (src, size, llava, family, shape) in cases {
+        let o = OpenOptions {
+            size,
+            layer: llava.then_some(-2),
+            patches_only: llava,
+            ..OpenOptions::default()
+        };
+        let t = open(&fx(src), &o).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let d = t.describe();
+        assert_eq!(
+            (d.family.as_str(), d.output.kind, &d.output.shape),
+            (family, OutputKind::Embeddings, &shape),
+            "{src}"
+        );
+        let x = t.input().square(&pic).unwrap();
+        let got = t.encode_pictures(std::slice::from_ref(&x)).unwrap();
+        let want = library_state(&t, &x, if llava { "-2 patches" } else { "last" });
+        assert_eq!(bits(&got), want, "{src}");
+    }
+    // The processors' normalisation: a mid-gray pixel is (0.5 − mean) / std.
+    let gray = RgbImage::from_pixel(36, 36, Rgb([128, 128, 128]));
+    for (src, mean, std) in [("siglip/vision", 0.5, 0.5), ("dinov2/plain", 0.485, 0.229)] {
+        let t = open(&fx(src), &OpenOptions::default()).unwrap();
+        let v = t.input_tensor(std::slice::from_ref(&gray)).unwrap();
+        let v0 = v.flatten_all().unwrap().to_vec1::<f32>().unwrap()[0];
+        let want = (128.0 / 255.0 - mean) / std;
+        assert!((v0 - want).abs() < 1e-6, "{src}: {v0} vs {want}");
+    }
+    // SigLIP reads its own image_size only; DINOv2 refuses a side under its patch.
+    let e = open(
+        &fx("siglip/vision"),
+        &OpenOptions {
+            size: Some(64),
+            ..OpenOptions::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("36×36") && e.lines().count() == 1, "{e}");
+    let e = open(
+        &fx("dinov2/plain"),
+        &OpenOptions {
+            size: Some(4),
+            ..OpenOptions::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("--size 4"), "{e}");
+}
+
+/// `pooled`: every tower's pooler_output as one token (CLIP: its normed class token, SigLIP:
+/// the attention-pooling head, DINOv2: the class token of the last state), the library's bit
+/// for bit; with a layer it is refused in one line.
+#[test]
+fn a_tower_gives_its_pooled_output_as_one_token() {
+    use imgseq_vit::tower::VisionModel;
+    let pic = RgbImage::from_fn(40, 40, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    let o = OpenOptions {
+        pooled: true,
+        ..OpenOptions::default()
+    };
+    for src in ["clip/vision", "siglip/vision", "dinov2/plain"] {
+        let t = open(&fx(src), &o).unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert_eq!(t.describe().output.shape, vec![1, 32], "{src}");
+        let x = t.input().square(&pic).unwrap();
+        let got = t.encode_pictures(std::slice::from_ref(&x)).unwrap();
+        let input = t.input_tensor(std::slice::from_ref(&x)).unwrap();
+        let dev = candle_core::Device::Cpu;
+        let out = match src {
+            "clip/vision" => imgseq_vit::clip::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
+            "siglip/vision" => imgseq_vit::siglip::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
+            _ => imgseq_vit::dinov2::load(&fx(src), &dev)
+                .unwrap()
+                .forward_tower(&input),
+        }
+        .unwrap();
+        let want: Vec<u32> = out
+            .pooled
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits(&got), want, "{src}");
+    }
+    let e = open(
+        &fx("siglip/vision"),
+        &OpenOptions {
+            pooled: true,
+            layer: Some(-2),
+            ..OpenOptions::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("pooled") && e.lines().count() == 1, "{e}");
 }

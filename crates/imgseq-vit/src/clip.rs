@@ -12,10 +12,10 @@
 //! Weights: a `CLIPVisionModel.save_pretrained` folder (names as above) or a full CLIP
 //! checkpoint (`vision_model.` + name; the text tower's tensors are left out).
 
-use crate::model::{layer_norm, LayerNorm, Linear};
+use crate::model::{layer_norm, LayerNorm};
+use crate::tower::{self, Activation, BlockSizes, EncoderLayer, PatchEmbed, TowerOutput};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
-use imgseq_kernels::ops;
 use serde::{Deserialize, Serialize};
 
 /// `CLIPVisionConfig`, upstream names and defaults.
@@ -74,12 +74,7 @@ impl ClipVisionConfig {
                 c.hidden_size, c.num_attention_heads
             ));
         }
-        if !matches!(c.hidden_act.as_str(), "quick_gelu" | "gelu") {
-            return Err(format!(
-                "hidden_act `{}`: imgseq runs quick_gelu and gelu",
-                c.hidden_act
-            ));
-        }
+        Activation::from_hf(&c.hidden_act)?;
         let limits = [
             ("hidden_size", c.hidden_size, 8192),
             ("intermediate_size", c.intermediate_size, 32768),
@@ -96,73 +91,15 @@ impl ClipVisionConfig {
     }
 }
 
-/// One pre-LN block (`encoder.layers.N`).
-#[derive(Debug, Clone)]
-struct ClipLayer {
-    layer_norm1: LayerNorm,
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    out_proj: Linear,
-    layer_norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    heads: usize,
-    quick_gelu: bool,
-}
-
-impl ClipLayer {
-    fn new(cfg: &ClipVisionConfig, vb: VarBuilder) -> Result<Self> {
-        let (h, m, eps) = (cfg.hidden_size, cfg.intermediate_size, cfg.layer_norm_eps);
-        let a = vb.pp("self_attn");
-        let lin = |i, o, vb| Linear::new(i, o, true, 0.02, vb);
-        Ok(Self {
-            layer_norm1: layer_norm(h, eps, vb.pp("layer_norm1"))?,
-            q_proj: lin(h, h, a.pp("q_proj"))?,
-            k_proj: lin(h, h, a.pp("k_proj"))?,
-            v_proj: lin(h, h, a.pp("v_proj"))?,
-            out_proj: lin(h, h, a.pp("out_proj"))?,
-            layer_norm2: layer_norm(h, eps, vb.pp("layer_norm2"))?,
-            fc1: lin(h, m, vb.pp("mlp").pp("fc1"))?,
-            fc2: lin(m, h, vb.pp("mlp").pp("fc2"))?,
-            heads: cfg.num_attention_heads,
-            quick_gelu: cfg.hidden_act == "quick_gelu",
-        })
-    }
-
-    /// # Shapes
-    /// (b, n, D) → (b, n, D)
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, n, d) = x.dims3()?;
-        let hd = d / self.heads;
-        let y = self.layer_norm1.forward(x)?;
-        let heads = |t: Tensor| t.reshape((b, n, self.heads, hd))?.transpose(1, 2);
-        let q = heads(self.q_proj.forward(&y)?)?;
-        let k = heads(self.k_proj.forward(&y)?)?;
-        let v = heads(self.v_proj.forward(&y)?)?;
-        let ctx = ops::attention(&q, &k, &v, 1.0 / (hd as f64).sqrt())?; // (b, heads, n, hd)
-        let ctx = ctx.transpose(1, 2)?.reshape((b, n, d))?;
-        let x = (x + self.out_proj.forward(&ctx)?)?;
-        let h = self.fc1.forward(&self.layer_norm2.forward(&x)?)?; // (b, n, m)
-        let h = if self.quick_gelu {
-            // x · σ(1.702 x)
-            (&h * candle_nn::ops::sigmoid(&(&h * 1.702)?)?)?
-        } else {
-            ops::gelu(&h)?
-        };
-        x + self.fc2.forward(&h)?
-    }
-}
-
 /// `CLIPVisionModel`.
 #[derive(Debug, Clone)]
 pub struct ClipVisionModel {
     pub cfg: ClipVisionConfig,
-    class_embedding: Tensor,    // (D)
-    patch_embedding: Tensor,    // (D, C·p·p)
+    class_embedding: Tensor, // (D)
+    patch_embedding: PatchEmbed,
     position_embedding: Tensor, // (1 + n, D)
     pre_layrnorm: LayerNorm,
-    layers: Vec<ClipLayer>,
+    layers: Vec<EncoderLayer>,
     post_layernorm: LayerNorm,
 }
 
@@ -182,17 +119,21 @@ impl ClipVisionModel {
         let n = cfg.grid() * cfg.grid();
         let e = vb.pp("embeddings");
         let vl = vb.pp("encoder").pp("layers");
+        let sizes = BlockSizes {
+            hidden: d,
+            intermediate: cfg.intermediate_size,
+            heads: cfg.num_attention_heads,
+            eps: cfg.layer_norm_eps,
+            act: Activation::from_hf(&cfg.hidden_act).map_err(candle_core::Error::msg)?,
+        };
         Ok(Self {
             cfg: cfg.clone(),
             class_embedding: e.get(d, "class_embedding")?,
-            patch_embedding: e
-                .pp("patch_embedding")
-                .get((d, c, p, p), "weight")?
-                .reshape((d, c * p * p))?,
+            patch_embedding: PatchEmbed::new(d, c, p, false, &e.pp("patch_embedding"))?,
             position_embedding: e.pp("position_embedding").get((n + 1, d), "weight")?,
             pre_layrnorm: layer_norm(d, cfg.layer_norm_eps, vb.pp("pre_layrnorm"))?,
             layers: (0..cfg.num_hidden_layers)
-                .map(|i| ClipLayer::new(cfg, vl.pp(i)))
+                .map(|i| EncoderLayer::new(sizes, vl.pp(i)))
                 .collect::<Result<_>>()?,
             post_layernorm: layer_norm(d, cfg.layer_norm_eps, vb.pp("post_layernorm"))?,
         })
@@ -202,19 +143,12 @@ impl ClipVisionModel {
     /// (b, C, S, S) → (b, 1 + n, D): the class embedding, then the patches in raster order,
     /// positions added.
     fn embeddings(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, c, h, w) = x.dims4()?;
-        let p = self.cfg.patch_size;
+        let (b, _, h, w) = x.dims4()?;
         let s = self.cfg.image_size;
         if h != s || w != s {
             candle_core::bail!("the CLIP tower reads {s}×{s} pictures; got {h}×{w}");
         }
-        let g = s / p;
-        let patches = x
-            .reshape((b, c, g, p, g, p))?
-            .permute((0, 2, 4, 1, 3, 5))?
-            .contiguous()?
-            .reshape((b, g * g, c * p * p))?;
-        let patches = ops::linear(&patches, &self.patch_embedding, None)?; // (b, n, D)
+        let (patches, _) = self.patch_embedding.forward(x)?; // (b, n, D)
         let d = self.cfg.hidden_size;
         let cls = self
             .class_embedding
@@ -271,11 +205,10 @@ pub fn is_clip_config(v: &serde_json::Value) -> bool {
 
 /// Whether the file at `path` is a CLIP `config.json` (at most 1 MiB, else no).
 pub fn is_clip_config_file(path: &std::path::Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 1 << 20)
-        && std::fs::read(path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .is_some_and(|v| is_clip_config(&v))
+    matches!(
+        tower::model_type_of(path).as_deref(),
+        Some("clip" | "clip_vision_model")
+    )
 }
 
 /// The tower from a folder (`config.json` + `model.safetensors`) or a safetensors file with
@@ -286,23 +219,10 @@ pub fn load(
     device: &candle_core::Device,
 ) -> imgseq_core::Result<ClipVisionModel> {
     use imgseq_core::Error;
-    let (file, cfg_path) = if source.is_dir() {
-        (source.join("model.safetensors"), source.join("config.json"))
-    } else {
-        let dir = source.parent().unwrap_or(std::path::Path::new("."));
-        (source.to_path_buf(), dir.join("config.json"))
-    };
-    let bytes = imgseq_core::weights::read_regular_file(&cfg_path, 1 << 20, "a config")?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::format(&cfg_path, format!("not valid JSON ({e})")))?;
+    let (file, cfg_path) = tower::files_of(source);
+    let v = tower::read_config(&cfg_path)?;
     let cfg = config_from_json(&v).map_err(|m| Error::format(&cfg_path, m))?;
-    let mut map = imgseq_core::weights::load_tensors(&file, device)?;
-    if map.keys().any(|k| k.starts_with(FULL_PREFIX)) {
-        map = map
-            .into_iter()
-            .filter_map(|(k, t)| k.strip_prefix(FULL_PREFIX).map(|s| (s.to_string(), t)))
-            .collect();
-    }
+    let map = tower::tower_tensors(&file, FULL_PREFIX, device)?;
     let w = imgseq_core::weights::AuditedWeights::new(&file, map);
     let model = ClipVisionModel::new(&cfg, w.var_builder(candle_core::DType::F32, device))
         .map_err(|e| {
@@ -317,105 +237,53 @@ pub fn load(
 
 /// The tower as a tokenizer: pictures (CLIP's processor: shorter side resized, centre crop,
 /// [0, 1], CLIP's mean and std) → one hidden state, class token first.
-pub struct ClipTower {
-    pub model: ClipVisionModel,
-    /// Which hidden state: −1 the last (transformers' `last_hidden_state`), −2 LLaVA's.
-    pub layer: isize,
-    /// The patch tokens only (LLaVA's `patch` feature), without the class token.
-    pub patches_only: bool,
-}
+pub type ClipTower = tower::Tower<ClipVisionModel>;
 
-impl ClipTower {
-    /// Refuses a layer the tower does not have (one line naming the range).
-    pub fn check_layer(&self) -> imgseq_core::Result<()> {
-        self.index(self.model.cfg.num_hidden_layers + 1).map(|_| ())
-    }
-
-    /// The hidden state `layer` names (from the end when negative), of `n` states.
-    fn index(&self, n: usize) -> imgseq_core::Result<usize> {
-        let n = n as isize;
-        let i = if self.layer < 0 {
-            n + self.layer
-        } else {
-            self.layer
-        };
-        if !(0..n).contains(&i) {
-            return Err(imgseq_core::Error::invalid(format!(
-                "layer {}: the tower has hidden states 0 to {} (−1 the last)",
-                self.layer,
-                n - 1
-            )));
-        }
-        Ok(i as usize)
-    }
-
-    /// The chosen hidden state, with or without the class token.
-    fn pick(&self, out: &ClipOutput) -> imgseq_core::Result<Tensor> {
-        let h = &out.hidden_states[self.index(out.hidden_states.len())?];
-        let n = h.dim(1)?;
-        Ok(if self.patches_only {
-            h.narrow(1, 1, n - 1)?
-        } else {
-            h.clone()
-        })
+/// What [`ClipTower`] reads at the tower's `image_size`.
+pub fn pixels(cfg: &ClipVisionConfig) -> tower::Pixels {
+    tower::Pixels {
+        size: cfg.image_size as u32,
+        crop: imgseq_core::input::Crop::ShorterSide,
+        mean: CLIP_MEAN,
+        std: CLIP_STD,
     }
 }
 
-impl imgseq_core::tokenizer::Tokenizer for ClipTower {
+impl tower::VisionModel for ClipVisionModel {
+    fn family(&self) -> &'static str {
+        "clip"
+    }
+
     fn label(&self) -> String {
         "CLIP vision tower (transformers CLIPVisionModel)".into()
     }
 
-    fn describe(&self) -> imgseq_core::tokenizer::Description {
-        use imgseq_core::tokenizer::{Description, OutputKind, OutputSpec};
-        let c = &self.model.cfg;
-        let mut config = serde_json::to_value(c).unwrap_or_default();
-        config["layer"] = serde_json::json!(self.layer);
-        config["patches_only"] = serde_json::json!(self.patches_only);
-        let tokens = c.grid() * c.grid() + usize::from(!self.patches_only);
-        let mut d = Description::basic(
-            "clip",
-            &self.label(),
-            self.input(),
-            OutputSpec {
-                kind: OutputKind::Embeddings,
-                shape: vec![tokens, c.hidden_size],
-                codebook_size: None,
-                scales: None,
-            },
-        );
-        d.config = config;
-        d
+    fn config_value(&self) -> serde_json::Value {
+        serde_json::to_value(&self.cfg).unwrap_or_default()
     }
 
-    fn input(&self) -> imgseq_core::input::InputSpec {
-        imgseq_core::input::InputSpec {
-            size: self.model.cfg.image_size as u32,
-            crop: imgseq_core::input::Crop::ShorterSide,
-            channels: 3,
-            range: imgseq_core::image_io::PixelRange::ZeroOne,
-        }
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
     }
 
-    fn input_tensor(&self, imgs: &[image::RgbImage]) -> imgseq_core::Result<Tensor> {
-        let x = self.input().to_tensor(imgs)?; // (b, 3, S, S) in [0, 1]
-        let dev = x.device().clone();
-        let mean = Tensor::from_slice(&CLIP_MEAN, (1, 3, 1, 1), &dev)?;
-        let std = Tensor::from_slice(&CLIP_STD, (1, 3, 1, 1), &dev)?;
-        Ok(x.broadcast_sub(&mean)?.broadcast_div(&std)?)
+    fn num_hidden_layers(&self) -> usize {
+        self.cfg.num_hidden_layers
     }
 
-    fn encode(&self, x: &Tensor) -> imgseq_core::Result<imgseq_core::tokenizer::Encoded> {
-        let out = self.model.forward_all(x)?;
-        let h = self.pick(&out)?;
-        let (n, tokens, dim) = h.dims3()?;
-        Ok(imgseq_core::tokenizer::Encoded::Embeddings(
-            imgseq_core::tokenizer::Embeddings {
-                n,
-                tokens,
-                dim,
-                data: h.flatten_all()?.to_vec1::<f32>()?,
-            },
-        ))
+    fn patch_size(&self) -> usize {
+        self.cfg.patch_size
+    }
+
+    fn prefix_tokens(&self) -> usize {
+        1
+    }
+
+    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
+        let out = self.forward_all(x)?;
+        Ok(TowerOutput {
+            last_hidden_state: out.hidden_states.last().expect("non-empty").clone(),
+            hidden_states: out.hidden_states,
+            pooled: Some(out.pooled),
+        })
     }
 }

@@ -34,12 +34,69 @@ pub fn bicubic_matrix(inp: usize, out: usize) -> Vec<f32> {
     m
 }
 
+/// The (out, inp) matrix of PyTorch's `F.interpolate(mode="bicubic", align_corners=False,
+/// antialias=True)` along one axis (`upsample_bicubic2d_aa`, what DINOv2 with registers
+/// interpolates its positions with): output `i` is centred on source `(i + 0.5)·scale`,
+/// `scale = inp/out`; the cubic (a = −0.5) is stretched by `max(scale, 1)` when shrinking; the
+/// taps from `trunc(centre − support + 0.5)` (at least 0) to `trunc(centre + support + 0.5)`
+/// (at most `inp`), weights normalised to sum 1.
+pub fn bicubic_aa_matrix(inp: usize, out: usize) -> Vec<f32> {
+    fn cubic(x: f64) -> f64 {
+        const A: f64 = -0.5;
+        let x = x.abs();
+        if x < 1.0 {
+            ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            (((x - 5.0) * x + 8.0) * x - 4.0) * A
+        } else {
+            0.0
+        }
+    }
+    let mut m = vec![0f32; out * inp];
+    let scale = inp as f64 / out as f64;
+    let (support, invscale) = if scale >= 1.0 {
+        (2.0 * scale, 1.0 / scale)
+    } else {
+        (2.0, 1.0)
+    };
+    for o in 0..out {
+        let centre = scale * (o as f64 + 0.5);
+        let lo = ((centre - support + 0.5) as i64).max(0) as usize;
+        let hi = ((centre + support + 0.5) as i64).min(inp as i64) as usize;
+        let w: Vec<f64> = (lo..hi)
+            .map(|j| cubic((j as f64 - centre + 0.5) * invscale))
+            .collect();
+        let total: f64 = w.iter().sum();
+        for (j, wj) in (lo..hi).zip(&w) {
+            m[o * inp + j] = if total != 0.0 { wj / total } else { 0.0 } as f32;
+        }
+    }
+    m
+}
+
 /// Resizes a (h, w, c) grid to (new_h, new_w, c) bicubically.
 pub fn bicubic_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<Tensor> {
+    resize_grid(grid, new_h, new_w, bicubic_matrix)
+}
+
+/// Resizes a (h, w, c) grid to (new_h, new_w, c) bicubically with antialiasing
+/// ([`bicubic_aa_matrix`]).
+pub fn bicubic_aa_resize_grid(grid: &Tensor, new_h: usize, new_w: usize) -> Result<Tensor> {
+    resize_grid(grid, new_h, new_w, bicubic_aa_matrix)
+}
+
+/// Resizes a (h, w, c) grid to (new_h, new_w, c) by the separable `matrix` (rows, then
+/// columns).
+fn resize_grid(
+    grid: &Tensor,
+    new_h: usize,
+    new_w: usize,
+    matrix: fn(usize, usize) -> Vec<f32>,
+) -> Result<Tensor> {
     let (h, w, c) = grid.dims3()?;
     let dev = grid.device();
-    let mh = Tensor::from_vec(bicubic_matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
-    let mw = Tensor::from_vec(bicubic_matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
+    let mh = Tensor::from_vec(matrix(h, new_h), (new_h, h), dev)?.to_dtype(grid.dtype())?;
+    let mw = Tensor::from_vec(matrix(w, new_w), (new_w, w), dev)?.to_dtype(grid.dtype())?;
     let rows = mh
         .matmul(&grid.reshape((h, w * c))?)?
         .reshape((new_h, w, c))?; // (new_h, w, c)
@@ -69,9 +126,30 @@ mod tests {
     }
 
     #[test]
+    fn aa_same_size_is_identity() {
+        let m = bicubic_aa_matrix(5, 5);
+        for i in 0..5 {
+            for j in 0..5 {
+                let want = if i == j { 1.0 } else { 0.0 };
+                assert!((m[i * 5 + j] - want).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
     fn rows_sum_to_one_so_constants_survive() {
-        for (i, o) in [(8, 12), (8, 5), (3, 7)] {
-            let m = bicubic_matrix(i, o);
+        for (i, o, aa) in [
+            (8, 12, false),
+            (8, 5, false),
+            (3, 7, false),
+            (8, 5, true),
+            (5, 7, true),
+        ] {
+            let m = if aa {
+                bicubic_aa_matrix(i, o)
+            } else {
+                bicubic_matrix(i, o)
+            };
             for r in 0..o {
                 let s: f32 = m[r * i..(r + 1) * i].iter().sum();
                 assert!((s - 1.0).abs() < 1e-5, "{i}->{o} row {r}: {s}");

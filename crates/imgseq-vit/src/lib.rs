@@ -25,6 +25,7 @@ pub mod checkpoint;
 pub mod clip;
 pub mod config;
 pub mod data;
+pub mod dinov2;
 pub mod eval;
 pub mod fused;
 pub mod inference;
@@ -36,7 +37,9 @@ pub mod model;
 pub mod position_plot;
 pub mod precision;
 pub mod run;
+pub mod siglip;
 pub mod tokenizer;
+pub mod tower;
 
 pub use config::ViTConfig;
 pub use inference::Classifier;

@@ -54,6 +54,15 @@ impl Linear {
         })
     }
 
+    /// A layer of weights already read (a fused projection's slice, say).
+    pub(crate) fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self {
+            weight,
+            bias,
+            bf16: None,
+        }
+    }
+
     /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
     /// the packed copy.
     pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {

@@ -17,8 +17,8 @@ use crate::precision_arg::PrecisionArg;
 pub struct ModelArgs {
     /// The model: a weights file or folder of any family the loader reads — taming .ckpt or
     /// safetensors, LlamaGen .pt, a diffusers or Janus folder, IBQ or Open-MAGVIT2 .ckpt, VAR's
-    /// .pth, a Chameleon VQ or CLIP vision folder, an AutoencoderKL, a catalogue name
-    /// (`imgseq models`) or hf:ORG/NAME (default: the shipped weights/vqgan).
+    /// .pth, a Chameleon VQ folder, a CLIP, SigLIP or DINOv2 vision folder, an AutoencoderKL, a
+    /// catalogue name (`imgseq models`) or hf:ORG/NAME (default: the shipped weights/vqgan).
     #[arg(long, visible_alias = "model", value_name = "PATH")]
     pub weights: Option<PathBuf>,
     /// Model config: config.json or taming's model.yaml (default: beside the weights).
@@ -40,15 +40,20 @@ pub struct ModelArgs {
     pub tower: TowerArgs,
 }
 
-/// Vision towers' settings (CLIP; other families refuse them).
+/// Vision towers' settings (CLIP, SigLIP, DINOv2; other families refuse them).
 #[derive(Args, Clone, Default)]
 pub struct TowerArgs {
-    /// A vision tower's hidden state: -1 the last, -2 what LLaVA reads (docs/vit-tokens.md).
+    /// A vision tower's hidden state, as transformers' hidden_states[N]: -1 the last block's
+    /// output, -2 what LLaVA reads (default: its last_hidden_state; docs/vit-tokens.md).
     #[arg(long, allow_negative_numbers = true)]
     pub layer: Option<isize>,
-    /// A vision tower's patch tokens only, without the class token (LLaVA's "patch" feature).
+    /// A vision tower's patch tokens only, without the class token and registers (LLaVA's
+    /// "patch" feature).
     #[arg(long)]
     pub patches_only: bool,
+    /// A vision tower's pooled output (transformers' pooler_output): one vector per picture.
+    #[arg(long, conflicts_with_all = ["layer", "patches_only"])]
+    pub pooled: bool,
 }
 
 /// Continuous-latent models' settings (VAEs; discrete families refuse them).
@@ -113,6 +118,7 @@ impl ModelArgs {
             tile: self.latent.tile,
             layer: self.tower.layer,
             patches_only: self.tower.patches_only,
+            pooled: self.tower.pooled,
         }
     }
 

@@ -3,5 +3,8 @@
 
 mod clip;
 mod common;
+mod dinov2;
 mod fused;
 mod hf_parity;
+mod siglip;
+mod towers_released;

@@ -1,0 +1,58 @@
+//! What the vision-tower families ([`crate::clip`], [`crate::siglip`], [`crate::dinov2`])
+//! share when they open a model: the options a tower refuses and the [`Opened`] of a tower.
+
+use crate::family::{OpenOptions, Probe};
+use crate::Opened;
+use imgseq_core::{Error, Result};
+use imgseq_kernels::PrecisionRequest;
+use imgseq_vit::tower::{files_of, Tower, VisionModel};
+
+/// Refuses what a tower (named `label`) does not do: the continuous-latent options, bf16, EMA
+/// weights and a config other than its own `config.json` (one line).
+pub(crate) fn refuse_options(p: &Probe, o: &OpenOptions, label: &str) -> Result<()> {
+    o.refuse_latent_options(label)?;
+    if o.precision == PrecisionRequest::Bf16 || o.bf16_encoder || o.raw || o.config.is_some() {
+        return Err(Error::invalid(format!(
+            "{}: a {label} runs its f32 weights with its own config.json (no --precision bf16, \
+             --bf16-encoder, --raw or --config)",
+            p.source.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an input side other than `side`, the only one the tower (named `label`) reads.
+pub(crate) fn refuse_other_size(p: &Probe, o: &OpenOptions, side: u32, label: &str) -> Result<()> {
+    match o.size.filter(|&s| s != side) {
+        Some(s) => Err(Error::invalid(format!(
+            "{}: the {label} reads {side}×{side} pictures (its image_size); --size {s} would \
+             need interpolated positions, which imgseq does for DINOv2 only",
+            p.source.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The tower of the model at `p` with the options' layer choice (a layer it lacks refused).
+pub(crate) fn opened<M: VisionModel + 'static>(
+    p: &Probe,
+    o: &OpenOptions,
+    model: M,
+    pixels: imgseq_vit::tower::Pixels,
+) -> Result<Opened> {
+    let t = Tower {
+        model,
+        layer: o.layer,
+        patches_only: o.patches_only,
+        pooled: o.pooled,
+        pixels,
+    };
+    t.check_layer()?;
+    let (weights, config) = files_of(p.source);
+    Ok(Opened::new(
+        Box::new(t),
+        p.source,
+        &weights,
+        vec![weights.clone(), config],
+    ))
+}
