@@ -10,6 +10,7 @@
 //! * [`vq`]: the VQ families of `imgseq-vqgan` (taming, LlamaGen, diffusers `VQModel`, Janus,
 //!   IBQ: one network, told apart by their configs and weight names).
 //! * [`lfq`]: Open-MAGVIT2 (`imgseq-lfq`).
+//! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`).
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
@@ -19,6 +20,7 @@
 
 pub mod catalogue;
 pub mod clip;
+pub mod emu3;
 pub mod family;
 pub mod files;
 pub mod hub;

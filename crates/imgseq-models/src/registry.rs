@@ -12,6 +12,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::lfq::OpenMagvit2,
     &crate::var::Var,
     &crate::clip::Clip,
+    &crate::emu3::Emu3,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];
