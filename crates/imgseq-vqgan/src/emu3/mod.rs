@@ -397,7 +397,7 @@ mod tests {
             (serde_json::json!({"hidden_size": 512}), "hidden_size"),
             (serde_json::json!({"num_attention_heads": 3}), "num_attention_heads"),
             (serde_json::json!({"temporal_downsample_factor": 3}), "temporal"),
-            (serde_json::json!({"base_channels": 48, "hidden_size": 192}), "32 groups"),
+            (serde_json::json!({"base_channels": 48, "hidden_size": 192}), "32"),
         ] {
             let e = Emu3Config::from_json(&v, p).unwrap_err().to_string();
             assert!(e.contains(word), "{v}: {e}");
