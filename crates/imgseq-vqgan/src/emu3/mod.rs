@@ -322,7 +322,12 @@ pub fn from_original_names(map: HashMap<String, Tensor>) -> Result<HashMap<Strin
                 }
             } else if s.get(at).map(String::as_str) == Some("norm") {
                 s.remove(at);
-                s[a] = if at == a + 2 { "attn_norms" } else { "attn_norm" }.into();
+                s[a] = if at == a + 2 {
+                    "attn_norms"
+                } else {
+                    "attn_norm"
+                }
+                .into();
             }
         }
         out.insert(s.join("."), t);
@@ -374,8 +379,14 @@ mod tests {
     #[test]
     fn defaults_are_the_released_vision_tokenizer() {
         let c = Emu3Config::default();
-        assert_eq!((c.codebook_size, c.embed_dim, c.latent_channels), (32768, 4, 4));
-        assert_eq!((c.base_channels, c.channel_multiplier.clone()), (256, vec![1, 2, 2, 4]));
+        assert_eq!(
+            (c.codebook_size, c.embed_dim, c.latent_channels),
+            (32768, 4, 4)
+        );
+        assert_eq!(
+            (c.base_channels, c.channel_multiplier.clone()),
+            (256, vec![1, 2, 2, 4])
+        );
         assert_eq!((c.num_res_blocks, c.attn_resolutions.clone()), (2, vec![3]));
         assert_eq!((c.hidden_size, c.num_attention_heads), (1024, 1));
         assert_eq!((c.downsample_factor(), c.temporal_blocks()), (8, 2));
@@ -395,9 +406,18 @@ mod tests {
             (serde_json::json!({"embed_dim": 8}), "latent_channels"),
             (serde_json::json!({"double_latent": true}), "double_latent"),
             (serde_json::json!({"hidden_size": 512}), "hidden_size"),
-            (serde_json::json!({"num_attention_heads": 3}), "num_attention_heads"),
-            (serde_json::json!({"temporal_downsample_factor": 3}), "temporal"),
-            (serde_json::json!({"base_channels": 48, "hidden_size": 192}), "32"),
+            (
+                serde_json::json!({"num_attention_heads": 3}),
+                "num_attention_heads",
+            ),
+            (
+                serde_json::json!({"temporal_downsample_factor": 3}),
+                "temporal",
+            ),
+            (
+                serde_json::json!({"base_channels": 48, "hidden_size": 192}),
+                "32",
+            ),
         ] {
             let e = Emu3Config::from_json(&v, p).unwrap_err().to_string();
             assert!(e.contains(word), "{v}: {e}");
@@ -411,8 +431,14 @@ mod tests {
         let v = serde_json::json!({"model_type": "Emu3VisionVQ", "ch": 32, "ch_mult": [1, 2],
             "z_channels": 8, "embed_dim": 8, "attn_resolutions": [1]});
         let c = Emu3Config::from_json(&v, p).unwrap();
-        assert_eq!((c.base_channels, c.channel_multiplier.clone()), (32, vec![1, 2]));
-        assert_eq!((c.latent_channels, c.hidden_size, c.num_attention_heads), (8, 64, 1));
+        assert_eq!(
+            (c.base_channels, c.channel_multiplier.clone()),
+            (32, vec![1, 2])
+        );
+        assert_eq!(
+            (c.latent_channels, c.hidden_size, c.num_attention_heads),
+            (8, 64, 1)
+        );
         let released = serde_json::json!({"model_type": "Emu3VisionVQ"});
         assert_eq!(
             Emu3Config::from_json(&released, p).unwrap(),
@@ -421,21 +447,48 @@ mod tests {
         let dev = Device::Cpu;
         let w = Tensor::zeros((2, 2, 1, 1), DType::F32, &dev).unwrap();
         let names = [
-            ("encoder.down.1.attn.0.norm.weight", "encoder.down_block.down.1.attn_norms.0.weight"),
-            ("encoder.down.1.attn.0.q.weight", "encoder.down_block.down.1.attn.0.q_proj.weight"),
-            ("encoder.mid.attn_1.proj_out.bias", "encoder.middle_block.attn_1.out_proj.bias"),
-            ("decoder.mid.attn_1.norm.conv_y.weight", "decoder.middle_block.attn_norm.conv_y.weight"),
-            ("decoder.up.1.attn.1.norm.norm_layer.bias", "decoder.up_block.up.1.attn_norms.1.norm_layer.bias"),
-            ("decoder.up.0.upsample.conv.weight", "decoder.up_block.up.0.upsample.conv.weight"),
-            ("decoder.time_conv.0.conv.conv.weight", "decoder.time_conv.0.conv.conv.weight"),
+            (
+                "encoder.down.1.attn.0.norm.weight",
+                "encoder.down_block.down.1.attn_norms.0.weight",
+            ),
+            (
+                "encoder.down.1.attn.0.q.weight",
+                "encoder.down_block.down.1.attn.0.q_proj.weight",
+            ),
+            (
+                "encoder.mid.attn_1.proj_out.bias",
+                "encoder.middle_block.attn_1.out_proj.bias",
+            ),
+            (
+                "decoder.mid.attn_1.norm.conv_y.weight",
+                "decoder.middle_block.attn_norm.conv_y.weight",
+            ),
+            (
+                "decoder.up.1.attn.1.norm.norm_layer.bias",
+                "decoder.up_block.up.1.attn_norms.1.norm_layer.bias",
+            ),
+            (
+                "decoder.up.0.upsample.conv.weight",
+                "decoder.up_block.up.0.upsample.conv.weight",
+            ),
+            (
+                "decoder.time_conv.0.conv.conv.weight",
+                "decoder.time_conv.0.conv.conv.weight",
+            ),
             ("quantize.embedding.weight", "quantize.embedding.weight"),
         ];
-        let map = names.iter().map(|(k, _)| (k.to_string(), w.clone())).collect();
+        let map = names
+            .iter()
+            .map(|(k, _)| (k.to_string(), w.clone()))
+            .collect();
         let got = from_original_names(map).unwrap();
         for (from, to) in names {
             assert!(got.contains_key(to), "{from} → {to}: {:?}", got.keys());
         }
-        assert_eq!(got["encoder.down_block.down.1.attn.0.q_proj.weight"].dims(), &[2, 2]);
+        assert_eq!(
+            got["encoder.down_block.down.1.attn.0.q_proj.weight"].dims(),
+            &[2, 2]
+        );
     }
 
     #[test]
@@ -452,7 +505,11 @@ mod tests {
             .map(|k| (k, t.clone()))
             .collect();
             let got: Vec<String> = vq_part(map).into_keys().collect();
-            assert_eq!(got, vec!["quantize.embedding.weight".to_string()], "{prefix}");
+            assert_eq!(
+                got,
+                vec!["quantize.embedding.weight".to_string()],
+                "{prefix}"
+            );
         }
     }
 }

@@ -28,7 +28,10 @@ fn emu3_folder_and_full_model_give_transformers_latents_tokens_and_decode() {
         let l = emu3::load(&fx(src), None, &Device::Cpu).unwrap();
         let m = &l.model;
         let c = m.config();
-        assert_eq!((c.codebook_size, c.embed_dim, c.num_attention_heads), (64, 4, 2));
+        assert_eq!(
+            (c.codebook_size, c.embed_dim, c.num_attention_heads),
+            (64, 4, 2)
+        );
         let h = m.encode_latents(&io["x"]).unwrap();
         let rel_h = rel_diff(&h, &io["h"]);
         assert!(rel_h < 1e-4, "{src}: latents {rel_h}");
@@ -69,7 +72,10 @@ fn emu3_tokenizer_round_trips_its_grid_and_refuses_codes_outside_the_codebook() 
     let l = emu3::load(&fx("vq"), None, &Device::Cpu).unwrap();
     let t = Emu3Tokenizer::new(l.model, 32).unwrap();
     let d = t.describe();
-    assert_eq!((d.family.as_str(), d.output.shape.clone()), ("emu3", vec![16, 16]));
+    assert_eq!(
+        (d.family.as_str(), d.output.shape.clone()),
+        ("emu3", vec![16, 16])
+    );
     let tokens = t.encode(&io()["x"]).unwrap().into_tokens().unwrap();
     assert_eq!((tokens.n, tokens.h, tokens.w), (2, 16, 16));
     assert_eq!(tokens.data, as_i64(&io()["tokens"]));
@@ -85,15 +91,36 @@ fn emu3_tokenizer_round_trips_its_grid_and_refuses_codes_outside_the_codebook() 
 #[test]
 fn emu3_config_of_a_folder_is_refused_in_one_line_when_it_is_not_emu3() {
     let d = tempfile::tempdir().unwrap();
-    std::fs::copy(fx("vq/model.safetensors"), d.path().join("model.safetensors")).unwrap();
-    std::fs::write(d.path().join("config.json"), r#"{"model_type": "chameleon_vqgan"}"#).unwrap();
-    let e = emu3::load(d.path(), None, &Device::Cpu).err().unwrap().to_string();
+    std::fs::copy(
+        fx("vq/model.safetensors"),
+        d.path().join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("config.json"),
+        r#"{"model_type": "chameleon_vqgan"}"#,
+    )
+    .unwrap();
+    let e = emu3::load(d.path(), None, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("config.json") && e.contains("emu3_vqgan"), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
     // Weights of another model under an Emu3 config: the missing tensor is named.
-    std::fs::write(d.path().join("config.json"), r#"{"model_type": "emu3_vqgan"}"#).unwrap();
-    let e = emu3::load(d.path(), None, &Device::Cpu).err().unwrap().to_string();
-    assert!(e.contains("model.safetensors") && e.contains("shape"), "{e}");
+    std::fs::write(
+        d.path().join("config.json"),
+        r#"{"model_type": "emu3_vqgan"}"#,
+    )
+    .unwrap();
+    let e = emu3::load(d.path(), None, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("shape"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
