@@ -218,13 +218,13 @@ impl Emu3Config {
         }
         let levels = self.channel_multiplier.len();
         let width = |i: usize| self.base_channels * self.channel_multiplier[i];
-        if let Some(i) = (0..levels).find(|&i| width(i) % 32 != 0) {
+        if let Some(i) = (0..levels).find(|&i| !width(i).is_multiple_of(32)) {
             return bad(format!(
                 "level {i} has {} channels, not a multiple of GroupNorm's 32 groups",
                 width(i)
             ));
         }
-        if self.base_channels % 32 != 0 {
+        if !self.base_channels.is_multiple_of(32) {
             return bad(format!(
                 "`base_channels` {} is not a multiple of GroupNorm's 32 groups",
                 self.base_channels
@@ -248,7 +248,7 @@ impl Emu3Config {
             }
         }
         let heads = self.num_attention_heads;
-        if heads == 0 || self.hidden_size % heads != 0 {
+        if heads == 0 || !self.hidden_size.is_multiple_of(heads) {
             return bad(format!(
                 "`hidden_size` {} is not a multiple of `num_attention_heads` {heads}",
                 self.hidden_size

@@ -203,7 +203,12 @@ fn nearest_to(x: &Tensor, h: usize, w: usize) -> Result<Tensor> {
     let (_, _, h0, w0) = x.dims4()?;
     let mut y = x.clone();
     let (mut hc, mut wc) = (h0, w0);
-    while hc * 2 <= h && wc * 2 <= w && h % (hc * 2) == 0 && w % (wc * 2) == 0 && h / hc == w / wc {
+    while hc * 2 <= h
+        && wc * 2 <= w
+        && h.is_multiple_of(hc * 2)
+        && w.is_multiple_of(wc * 2)
+        && h / hc == w / wc
+    {
         y = ops::upsample_nearest2x(&y)?;
         (hc, wc) = (hc * 2, wc * 2);
     }
