@@ -90,6 +90,17 @@ pub static CATALOGUE: &[Entry] = &[
         figures_from: None,
     },
     Entry {
+        name: "emu3-vision-tokenizer",
+        source: "hf:BAAI/Emu3-VisionTokenizer",
+        config: None,
+        family: "emu3",
+        tokens: "64x64 codes of 32,768 at 512² (f8; an image as 4 repeated frames)",
+        licence: "Apache-2.0",
+        gated: false,
+        published: None,
+        figures_from: None,
+    },
+    Entry {
         name: "var-vae",
         source: "hf:FoundationVision/var/vae_ch160v4096z32.pth",
         config: None,
@@ -283,6 +294,7 @@ mod tests {
             "taming",
             "ibq",
             "open_magvit2",
+            "emu3",
         ] {
             assert!(CATALOGUE.iter().any(|e| e.family == family), "{family}");
         }

@@ -12,6 +12,7 @@
 //! * [`lfq`]: Open-MAGVIT2 (`imgseq-lfq`).
 //! * [`clip`], [`siglip`], [`dinov2`]: the vision towers of `imgseq-vit` (transformers'
 //!   `CLIPVisionModel`, `SiglipVisionModel`, `Dinov2Model`), sharing [`tower`].
+//! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`).
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs; continuous latents).
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
@@ -22,6 +23,7 @@
 pub mod catalogue;
 pub mod clip;
 pub mod dinov2;
+pub mod emu3;
 pub mod family;
 pub mod files;
 pub mod hub;

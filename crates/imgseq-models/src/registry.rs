@@ -14,6 +14,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::clip::Clip,
     &crate::siglip::Siglip,
     &crate::dinov2::Dinov2,
+    &crate::emu3::Emu3,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];

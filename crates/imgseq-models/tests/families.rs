@@ -56,6 +56,14 @@ fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
             "chameleon",
             Crop::ShorterSide,
         ),
+        (fx("emu3/vq"), None, "emu3", Crop::ShorterSide),
+        (fx("emu3/orig"), None, "emu3", Crop::ShorterSide),
+        (
+            fx("emu3/full/model.safetensors"),
+            None,
+            "emu3",
+            Crop::ShorterSide,
+        ),
     ]
 }
 

@@ -44,6 +44,17 @@ impl Conv2d {
         })
     }
 
+    /// A conv of given tensors (a Conv3d folded into a Conv2d, say: `crate::emu3`).
+    pub(crate) fn from_tensors(weight: Tensor, bias: Tensor, stride: usize, pad: Padding) -> Self {
+        Self {
+            weight,
+            bias,
+            stride,
+            pad,
+            bf16: None,
+        }
+    }
+
     /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
     /// the packed copy.
     pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {

@@ -16,6 +16,8 @@
 //! * [`precision`]: f32 or bf16 convs (`--precision`), with `auto`'s agreement check.
 //! * [`var`]: VAR's VQVAE — multi-scale residual codes (680 tokens at 256²) on taming's encoder
 //!   and decoder.
+//! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`): Conv3d temporal layers around
+//!   taming's blocks, a MoVQ decoder conditioned on the quantized latents.
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs): continuous latents as
 //!   patch sequences, on the same encoder and decoder.
 //!
@@ -34,6 +36,7 @@ pub mod config;
 pub mod config_file;
 pub mod convert;
 pub mod data;
+pub mod emu3;
 pub mod eval;
 pub mod family;
 pub mod ibq;

@@ -17,8 +17,9 @@ use crate::precision_arg::PrecisionArg;
 pub struct ModelArgs {
     /// The model: a weights file or folder of any family the loader reads — taming .ckpt or
     /// safetensors, LlamaGen .pt, a diffusers or Janus folder, IBQ or Open-MAGVIT2 .ckpt, VAR's
-    /// .pth, a Chameleon VQ folder, a CLIP, SigLIP or DINOv2 vision folder, an AutoencoderKL, a
-    /// catalogue name (`imgseq models`) or hf:ORG/NAME (default: the shipped weights/vqgan).
+    /// .pth, a Chameleon VQ or Emu3 VQ folder, a CLIP, SigLIP or DINOv2 vision folder, an
+    /// AutoencoderKL, a catalogue name (`imgseq models`) or hf:ORG/NAME (default: the shipped
+    /// weights/vqgan).
     #[arg(long, visible_alias = "model", value_name = "PATH")]
     pub weights: Option<PathBuf>,
     /// Model config: config.json or taming's model.yaml (default: beside the weights).

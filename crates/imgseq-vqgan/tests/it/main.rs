@@ -5,6 +5,7 @@ mod bf16;
 mod chameleon;
 mod common;
 mod diffusers;
+mod emu3;
 mod hostile_configs;
 mod hostile_fuzz_corpus;
 mod hostile_weights;
