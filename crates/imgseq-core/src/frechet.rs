@@ -190,30 +190,40 @@ pub fn frechet_distance(a: &GaussianStats, b: &GaussianStats) -> Result<f64> {
         .map(|(x, y)| (x - y).powi(2))
         .sum();
     let trace = |m: &[f64]| (0..d).map(|i| m[i * d + i]).sum::<f64>();
-    // S = Σa^½ from Σa = V diag(λ) Vᵀ.
+    // S = Σa^½ = (V diag(√λ)) Vᵀ from Σa = V diag(λ) Vᵀ.
     let (lam, v) = symmetric_eigen(&a.cov, d);
-    let mut s = vec![0f64; d * d];
-    for i in 0..d {
-        for j in i..d {
-            let x: f64 = (0..d)
-                .map(|k| v[i * d + k] * lam[k].max(0.0).sqrt() * v[j * d + k])
-                .sum();
-            s[i * d + j] = x;
-            s[j * d + i] = x;
+    let mut vs = v.clone();
+    for row in vs.chunks_exact_mut(d) {
+        for (x, l) in row.iter_mut().zip(&lam) {
+            *x *= l.max(0.0).sqrt();
         }
     }
-    let m = matmul(&matmul(&s, &b.cov, d), &s, d); // S Σb S, symmetric PSD
+    let s = gemm(&vs, &v, d, true)?;
+    let m = gemm(&gemm(&s, &b.cov, d, false)?, &s, d, false)?; // S Σb S, symmetric PSD
     let mut m_sym = m.clone();
     for i in 0..d {
         for j in 0..d {
             m_sym[i * d + j] = 0.5 * (m[i * d + j] + m[j * d + i]);
         }
     }
-    let (mu, _) = symmetric_eigen(&m_sym, d);
+    let mu = symmetric_eigenvalues(&m_sym, d);
     let tr_sqrt: f64 = mu.iter().map(|x| x.max(0.0).sqrt()).sum();
     Ok(mean_term + trace(&a.cov) + trace(&b.cov) - 2.0 * tr_sqrt)
 }
 
+/// `a · b` (`a · bᵀ` with `transpose_b`) of row-major `d × d` matrices, in f64 through
+/// candle's matrix product (blocked, multi-threaded).
+fn gemm(a: &[f64], b: &[f64], d: usize, transpose_b: bool) -> Result<Vec<f64>> {
+    let dev = candle_core::Device::Cpu;
+    let ta = candle_core::Tensor::from_slice(a, (d, d), &dev)?;
+    let mut tb = candle_core::Tensor::from_slice(b, (d, d), &dev)?;
+    if transpose_b {
+        tb = tb.t()?.contiguous()?;
+    }
+    Ok(ta.matmul(&tb)?.flatten_all()?.to_vec1::<f64>()?)
+}
+
+#[cfg(test)]
 fn matmul(a: &[f64], b: &[f64], d: usize) -> Vec<f64> {
     let mut c = vec![0f64; d * d];
     for i in 0..d {
@@ -238,7 +248,7 @@ pub fn symmetric_eigen(m: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     if d == 0 {
         return (Vec::new(), Vec::new());
     }
-    let (diag, off, q) = tridiagonalize(m, d);
+    let (diag, off, q) = reduce(m, d, true);
     // `q` holds the transform's columns as rows (qt[k] = column k), so that each QL rotation
     // touches two contiguous rows.
     let mut qt = vec![0f64; d * d];
@@ -247,7 +257,7 @@ pub fn symmetric_eigen(m: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
             qt[k * d + i] = q[i * d + k];
         }
     }
-    let lam = tridiagonal_ql(diag, off, &mut qt, d);
+    let lam = tridiagonal_ql(diag, off, Some(&mut qt), d);
     let mut v = vec![0f64; d * d];
     for k in 0..d {
         for i in 0..d {
@@ -257,9 +267,20 @@ pub fn symmetric_eigen(m: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     (lam, v)
 }
 
+/// Eigenvalues of a symmetric matrix ([`symmetric_eigen`] without the eigenvectors: a third
+/// of the work).
+pub fn symmetric_eigenvalues(m: &[f64], d: usize) -> Vec<f64> {
+    if d == 0 {
+        return Vec::new();
+    }
+    let (diag, off, _) = reduce(m, d, false);
+    tridiagonal_ql(diag, off, None, d)
+}
+
 /// Householder reduction of the symmetric `m` to tridiagonal form `Qᵀ m Q`: its diagonal,
 /// its sub-diagonal (`off[i]` couples i − 1 and i; `off[0]` = 0) and `Q` (row-major).
-fn tridiagonalize(m: &[f64], n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+/// Without `vectors` `Q` is not accumulated (the returned matrix is scratch).
+fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut v = m.to_vec();
     let mut d: Vec<f64> = v[(n - 1) * n..].to_vec();
     let mut e = vec![0f64; n];
@@ -314,6 +335,11 @@ fn tridiagonalize(m: &[f64], n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         }
         d[i] = h;
     }
+    if !vectors {
+        let diag = (0..n).map(|i| v[i * n + i]).collect();
+        e[0] = 0.0;
+        return (diag, e, v);
+    }
     // Accumulate the transformations.
     for i in 0..n - 1 {
         v[(n - 1) * n + i] = v[i * n + i];
@@ -343,10 +369,15 @@ fn tridiagonalize(m: &[f64], n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     (d, e, v)
 }
 
-/// Eigenvalues of the symmetric tridiagonal matrix (`d`, `e` as [`tridiagonalize`] gives
-/// them) by the implicit QL method; every rotation is applied to the rows `qt[i]`, `qt[i+1]`
+/// Eigenvalues of the symmetric tridiagonal matrix (`d`, `e` as [`reduce`] gives them) by
+/// the implicit QL method; with `qt`, every rotation is applied to its rows `i`, `i + 1`
 /// (the eigenvectors, as rows, on return).
-fn tridiagonal_ql(mut d: Vec<f64>, mut e: Vec<f64>, qt: &mut [f64], n: usize) -> Vec<f64> {
+fn tridiagonal_ql(
+    mut d: Vec<f64>,
+    mut e: Vec<f64>,
+    mut qt: Option<&mut [f64]>,
+    n: usize,
+) -> Vec<f64> {
     for i in 1..n {
         e[i - 1] = e[i];
     }
@@ -391,12 +422,14 @@ fn tridiagonal_ql(mut d: Vec<f64>, mut e: Vec<f64>, qt: &mut [f64], n: usize) ->
                     c = p / r;
                     p = c * d[i] - s * g;
                     d[i + 1] = h + s * (c * g + s * d[i]);
-                    let (lo, hi) = qt.split_at_mut((i + 1) * n);
-                    let (a, b) = (&mut lo[i * n..], &mut hi[..n]);
-                    for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-                        let h = *y;
-                        *y = s * *x + c * h;
-                        *x = c * *x - s * h;
+                    if let Some(qt) = qt.as_deref_mut() {
+                        let (lo, hi) = qt.split_at_mut((i + 1) * n);
+                        let (a, b) = (&mut lo[i * n..], &mut hi[..n]);
+                        for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+                            let h = *y;
+                            *y = s * *x + c * h;
+                            *x = c * *x - s * h;
+                        }
                     }
                 }
                 p = -s * s2 * c3 * el1 * e[l] / dl1;
@@ -444,6 +477,10 @@ mod tests {
             d,
         );
         let (lam, v) = symmetric_eigen(&m, d);
+        let only = symmetric_eigenvalues(&m, d);
+        for (a, b) in lam.iter().zip(&only) {
+            assert!((a - b).abs() <= 1e-12 * a.abs().max(1.0), "{a} vs {b}");
+        }
         let scale = m.iter().fold(1f64, |a, x| a.max(x.abs()));
         for i in 0..d {
             for j in 0..d {

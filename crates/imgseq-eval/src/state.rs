@@ -276,7 +276,12 @@ pub fn report(settings: &Settings, state: &JobState, mut lines: Vec<ImageLine>) 
     }
     let skipped: Vec<String> = lines
         .iter()
-        .filter_map(|l| l.error.as_ref().map(|e| format!("{}: {e}", l.source)))
+        .filter_map(|l| {
+            l.error.as_ref().map(|e| match e.starts_with(&l.source) {
+                true => e.clone(),
+                false => format!("{}: {e}", l.source),
+            })
+        })
         .collect();
     let rfid = match &state.fid {
         Some((real, recon)) => Some(frechet_distance(&real.stats()?, &recon.stats()?)?),
