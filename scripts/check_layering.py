@@ -46,6 +46,7 @@ LAYERS = {
     "imgseq-vqgan": 2,
     "imgseq-gpt": 2,
     "imgseq-lfq": 2,
+    "imgseq-eval": 2,
     "imgseq-models": 3,
     "imgseq-train": 3,
     "imgseq-serve": 4,

@@ -12,6 +12,7 @@
 
 #[cfg(test)]
 mod documented_commands;
+mod eval_bench_cmd;
 mod export_cmd;
 mod gpt_cmd;
 mod gpt_judge;
@@ -64,7 +65,8 @@ enum Cmd {
     Tokenize(Box<tokenize_cmd::TokenizeArgs>),
     /// Token shards → images (KEY.png per sample).
     Detokenize(tokenize_cmd::DetokenizeArgs),
-    /// PSNR, SSIM and codebook usage of a tokenizer's reconstructions of a set of images.
+    /// How lossy a tokenizer is: PSNR, SSIM, codebook usage and, under a named protocol,
+    /// rFID and LPIPS; resumable, job arrays (docs/evaluation.md).
     Eval(Box<vq_eval_cmd::EvalArgs>),
     /// What a tokenizer is: its description (family, config, weights hash, preprocessing,
     /// output, precision) as JSON.

@@ -38,6 +38,8 @@ pub struct EvalArgs {
     /// Print the report as JSON (with per-image scores) on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    bench: crate::eval_bench_cmd::BenchArgs,
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
@@ -45,7 +47,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         bail!("--limit 0: must be positive");
     }
     let limit = a.limit.unwrap_or(usize::MAX);
-    if !is_idx_images_name(&a.data) {
+    if !is_idx_images_name(&a.data) || a.bench.any() {
         if a.judge.is_some() {
             bail!(
                 "--judge needs labelled images: give an IDX image file ({} is not one)",
@@ -53,9 +55,15 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
             );
         }
         // Image files: any tokenizer the loader opens.
+        let protocol = imgseq_eval::protocol::Protocol::parse(&a.bench.protocol)?;
+        let size = a.pre.size.or(protocol.size());
         let t = a
             .model
-            .open(a.pre.size, &mut imgseq_core::fsutil::Outputs::default())?;
+            .open(size, &mut imgseq_core::fsutil::Outputs::default())?;
+        if a.bench.any() || t.codebook_size().is_none() {
+            let (b, up) = (a.batch_size, a.pre.upscale);
+            return crate::eval_bench_cmd::run(&a.bench, &t, &a.data, limit, b, up, a.json);
+        }
         let mut paths = image_set(&a.data)?;
         paths.truncate(limit);
         let r = eval::evaluate_files(&t, &paths, a.pre.upscale, a.batch_size, true)?;
