@@ -248,15 +248,9 @@ pub fn symmetric_eigen(m: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     if d == 0 {
         return (Vec::new(), Vec::new());
     }
-    let (diag, off, q) = reduce(m, d, true);
-    // `q` holds the transform's columns as rows (qt[k] = column k), so that each QL rotation
+    // `qt` holds the transform's columns as rows (qt[k] = column k), so that each QL rotation
     // touches two contiguous rows.
-    let mut qt = vec![0f64; d * d];
-    for i in 0..d {
-        for k in 0..d {
-            qt[k * d + i] = q[i * d + k];
-        }
-    }
+    let (diag, off, mut qt) = reduce(m, d, true);
     let lam = tridiagonal_ql(diag, off, Some(&mut qt), d);
     let mut v = vec![0f64; d * d];
     for k in 0..d {
@@ -278,11 +272,15 @@ pub fn symmetric_eigenvalues(m: &[f64], d: usize) -> Vec<f64> {
 }
 
 /// Householder reduction of the symmetric `m` to tridiagonal form `Qᵀ m Q`: its diagonal,
-/// its sub-diagonal (`off[i]` couples i − 1 and i; `off[0]` = 0) and `Q` (row-major).
+/// its sub-diagonal (`off[i]` couples i − 1 and i; `off[0]` = 0) and `Qᵀ` (row-major).
 /// Without `vectors` `Q` is not accumulated (the returned matrix is scratch).
+///
+/// EISPACK's `tred2` on the matrix stored by columns (`m` is symmetric, so its rows are its
+/// columns): the O(n³) loops then walk contiguous memory (2048-d: the row-wise version spent
+/// its time in cache misses).
 fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let mut v = m.to_vec();
-    let mut d: Vec<f64> = v[(n - 1) * n..].to_vec();
+    let mut d: Vec<f64> = (0..n).map(|j| v[j * n + n - 1]).collect();
     let mut e = vec![0f64; n];
     for i in (1..n).rev() {
         let scale: f64 = d[..i].iter().map(|x| x.abs()).sum();
@@ -290,9 +288,9 @@ fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) 
         if scale == 0.0 {
             e[i] = d[i - 1];
             for j in 0..i {
-                d[j] = v[(i - 1) * n + j];
-                v[i * n + j] = 0.0;
+                d[j] = v[j * n + i - 1];
                 v[j * n + i] = 0.0;
+                v[i * n + j] = 0.0;
             }
         } else {
             for x in d[..i].iter_mut() {
@@ -307,11 +305,11 @@ fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) 
             e[..i].iter_mut().for_each(|x| *x = 0.0);
             for j in 0..i {
                 let f = d[j];
-                v[j * n + i] = f;
+                v[i * n + j] = f;
                 let mut g = e[j] + v[j * n + j] * f;
                 for k in j + 1..i {
-                    g += v[k * n + j] * d[k];
-                    e[k] += v[k * n + j] * f;
+                    g += v[j * n + k] * d[k];
+                    e[k] += v[j * n + k] * f;
                 }
                 e[j] = g;
             }
@@ -327,10 +325,10 @@ fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) 
             for j in 0..i {
                 let (f, g) = (d[j], e[j]);
                 for k in j..i {
-                    v[k * n + j] -= f * e[k] + g * d[k];
+                    v[j * n + k] -= f * e[k] + g * d[k];
                 }
-                d[j] = v[(i - 1) * n + j];
-                v[i * n + j] = 0.0;
+                d[j] = v[j * n + i - 1];
+                v[j * n + i] = 0.0;
             }
         }
         d[i] = h;
@@ -342,27 +340,27 @@ fn reduce(m: &[f64], n: usize, vectors: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) 
     }
     // Accumulate the transformations.
     for i in 0..n - 1 {
-        v[(n - 1) * n + i] = v[i * n + i];
+        v[i * n + n - 1] = v[i * n + i];
         v[i * n + i] = 1.0;
         let h = d[i + 1];
         if h != 0.0 {
             for k in 0..=i {
-                d[k] = v[k * n + i + 1] / h;
+                d[k] = v[(i + 1) * n + k] / h;
             }
             for j in 0..=i {
-                let g: f64 = (0..=i).map(|k| v[k * n + i + 1] * v[k * n + j]).sum();
+                let g: f64 = (0..=i).map(|k| v[(i + 1) * n + k] * v[j * n + k]).sum();
                 for k in 0..=i {
-                    v[k * n + j] -= g * d[k];
+                    v[j * n + k] -= g * d[k];
                 }
             }
         }
         for k in 0..=i {
-            v[k * n + i + 1] = 0.0;
+            v[(i + 1) * n + k] = 0.0;
         }
     }
     for j in 0..n {
-        d[j] = v[(n - 1) * n + j];
-        v[(n - 1) * n + j] = 0.0;
+        d[j] = v[j * n + n - 1];
+        v[j * n + n - 1] = 0.0;
     }
     v[(n - 1) * n + n - 1] = 1.0;
     e[0] = 0.0;
