@@ -218,21 +218,15 @@ pub fn load(
     source: &std::path::Path,
     device: &candle_core::Device,
 ) -> imgseq_core::Result<ClipVisionModel> {
-    use imgseq_core::Error;
-    let (file, cfg_path) = tower::files_of(source);
-    let v = tower::read_config(&cfg_path)?;
-    let cfg = config_from_json(&v).map_err(|m| Error::format(&cfg_path, m))?;
-    let map = tower::tower_tensors(&file, FULL_PREFIX, device)?;
-    let w = imgseq_core::weights::AuditedWeights::new(&file, map);
-    let model = ClipVisionModel::new(&cfg, w.var_builder(candle_core::DType::F32, device))
-        .map_err(|e| {
-            Error::format(
-                &file,
-                format!("not the CLIP tower its config describes: {e}"),
-            )
-        })?;
-    w.finish(&[])?;
-    Ok(model)
+    tower::load_model(
+        source,
+        device,
+        Some(FULL_PREFIX),
+        "CLIP tower",
+        config_from_json,
+        ClipVisionModel::new,
+        &[],
+    )
 }
 
 /// The tower as a tokenizer: pictures (CLIP's processor: shorter side resized, centre crop,

@@ -355,21 +355,15 @@ pub fn load(
     source: &std::path::Path,
     device: &candle_core::Device,
 ) -> imgseq_core::Result<Dinov2Model> {
-    use imgseq_core::Error;
-    let (file, cfg_path) = tower::files_of(source);
-    let v = tower::read_config(&cfg_path)?;
-    let cfg = config_from_json(&v).map_err(|m| Error::format(&cfg_path, m))?;
-    let map = imgseq_core::weights::load_tensors(&file, device)?;
-    let w = imgseq_core::weights::AuditedWeights::new(&file, map);
-    let model =
-        Dinov2Model::new(&cfg, w.var_builder(candle_core::DType::F32, device)).map_err(|e| {
-            Error::format(
-                &file,
-                format!("not the DINOv2 model its config describes: {e}"),
-            )
-        })?;
-    w.finish(&["embeddings.mask_token"])?;
-    Ok(model)
+    tower::load_model(
+        source,
+        device,
+        None,
+        "DINOv2 model",
+        config_from_json,
+        Dinov2Model::new,
+        &["embeddings.mask_token"],
+    )
 }
 
 /// The model as a tokenizer: pictures at the input side (224 unless asked), [0, 1],

@@ -295,6 +295,35 @@ pub fn tower_tensors(
         .collect())
 }
 
+/// The loading every tower shares, from a folder (`config.json` + `model.safetensors`) or a
+/// safetensors file with its `config.json` beside it: the config parsed by `parse`, the
+/// tensors (a full checkpoint's under `prefix` with it taken off, [`tower_tensors`]; `None`:
+/// the file's as they are), the model built by `build` (`what` names it in errors), and every
+/// tensor used but those in `unused`.
+pub fn load_model<C, M>(
+    source: &Path,
+    device: &candle_core::Device,
+    prefix: Option<&str>,
+    what: &str,
+    parse: impl FnOnce(&serde_json::Value) -> std::result::Result<C, String>,
+    build: impl FnOnce(&C, VarBuilder) -> Result<M>,
+    unused: &[&str],
+) -> imgseq_core::Result<M> {
+    use imgseq_core::Error;
+    let (file, cfg_path) = files_of(source);
+    let v = read_config(&cfg_path)?;
+    let cfg = parse(&v).map_err(|m| Error::format(&cfg_path, m))?;
+    let map = match prefix {
+        Some(p) => tower_tensors(&file, p, device)?,
+        None => imgseq_core::weights::load_tensors(&file, device)?,
+    };
+    let w = imgseq_core::weights::AuditedWeights::new(&file, map);
+    let model = build(&cfg, w.var_builder(candle_core::DType::F32, device))
+        .map_err(|e| Error::format(&file, format!("not the {what} its config describes: {e}")))?;
+    w.finish(unused)?;
+    Ok(model)
+}
+
 /// What a forward pass of a tower gives.
 pub struct TowerOutput {
     /// transformers' `hidden_states`: the input of the first block and every block's
