@@ -12,9 +12,9 @@
 //! Checked against `scipy.linalg.sqrtm` and pytorch-fid's `calculate_frechet_distance` in the
 //! tests (fixtures from `scripts/make_frechet_fixture.py` and `scripts/make_fid_fixtures.py`).
 //!
-//! Large sets are summarised piece by piece ([`Moments`]: count, mean and centred scatter,
-//! merged exactly by Chan's pairwise formula), so that a job array's parts or a resumed run
-//! give the statistics of the whole set.
+//! Large sets are summarised piece by piece ([`Moments`]: the count and the raw sums of the
+//! vectors and their outer products in double-double arithmetic), so that a job array's parts
+//! or a resumed run give the statistics of the whole set, independently of how it was cut.
 
 use crate::{Error, Result};
 
@@ -36,30 +36,90 @@ impl GaussianStats {
     }
 }
 
-/// A summary of a set of `dim`-dimensional vectors that parts of the set merge into exactly:
-/// the count, the mean and the centred scatter `Σ (x − μ)(x − μ)ᵀ`, in `f64`.
+/// A summary of a set of `dim`-dimensional vectors that parts of the set merge into without
+/// depending on how the set was cut: the count and the raw sums `Σ x` and `Σ x xᵀ` in
+/// double-double arithmetic (about 106 bits).
+///
+/// Each product of two `f32` features is exact in `f64`, and a double-double sum of them is
+/// exact to ~1e-30 relative whatever the order, so a job array's parts, merged, give the same
+/// `f64` statistics as one process reading the set in order (to the last bit but for a rare
+/// rounding tie) — which matters because FID's matrix square root magnifies last-bit
+/// differences when the covariance is singular (fewer images than feature dimensions).
+/// The centred covariance is formed from the sums in double-double too, so the raw sums lose
+/// nothing to cancellation at `f64` precision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Moments {
     pub dim: usize,
     pub n: usize,
-    pub mean: Vec<f64>,
-    /// Row-major `dim × dim`, symmetric.
-    pub scatter: Vec<f64>,
+    /// `Σ x`: high and low parts.
+    pub sum: [Vec<f64>; 2],
+    /// `Σ x xᵀ`, the upper triangle packed row by row (`dim (dim + 1) / 2` values): high and
+    /// low parts.
+    pub outer: [Vec<f64>; 2],
+}
+
+/// `a + b` as a rounded sum and its exact error (Knuth's TwoSum: no branch, any order).
+#[inline(always)]
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+
+/// A double-double number (hi, lo), |lo| ≤ ulp(hi) / 2.
+#[derive(Clone, Copy)]
+struct Dd(f64, f64);
+
+impl Dd {
+    fn add(self, o: Dd) -> Dd {
+        let (s, e) = two_sum(self.0, o.0);
+        let (t, f) = two_sum(self.1, o.1);
+        let (s, e) = quick(s, e + t);
+        let (s, e) = quick(s, e + f);
+        Dd(s, e)
+    }
+
+    fn neg(self) -> Dd {
+        Dd(-self.0, -self.1)
+    }
+
+    /// `self · o` (Dekker's product through a fused multiply-add).
+    fn mul(self, o: Dd) -> Dd {
+        let p = self.0 * o.0;
+        let e = self.0.mul_add(o.0, -p) + (self.0 * o.1 + self.1 * o.0);
+        let (s, e) = quick(p, e);
+        Dd(s, e)
+    }
+
+    /// `self / k`.
+    fn div(self, k: f64) -> Dd {
+        let q1 = self.0 / k;
+        let r = self.add(Dd(q1, 0.0).mul(Dd(k, 0.0)).neg());
+        let (s, e) = quick(q1, r.0 / k);
+        Dd(s, e)
+    }
+}
+
+/// `a + b` for |a| ≥ |b| (or a = 0).
+#[inline(always)]
+fn quick(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    (s, b - (s - a))
 }
 
 impl Moments {
     /// The summary of no vectors.
     pub fn empty(dim: usize) -> Self {
+        let tri = dim * (dim + 1) / 2;
         Self {
             dim,
             n: 0,
-            mean: vec![0.0; dim],
-            scatter: vec![0.0; dim * dim],
+            sum: [vec![0.0; dim], vec![0.0; dim]],
+            outer: [vec![0.0; tri], vec![0.0; tri]],
         }
     }
 
-    /// The summary of `features.len() / dim` vectors stored row after row (two passes: the
-    /// mean, then the scatter about it).
+    /// The summary of `features.len() / dim` vectors stored row after row.
     pub fn of_features(features: &[f32], dim: usize) -> Result<Self> {
         if dim == 0 || !features.len().is_multiple_of(dim) {
             return Err(Error::bad_data(format!(
@@ -73,47 +133,49 @@ impl Moments {
                 features[i]
             )));
         }
-        let n = features.len() / dim;
         let mut m = Self::empty(dim);
-        if n == 0 {
-            return Ok(m);
-        }
-        m.n = n;
+        let mut x = vec![0f64; dim];
         for row in features.chunks_exact(dim) {
-            for (s, &v) in m.mean.iter_mut().zip(row) {
-                *s += v as f64;
+            m.n += 1;
+            let [shi, slo] = &mut m.sum;
+            for ((xi, &v), (hi, lo)) in x
+                .iter_mut()
+                .zip(row)
+                .zip(shi.iter_mut().zip(slo.iter_mut()))
+            {
+                *xi = v as f64;
+                let (s, e) = two_sum(*hi, *xi);
+                *hi = s;
+                *lo += e;
             }
-        }
-        m.mean.iter_mut().for_each(|s| *s /= n as f64);
-        let mut centred = vec![0f64; dim];
-        for row in features.chunks_exact(dim) {
-            for ((c, &v), mu) in centred.iter_mut().zip(row).zip(&m.mean) {
-                *c = v as f64 - mu;
-            }
+            let [hi, lo] = &mut m.outer;
+            let mut at = 0;
             for i in 0..dim {
-                let ci = centred[i];
-                // Upper triangle only; mirrored below.
-                let out = &mut m.scatter[i * dim + i..(i + 1) * dim];
-                for (o, cj) in out.iter_mut().zip(&centred[i..]) {
-                    *o += ci * cj;
+                let xi = x[i];
+                let len = dim - i;
+                // xi·xj of two f32 values is exact in f64; only the sum rounds.
+                for ((h, l), xj) in hi[at..at + len]
+                    .iter_mut()
+                    .zip(lo[at..at + len].iter_mut())
+                    .zip(&x[i..])
+                {
+                    let (s, e) = two_sum(*h, xi * xj);
+                    *h = s;
+                    *l += e;
                 }
+                at += len;
             }
         }
-        m.mirror();
+        // Renormalise so that each (hi, lo) is a proper double-double again.
+        for [hi, lo] in [&mut m.sum, &mut m.outer] {
+            for (h, l) in hi.iter_mut().zip(lo.iter_mut()) {
+                (*h, *l) = two_sum(*h, *l);
+            }
+        }
         Ok(m)
     }
 
-    fn mirror(&mut self) {
-        let d = self.dim;
-        for i in 0..d {
-            for j in i + 1..d {
-                self.scatter[j * d + i] = self.scatter[i * d + j];
-            }
-        }
-    }
-
-    /// Adds the vectors `other` summarises (Chan et al.'s pairwise update:
-    /// `S = Sa + Sb + δδᵀ·na·nb/n`, δ the difference of the means).
+    /// Adds the vectors `other` summarises.
     pub fn merge(&mut self, other: &Moments) -> Result<()> {
         if other.dim != self.dim {
             return Err(Error::bad_data(format!(
@@ -121,35 +183,16 @@ impl Moments {
                 self.dim, other.dim
             )));
         }
-        if other.n == 0 {
-            return Ok(());
-        }
-        if self.n == 0 {
-            *self = other.clone();
-            return Ok(());
-        }
-        let (na, nb) = (self.n as f64, other.n as f64);
-        let n = na + nb;
-        let delta: Vec<f64> = other
-            .mean
-            .iter()
-            .zip(&self.mean)
-            .map(|(b, a)| b - a)
-            .collect();
-        for (m, dl) in self.mean.iter_mut().zip(&delta) {
-            *m += dl * nb / n;
-        }
-        let w = na * nb / n;
-        let d = self.dim;
-        for i in 0..d {
-            let di = delta[i] * w;
-            let row = i * d..(i + 1) * d;
-            for ((s, o), dj) in self.scatter[row.clone()]
+        for (mine, theirs) in [(&mut self.sum, &other.sum), (&mut self.outer, &other.outer)] {
+            let [hi, lo] = mine;
+            for (((h, l), oh), ol) in hi
                 .iter_mut()
-                .zip(&other.scatter[row])
-                .zip(&delta)
+                .zip(lo.iter_mut())
+                .zip(&theirs[0])
+                .zip(&theirs[1])
             {
-                *s += o + di * dj;
+                let r = Dd(*h, *l).add(Dd(*oh, *ol));
+                (*h, *l) = (r.0, r.1);
             }
         }
         self.n += other.n;
@@ -164,12 +207,29 @@ impl Moments {
                 self.n
             )));
         }
-        let k = (self.n - 1) as f64;
+        let (d, n) = (self.dim, self.n as f64);
+        let mean: Vec<Dd> = (0..d)
+            .map(|i| Dd(self.sum[0][i], self.sum[1][i]).div(n))
+            .collect();
+        let mut cov = vec![0f64; d * d];
+        let mut at = 0;
+        for i in 0..d {
+            for j in i..d {
+                // Σ (x − μ)(x − μ)ᵀ = Σ x xᵀ − n μ μᵀ, then / (n − 1).
+                let s = Dd(self.outer[0][at], self.outer[1][at]);
+                let c = s
+                    .add(mean[i].mul(mean[j]).mul(Dd(n, 0.0)).neg())
+                    .div(n - 1.0);
+                cov[i * d + j] = c.0;
+                cov[j * d + i] = c.0;
+                at += 1;
+            }
+        }
         Ok(GaussianStats {
-            dim: self.dim,
+            dim: d,
             n: self.n,
-            mean: self.mean.clone(),
-            cov: self.scatter.iter().map(|s| s / k).collect(),
+            mean: mean.iter().map(|m| m.0).collect(),
+            cov,
         })
     }
 }
@@ -501,16 +561,56 @@ mod tests {
             .collect();
         let whole = Moments::of_features(&f, d).unwrap();
         let mut parts = Moments::empty(d);
-        for cut in [0..10, 10..11, 11..11, 11..60, 60..103] {
+        for cut in [60..103, 10..11, 11..11, 0..10, 11..60] {
             let p = Moments::of_features(&f[cut.start * d..cut.end * d], d).unwrap();
             parts.merge(&p).unwrap();
         }
         assert_eq!(parts.n, n);
         let (a, b) = (whole.stats().unwrap(), parts.stats().unwrap());
-        for (x, y) in a.mean.iter().chain(&a.cov).zip(b.mean.iter().chain(&b.cov)) {
-            assert!((x - y).abs() <= 1e-12 * x.abs().max(1.0), "{x} vs {y}");
+        assert_eq!(a, b, "merged parts in another order give other bits");
+        // And the statistics are the two-pass centred ones to f64 precision.
+        let mean: Vec<f64> = (0..d)
+            .map(|j| (0..n).map(|i| f[i * d + j] as f64).sum::<f64>() / n as f64)
+            .collect();
+        for (x, y) in a.mean.iter().zip(&mean) {
+            assert!((x - y).abs() <= 1e-14 * y.abs(), "{x} vs {y}");
+        }
+        for (j, k) in [(0, 0), (2, 5), (8, 8)] {
+            let c: f64 = (0..n)
+                .map(|i| (f[i * d + j] as f64 - mean[j]) * (f[i * d + k] as f64 - mean[k]))
+                .sum::<f64>()
+                / (n - 1) as f64;
+            let x = a.cov[j * d + k];
+            assert!((x - c).abs() <= 1e-13 * c.abs().max(1e-3), "{x} vs {c}");
         }
         assert!(Moments::empty(3).merge(&whole).is_err());
+    }
+
+    #[test]
+    fn a_singular_covariances_distance_does_not_depend_on_how_the_set_was_cut() {
+        // Fewer vectors than dimensions: the matrix square root magnifies last-bit
+        // differences, so the merged statistics must be the same bits as the whole set's.
+        let (d, n) = (64, 12);
+        let mut seed = 5;
+        let mut feats = || -> Vec<f32> {
+            (0..n * d)
+                .map(|_| (lcg(&mut seed) * 2.0 - 0.5).max(0.0) as f32)
+                .collect()
+        };
+        let (fa, fb) = (feats(), feats());
+        let b = Moments::of_features(&fb, d).unwrap().stats().unwrap();
+        let whole = Moments::of_features(&fa, d).unwrap().stats().unwrap();
+        let mut parts = Moments::empty(d);
+        for cut in [7..12, 0..3, 3..7] {
+            let p = Moments::of_features(&fa[cut.start * d..cut.end * d], d).unwrap();
+            parts.merge(&p).unwrap();
+        }
+        let merged = parts.stats().unwrap();
+        let (x, y) = (
+            frechet_distance(&whole, &b).unwrap(),
+            frechet_distance(&merged, &b).unwrap(),
+        );
+        assert_eq!(x, y);
     }
 
     #[test]

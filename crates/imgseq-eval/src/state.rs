@@ -119,15 +119,14 @@ impl JobState {
         ));
         if let Some((real, recon)) = &self.fid {
             for (side, m) in [("real", real), ("recon", recon)] {
-                let d = m.dim;
                 let n = Tensor::from_vec(vec![m.n as f64], 1, &dev)?;
                 named.push((format!("{side}.n"), n));
-                named.push((
-                    format!("{side}.mean"),
-                    Tensor::from_slice(&m.mean, d, &dev)?,
-                ));
-                let s = Tensor::from_slice(&m.scatter, (d, d), &dev)?;
-                named.push((format!("{side}.scatter"), s));
+                for (part, k) in [("hi", 0), ("lo", 1)] {
+                    let s = Tensor::from_slice(&m.sum[k], m.dim, &dev)?;
+                    named.push((format!("{side}.sum.{part}"), s));
+                    let o = Tensor::from_slice(&m.outer[k], m.outer[k].len(), &dev)?;
+                    named.push((format!("{side}.outer.{part}"), o));
+                }
             }
         }
         if let Some(c) = &self.codes {
@@ -152,18 +151,26 @@ impl JobState {
             return Err(bad("another chunk count"));
         }
         let moments = |side: &str, dim: usize| -> Result<Moments> {
-            let n = get(&format!("{side}.n"))?.to_vec1::<f64>()?;
-            let mean = get(&format!("{side}.mean"))?.to_vec1::<f64>()?;
-            let s = get(&format!("{side}.scatter"))?;
-            if mean.len() != dim || s.dims() != [dim, dim] || n.len() != 1 {
-                return Err(bad("another feature width"));
+            if t.contains_key(&format!("{side}.scatter")) {
+                return Err(older_form(path));
             }
-            Ok(Moments {
-                dim,
-                n: n[0] as usize,
-                mean,
-                scatter: s.flatten_all()?.to_vec1::<f64>()?,
-            })
+            let n = get(&format!("{side}.n"))?.to_vec1::<f64>()?;
+            let tri = dim * (dim + 1) / 2;
+            let mut m = Moments::empty(dim);
+            for (part, k) in [("hi", 0), ("lo", 1)] {
+                let s = get(&format!("{side}.sum.{part}"))?.to_vec1::<f64>()?;
+                let o = get(&format!("{side}.outer.{part}"))?.to_vec1::<f64>()?;
+                if s.len() != dim || o.len() != tri {
+                    return Err(bad("another feature width"));
+                }
+                m.sum[k] = s;
+                m.outer[k] = o;
+            }
+            if n.len() != 1 || !(n[0] >= 0.0 && n[0].fract() == 0.0) {
+                return Err(bad("a bad vector count"));
+            }
+            m.n = n[0] as usize;
+            Ok(m)
         };
         let fid = match &expect.fid {
             Some((r, _)) => Some((moments("real", r.dim)?, moments("recon", r.dim)?)),
@@ -181,6 +188,15 @@ impl JobState {
         };
         Ok(Self { done, fid, codes })
     }
+}
+
+/// A state saved by an imgseq whose FID statistics were mean and centred scatter.
+fn older_form(path: &Path) -> Error {
+    Error::format(
+        path,
+        "FID statistics in an older form (mean and centred scatter), which does not merge \
+         exactly with the current raw sums; evaluate into a new folder",
+    )
 }
 
 /// A job's files in an evaluation folder: `scores.jsonl` + `state.safetensors` for a single
@@ -265,24 +281,27 @@ fn mean_of(v: impl Iterator<Item = Option<f64>>) -> f64 {
     s / n as f64
 }
 
+/// `source: why` of a skipped sample's line (the reason alone where it names the source).
+fn skip_reason(l: &ImageLine) -> Option<String> {
+    l.error.as_ref().map(|e| match e.starts_with(&l.source) {
+        true => e.clone(),
+        false => format!("{}: {e}", l.source),
+    })
+}
+
 /// The report of the merged statistics and all scores lines (sorted by sample).
 pub fn report(settings: &Settings, state: &JobState, mut lines: Vec<ImageLine>) -> Result<Report> {
     lines.sort_by_key(|l| l.index);
     let scored: Vec<&ImageLine> = lines.iter().filter(|l| l.error.is_none()).collect();
     if scored.is_empty() {
-        return Err(Error::invalid(
-            "eval: no image could be read (every sample was skipped; see the scores file)",
-        ));
+        let first = lines.iter().find_map(skip_reason);
+        return Err(Error::invalid(format!(
+            "no image of the {} samples could be scored ({})",
+            lines.len(),
+            first.as_deref().unwrap_or("the set is empty")
+        )));
     }
-    let skipped: Vec<String> = lines
-        .iter()
-        .filter_map(|l| {
-            l.error.as_ref().map(|e| match e.starts_with(&l.source) {
-                true => e.clone(),
-                false => format!("{}: {e}", l.source),
-            })
-        })
-        .collect();
+    let skipped: Vec<String> = lines.iter().filter_map(skip_reason).collect();
     let rfid = match &state.fid {
         Some((real, recon)) => Some(frechet_distance(&real.stats()?, &recon.stats()?)?),
         None => None,
@@ -368,7 +387,10 @@ fn expected_layout(dir: &Path, s: &Settings) -> Result<(Option<usize>, Option<us
         if state.exists() {
             let t: HashMap<String, Tensor> =
                 imgseq_core::weights::load_tensors(&state, &Device::Cpu)?;
-            let dim = t.get("real.mean").map(|m| m.elem_count());
+            if t.contains_key("real.scatter") {
+                return Err(older_form(&state));
+            }
+            let dim = t.get("real.sum.hi").map(|m| m.elem_count());
             let codes = t.get("codes").map(|c| c.elem_count());
             if s.fid.is_some() != dim.is_some() {
                 return Err(Error::format(

@@ -42,10 +42,15 @@ pub struct BenchArgs {
     /// Job arrays: this process's index, 0 ≤ I < --num-shards (e.g. $SLURM_ARRAY_TASK_ID).
     #[arg(long, default_value_t = 0)]
     pub shard_index: usize,
+    /// Merge the finished jobs of the evaluation folder DIR into its report.json and print
+    /// it (no evaluation: give no data); names the jobs not finished.
+    #[arg(long, value_name = "DIR")]
+    pub merge: Option<PathBuf>,
 }
 
 impl BenchArgs {
-    /// Whether any benchmark flag is given (else `eval` keeps its plain PSNR/SSIM scoring).
+    /// Whether any benchmark flag is given (an IDX image file is then scored as a set of
+    /// pictures, without its labels).
     pub fn any(&self) -> bool {
         self.protocol != "native"
             || self.fid_weights.is_some()
@@ -143,7 +148,10 @@ pub fn run(
         max_chunks: None,
     };
     match job::run(t, &samples, &settings, nets, a.output.as_deref(), &o)? {
-        Outcome::Done(r) => print(&r, a.output.as_deref(), json),
+        Outcome::Done(r) => {
+            let precision = t.precision.as_ref().map(|c| c.to_string());
+            print(&r, precision, a.output.as_deref(), json)
+        }
         Outcome::Partial {
             chunks_done,
             chunks,
@@ -159,16 +167,47 @@ pub fn run(
     }
 }
 
-fn print(r: &Report, out: Option<&Path>, json: bool) -> Result<()> {
+/// `imgseq eval --merge DIR`: the finished jobs of an evaluation folder merged into its
+/// report.
+pub fn merge(dir: &Path, json: bool) -> Result<()> {
+    let r = imgseq_eval::state::merge(dir)?;
+    print(&r, None, Some(dir), json)
+}
+
+/// Tokens per picture of a discrete tokenizer (the product of its output shape), from its
+/// description.
+fn tokens_per_image(model: &serde_json::Value) -> Option<u64> {
+    let out = &model["output"];
+    (out["kind"] == "codes").then(|| {
+        out["shape"]
+            .as_array()
+            .map_or(0, |s| s.iter().filter_map(|v| v.as_u64()).product())
+    })
+}
+
+/// Prints a report (as JSON with `json`); `precision`: how the precision was chosen, where
+/// the tokenizer was opened in this process.
+fn print(r: &Report, precision: Option<String>, out: Option<&Path>, json: bool) -> Result<()> {
+    let precision_name = r.model["precision"].as_str().unwrap_or("f32");
     if json {
         let mut v = serde_json::to_value(r)?;
-        if out.is_some() {
-            // Per-image scores are in the folder's scores files.
-            v.as_object_mut().map(|m| m.remove("per_image"));
+        if let Some(m) = v.as_object_mut() {
+            if out.is_some() {
+                // Per-image scores are in the folder's scores files.
+                m.remove("per_image");
+            }
+            m.insert("precision".into(), precision_name.into());
+            m.insert("tokens_per_image".into(), tokens_per_image(&r.model).into());
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let source = r.model["weights"]["source"].as_str().unwrap_or("?");
+    println!("model: {source}");
+    println!(
+        "precision: {}",
+        precision.as_deref().unwrap_or(precision_name)
+    );
     let p = &r.protocol;
     println!(
         "protocol: {} ({}x{}): {}",
@@ -179,13 +218,18 @@ fn print(r: &Report, out: Option<&Path>, json: bool) -> Result<()> {
             match &i.error {
                 Some(e) => println!("  {}: skipped ({e})", i.source),
                 None => println!(
-                    "  {}: PSNR {:.2} dB, SSIM {:.4}{}",
+                    "  {}: PSNR {:.2} dB, SSIM {:.4}, sharpness {}{}",
                     i.source,
                     i.psnr.unwrap_or(f64::NAN),
                     i.ssim.unwrap_or(f64::NAN),
+                    i.sharpness.map_or("-".into(), |s| format!("{s:.3}")),
                     i.lpips.map_or(String::new(), |l| format!(", LPIPS {l:.4}"))
                 ),
             }
+        }
+    } else {
+        for s in &r.skipped_samples {
+            println!("  skipped {s}");
         }
     }
     println!(
@@ -194,6 +238,12 @@ fn print(r: &Report, out: Option<&Path>, json: bool) -> Result<()> {
     );
     println!("PSNR: {:.2} dB (mean)", r.psnr);
     println!("SSIM: {:.4} (mean)", r.ssim);
+    if r.sharpness.is_finite() {
+        println!(
+            "sharpness: {:.3} (mean; rebuilt/original mean luma gradient, 1.0 = as sharp)",
+            r.sharpness
+        );
+    }
     if let Some(l) = r.lpips {
         println!("LPIPS: {l:.4} (mean)");
     }
@@ -204,8 +254,10 @@ fn print(r: &Report, out: Option<&Path>, json: bool) -> Result<()> {
         );
     }
     if let (Some(u), Some(n), Some(pp)) = (r.codes_used, r.n_embed, r.perplexity) {
+        let per =
+            tokens_per_image(&r.model).map_or(String::new(), |k| format!(", {k} tokens per image"));
         println!(
-            "codebook usage: {u} of {n} codes ({:.1}%), perplexity {pp:.1}",
+            "codebook usage: {u} of {n} codes ({:.1}%), perplexity {pp:.1}{per}",
             100.0 * u as f64 / n as f64
         );
     }

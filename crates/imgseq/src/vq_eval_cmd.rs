@@ -9,7 +9,6 @@ use clap::Args;
 use image::RgbImage;
 use imgseq_core::data::idx::load_idx_rgb_centered;
 use imgseq_core::data::idx::{is_idx_images_name, read_idx_labels, sibling_labels};
-use imgseq_core::data::list::image_set;
 use imgseq_core::eval;
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_models::Opened;
@@ -20,8 +19,10 @@ use crate::precision_arg::PrecisionArg;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// One image, an image folder, a .txt list of image paths, or an IDX image file.
-    data: PathBuf,
+    /// One image, an image folder, a .txt list of image paths, a WebDataset tar, a Parquet
+    /// file, or an IDX image file.
+    #[arg(required_unless_present = "merge")]
+    data: Option<PathBuf>,
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
@@ -47,35 +48,37 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         bail!("--limit 0: must be positive");
     }
     let limit = a.limit.unwrap_or(usize::MAX);
-    if !is_idx_images_name(&a.data) || a.bench.any() {
+    let data = match (&a.data, &a.bench.merge) {
+        (None, Some(dir)) => return crate::eval_bench_cmd::merge(dir, a.json),
+        (Some(_), Some(_)) => bail!("--merge reads an evaluation folder only: give no data"),
+        (Some(d), None) => d.as_path(),
+        (None, None) => bail!("give the images to evaluate"),
+    };
+    if !is_idx_images_name(data) || a.bench.any() {
         if a.judge.is_some() {
             bail!(
                 "--judge needs labelled images: give an IDX image file ({} is not one)",
-                a.data.display()
+                data.display()
             );
         }
-        // Image files: any tokenizer the loader opens.
+        // Image files: any tokenizer the loader opens, through the evaluation job (corrupt
+        // samples listed and skipped; a protocol, rFID, LPIPS, resuming and job arrays on
+        // request).
         let protocol = imgseq_eval::protocol::Protocol::parse(&a.bench.protocol)?;
         let size = a.pre.size.or(protocol.size());
         let t = a
             .model
             .open(size, &mut imgseq_core::fsutil::Outputs::default())?;
-        if a.bench.any() || t.codebook_size().is_none() {
-            let (b, up) = (a.batch_size, a.pre.upscale);
-            return crate::eval_bench_cmd::run(&a.bench, &t, &a.data, limit, b, up, a.json);
-        }
-        let mut paths = image_set(&a.data)?;
-        paths.truncate(limit);
-        let r = eval::evaluate_files(&t, &paths, a.pre.upscale, a.batch_size, true)?;
-        return print_report(a.json, &r, &t, None);
+        let (b, up) = (a.batch_size, a.pre.upscale);
+        return crate::eval_bench_cmd::run(&a.bench, &t, data, limit, b, up, a.json);
     }
     // Labelled IDX images (and the judge): centred on the tokenizer's canvas.
     let t = a
         .model
         .open(a.pre.size, &mut imgseq_core::fsutil::Outputs::default())?;
     let size = t.input().size;
-    let mut imgs = load_idx_rgb_centered(&a.data, size as usize)?;
-    let labels_path = sibling_labels(&a.data)?;
+    let mut imgs = load_idx_rgb_centered(data, size as usize)?;
+    let labels_path = sibling_labels(data)?;
     let mut labels = read_idx_labels(&labels_path)?;
     if labels.len() != imgs.len() {
         bail!(
@@ -83,13 +86,13 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
             labels_path.display(),
             labels.len(),
             imgs.len(),
-            a.data.display()
+            data.display()
         );
     }
     imgs.truncate(limit);
     labels.truncate(limit);
     let names: Vec<PathBuf> = (0..imgs.len())
-        .map(|i| PathBuf::from(format!("{}:{i}", a.data.display())))
+        .map(|i| PathBuf::from(format!("{}:{i}", data.display())))
         .collect();
     let (r, recons) = eval::evaluate_pictures(&t, &names, &imgs, a.batch_size, true)?;
     let judged = match &a.judge {

@@ -336,3 +336,140 @@ fn llamagen_codes_export_writes_llamagens_layout_and_resumes() {
     let (shape, _) = npy::read_npy_i64(d.path().join("ten/imagenet32_codes/0.npy")).unwrap();
     assert_eq!(shape, vec![1, 10, 256]);
 }
+
+/// `imgseq eval` opens every family's fixture through the plug-in layer and scores a small
+/// set with a corrupt file in it (listed, skipped, counted); the families that cannot turn
+/// their outputs back into pictures are refused in one line saying so. A two-job array over
+/// an evaluation folder gives the single process's per-image scores.
+#[test]
+fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
+    let d = tempfile::tempdir().unwrap();
+    let set = d.path().join("set");
+    std::fs::create_dir(&set).unwrap();
+    std::fs::copy(fx("llamagen/photo.png"), set.join("a.png")).unwrap();
+    let coffee = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/coffee.png");
+    std::fs::copy(coffee, set.join("b.png")).unwrap();
+    std::fs::write(set.join("c.png"), b"\x89PNG\r\n\x1a\n truncated").unwrap();
+    let set_s = s(&set);
+    let eval = |weights: &[&str]| -> serde_json::Value {
+        let mut a = vec!["eval", &set_s, "--size", "32", "--json"];
+        a.extend(weights);
+        serde_json::from_str(&ok(&a)).unwrap()
+    };
+    let weights = |name: &str| vec!["--weights".to_string(), s(&fx(name))];
+    let mut taming = weights("vqgan/tiny.safetensors");
+    taming.extend(["--config".to_string(), s(&fx("vqgan/tiny_config.json"))]);
+    let families: Vec<(&str, Vec<String>, Option<u64>)> = vec![
+        ("taming", taming, Some(32)),
+        ("diffusers VQModel", weights("diffusers/vq"), Some(64)),
+        ("LlamaGen", weights("llamagen/vq_tiny.pt"), Some(64)),
+        ("Janus", weights("janus"), Some(64)),
+        ("IBQ", weights("ibq/ibq_tiny.ckpt"), Some(256)),
+        ("Open-MAGVIT2", weights("lfq/tiny.ckpt"), Some(262144)),
+        ("VAR", weights("var/tiny.pth"), Some(64)),
+        ("Emu3", weights("emu3/vq"), Some(64)),
+        ("SD VAE", weights("kl/sd"), None),
+    ];
+    for (name, w, n_embed) in &families {
+        let args: Vec<&str> = w.iter().map(String::as_str).collect();
+        let r = eval(&args);
+        assert_eq!(
+            (
+                r["samples"].as_u64(),
+                r["images"].as_u64(),
+                r["skipped"].as_u64()
+            ),
+            (Some(3), Some(2), Some(1)),
+            "{name}: {r}"
+        );
+        assert!(
+            r["skipped_samples"][0].as_str().unwrap().contains("c.png"),
+            "{name}: {r}"
+        );
+        let psnr = r["psnr"].as_f64().unwrap();
+        assert!(psnr.is_finite() && psnr > 3.0, "{name}: PSNR {psnr}");
+        assert_eq!(r["n_embed"].as_u64(), *n_embed, "{name}: {r}");
+        if n_embed.is_some() {
+            assert!(r["codes_used"].as_u64().unwrap() >= 1, "{name}: {r}");
+        }
+        assert_eq!(r["protocol"]["name"], "native", "{name}");
+        assert!(r["model"]["weights"]["sha256"].is_string(), "{name}: {r}");
+    }
+    for (w, why) in [
+        (fx("chameleon/vq"), "no decoder"),
+        (
+            fx("clip/vision"),
+            "cannot turn these values back into images",
+        ),
+        (
+            fx("dinov2/plain"),
+            "cannot turn these values back into images",
+        ),
+    ] {
+        let e = fails(&["eval", &set_s, "--size", "32", "--weights", &s(&w)]);
+        assert!(e.contains(why), "{}: {e}", w.display());
+    }
+
+    // The same set as a two-job array in a folder: the last job writes the report, with the
+    // single process's per-image lines.
+    let single = eval(&["--weights", &s(&fx("llamagen/vq_tiny.pt"))]);
+    let out = d.path().join("ev");
+    let (out_s, llamagen) = (s(&out), s(&fx("llamagen/vq_tiny.pt")));
+    for j in ["0", "1"] {
+        ok(&[
+            "eval",
+            &set_s,
+            "--size",
+            "32",
+            "--chunk-size",
+            "1",
+            "--num-shards",
+            "2",
+            "--shard-index",
+            j,
+            "-o",
+            &out_s,
+            "--weights",
+            &llamagen,
+        ]);
+    }
+    let merged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for k in ["codes_used", "images", "skipped"] {
+        assert_eq!(merged[k], single[k], "{k}: {merged} vs {single}");
+    }
+    // Means of the same per-image values (read back from the scores files: to the last bit
+    // but for serde_json's parsing).
+    for k in ["psnr", "ssim", "sharpness"] {
+        let (a, b) = (merged[k].as_f64().unwrap(), single[k].as_f64().unwrap());
+        assert!((a - b).abs() <= 1e-12 * b.abs(), "{k}: {a} vs {b}");
+    }
+    assert_eq!(merged["jobs"], 2);
+    // `--merge` rebuilds the report from the folder alone.
+    std::fs::remove_file(out.join("report.json")).unwrap();
+    let again: serde_json::Value =
+        serde_json::from_str(&ok(&["eval", "--merge", &out_s, "--json"])).unwrap();
+    assert_eq!(again["psnr"], merged["psnr"]);
+    assert!(out.join("report.json").is_file());
+    // An unfinished array is named.
+    let half = d.path().join("half");
+    let half_s = s(&half);
+    ok(&[
+        "eval",
+        &set_s,
+        "--size",
+        "32",
+        "--chunk-size",
+        "1",
+        "--num-shards",
+        "2",
+        "--shard-index",
+        "1",
+        "-o",
+        &half_s,
+        "--weights",
+        &llamagen,
+    ]);
+    let e = fails(&["eval", "--merge", &half_s]);
+    assert!(e.contains("jobs [0] of 2 have not finished"), "{e}");
+}

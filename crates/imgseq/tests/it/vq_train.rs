@@ -617,9 +617,20 @@ fn cli_train_resume_and_eval() {
         "512,6x0",
     ]);
     assert!(e.contains("--extra-scales") && e.contains("6x0"), "{e}");
+    // A corrupt file in the set is listed and skipped, and counted in the report.
     std::fs::write(imgs.join("broken.png"), "not a png").unwrap();
-    let e = fails(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
-    assert!(e.contains("broken.png"), "{e}");
+    let s = ok(&["vq", "eval", &imgs_s, "--weights", &w, "--size", "32"]);
+    assert!(
+        s.contains("broken.png: skipped") && s.contains("images: 6 at 32x32 (1 skipped of 7)"),
+        "{s}"
+    );
+    // A set of nothing readable is an error naming the file.
+    let broken = imgs.join("broken.png").display().to_string();
+    let e = fails(&["vq", "eval", &broken, "--weights", &w, "--size", "32"]);
+    assert!(
+        e.contains("broken.png") && e.contains("not an image"),
+        "{e}"
+    );
 }
 
 /// A run folder written before the recipe file was named `training.json` (the VQGAN wrote
