@@ -10,6 +10,10 @@ diffusion_pytorch_model.safetensors):
                channels, norm_num_groups 4, quant convs, scaling 0.18215
   flux/        FLUX-like: (8, 16) (f2), 16 latent channels, no quant convs, scaling 0.3611,
                shift 0.1159
+  flux2/       FLUX.2-like (`AutoencoderKLFlux2`): block_out_channels (8, 16) (f2) with
+               decoder_block_out_channels (8, 8), 8 latent channels, quant convs, the latent
+               BatchNorm over 2x2-patchified latents (32 channels) with random running
+               statistics, batch_norm_eps 1e-4
   ldm.safetensors   sd/'s weights under the original LDM / taming names (single file, mid
                attention as 1x1 convs), checked by diffusers' own
                `convert_ldm_vae_checkpoint` mapping it back to sd/'s state dict
@@ -17,7 +21,12 @@ diffusion_pytorch_model.safetensors):
                posterior; recon = decode(mean); for flux also tokens = FluxPipeline.
                _pack_latents(mean) (2x2 patches) and unpacked = _unpack_latents(tokens);
                for sd also the tiled path (tile_sample_min_size 16): x_big (1,3,48,48),
-               tiled_mean, tiled_recon (decode of tiled_mean, tiled), untiled_mean
+               tiled_mean, tiled_recon (decode of tiled_mean, tiled), untiled_mean;
+               for flux2 also latents = Flux2Pipeline's _encode_vae_image path on the
+               mean (_patchify_latents, then (z - bn.running_mean) / sqrt(running_var +
+               eps)), tokens = Flux2Pipeline._pack_latents(latents), and latents_recon = the
+               pipeline's decode path from latents (z * std + mean, _unpatchify_latents,
+               vae.decode)
 
 With --released: builds the SD VAE at its released size (block_out_channels 128..512,
 random weights, nothing written) and prints the figures the Rust side must reproduce.
@@ -29,7 +38,7 @@ import shutil
 import sys
 
 import torch
-from diffusers import AutoencoderKL, FluxPipeline
+from diffusers import AutoencoderKL, AutoencoderKLFlux2, Flux2Pipeline, FluxPipeline
 from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 from safetensors.torch import save_file
 
@@ -58,6 +67,16 @@ CONFIGS = {
         shift_factor=0.1159,
         use_quant_conv=False,
         use_post_quant_conv=False,
+    ),
+    "flux2": dict(
+        block_out_channels=(8, 16),
+        decoder_block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        layers_per_block=1,
+        latent_channels=8,
+        norm_num_groups=4,
+        sample_size=16,
     ),
 }
 
@@ -129,7 +148,13 @@ def main():
     os.makedirs(OUT)
     io = {}
     for seed, (name, cfg) in enumerate(CONFIGS.items()):
-        m = randomize(AutoencoderKL(**cfg).eval(), 100 + seed)
+        cls = AutoencoderKLFlux2 if name == "flux2" else AutoencoderKL
+        m = randomize(cls(**cfg).eval(), 100 + seed)
+        if name == "flux2":
+            g = torch.Generator().manual_seed(11)
+            n = m.bn.running_mean.numel()
+            m.bn.running_mean.copy_(0.3 * torch.randn(n, generator=g))
+            m.bn.running_var.copy_(0.5 + torch.rand(n, generator=g))
         m.save_pretrained(os.path.join(OUT, name))
         s = cfg["sample_size"]
         x = torch.stack([image(s, 1), image(s, 2)])
@@ -147,6 +172,16 @@ def main():
             io[f"{name}.tokens"] = tokens.contiguous()
             io[f"{name}.unpacked"] = FluxPipeline._unpack_latents(tokens, h * f, w * f, f).contiguous()
             assert torch.equal(io[f"{name}.unpacked"], mean)
+        if name == "flux2":
+            z = Flux2Pipeline._patchify_latents(mean)
+            bn_mean = m.bn.running_mean.view(1, -1, 1, 1)
+            bn_std = torch.sqrt(m.bn.running_var.view(1, -1, 1, 1) + m.config.batch_norm_eps)
+            latents = ((z - bn_mean) / bn_std).contiguous()
+            io[f"{name}.latents"] = latents
+            io[f"{name}.tokens"] = Flux2Pipeline._pack_latents(latents).contiguous()
+            back = Flux2Pipeline._unpatchify_latents(latents * bn_std + bn_mean)
+            with torch.no_grad():
+                io[f"{name}.latents_recon"] = m.decode(back).sample.contiguous()
         if name == "sd":
             levels = len(cfg["block_out_channels"])
             ldm = to_ldm(m.state_dict(), levels)

@@ -21,10 +21,12 @@ pub fn inspect(path: &Path) -> Result<(WeightsSummary, Option<String>)> {
     // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
     let family = if imgseq_lfq::load::names_are_lfq(names()) {
         Some(imgseq_lfq::FAMILY.to_string())
-    } else if let Some((names, c)) = kl {
-        Some(format!(
-            "AutoencoderKL ({names} names, {c} latent channels)"
-        ))
+    } else if let Some((naming, c)) = kl {
+        let class = match names().any(|n| n == "bn.running_mean") {
+            true => "AutoencoderKLFlux2",
+            false => "AutoencoderKL",
+        };
+        Some(format!("{class} ({naming} names, {c} latent channels)"))
     } else {
         s.family.map(|f| f.label().to_string())
     };

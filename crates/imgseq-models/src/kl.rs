@@ -1,5 +1,6 @@
 //! diffusers' `AutoencoderKL` (`imgseq-vqgan`'s [`imgseq_vqgan::kl`]): the SD, SDXL, SD3 and
-//! FLUX VAEs, from a `vae/` folder or a single file under diffusers' or LDM's names. Its
+//! FLUX VAEs, and FLUX.2's `AutoencoderKLFlux2` (its config names the class), from a `vae/`
+//! folder or a single file under diffusers' or LDM's names. Its
 //! output is continuous: the posterior mean's scaled latents, one token per latent cell.
 
 use crate::family::{Family, OpenOptions, Probe};

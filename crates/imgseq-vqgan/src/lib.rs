@@ -18,7 +18,7 @@
 //!   and decoder.
 //! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`): Conv3d temporal layers around
 //!   taming's blocks, a MoVQ decoder conditioned on the quantized latents.
-//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs): continuous latents as
+//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs) and `AutoencoderKLFlux2`: continuous latents as
 //!   patch sequences, on the same encoder and decoder.
 //!
 //! Using it:

@@ -1,6 +1,6 @@
 //! `imgseq vae ...`: image ↔ continuous latents of a diffusers `AutoencoderKL` (SD, SDXL,
-//! SD3, FLUX VAEs), as latent maps or as patch sequences. Flags and printing only: the model
-//! is opened by the loader ([`imgseq_models::open`]) and used through the `Tokenizer`
+//! SD3, FLUX VAEs; FLUX.2's `AutoencoderKLFlux2`), as latent maps or as patch sequences.
+//! Flags and printing only: the model is opened by the loader ([`imgseq_models::open`]) and used through the `Tokenizer`
 //! contract; the latent patch order is [`imgseq_core::latent_patch`]'s.
 
 use anyhow::{bail, Context, Result};

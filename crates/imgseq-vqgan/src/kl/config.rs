@@ -32,6 +32,23 @@ pub struct KlConfig {
     pub latents_mean_std: Option<(Vec<f64>, Vec<f64>)>,
     /// `sample_size`: diffusers' tile side for tiled encode/decode.
     pub sample_size: usize,
+    /// The decoder's shape where its widths differ from the encoder's
+    /// (`decoder_block_out_channels`, FLUX.2).
+    pub decoder: Option<DdConfig>,
+    /// FLUX.2 (`AutoencoderKLFlux2`): the latents its pipeline feeds the transformer are
+    /// p×p-patchified and normalised by the VAE's BatchNorm running statistics.
+    pub latent_bn: Option<LatentBatchNorm>,
+}
+
+/// FLUX.2's latent normalisation (`Flux2Pipeline._encode_vae_image`): the posterior's
+/// latents `_patchify_latents` (channel `c·p² + dy·p + dx` of each p×p cell), then
+/// `(z − bn.running_mean) / sqrt(bn.running_var + eps)`; decoding undoes both.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LatentBatchNorm {
+    /// `patch_size` (square).
+    pub patch: usize,
+    /// `batch_norm_eps`.
+    pub eps: f64,
 }
 
 /// The released VAEs (all with the SD architecture: `block_out_channels` [128, 256, 512, 512],
@@ -90,6 +107,8 @@ impl KlPreset {
             shift_factor: shift,
             latents_mean_std: None,
             sample_size: sample,
+            decoder: None,
+            latent_bn: None,
         }
     }
 }
@@ -115,6 +134,11 @@ fn dd(
     }
 }
 
+/// `block_out_channels` as given (diffusers' default `[64]`).
+fn vq_widths(v: &Value, path: &Path) -> Result<Vec<usize>> {
+    opt(v, "block_out_channels", vec![64], path)
+}
+
 /// `name`'s value, or `default` when absent or null.
 fn opt<T: serde::de::DeserializeOwned>(
     v: &Value,
@@ -134,6 +158,26 @@ impl KlConfig {
     /// The latent channels (`latent_channels`).
     pub fn latent_channels(&self) -> usize {
         self.ddconfig.z_channels
+    }
+
+    /// The side of the latent patches the pipeline reads (FLUX.2: 2; else 1).
+    pub fn latent_patch(&self) -> usize {
+        self.latent_bn.map_or(1, |b| b.patch)
+    }
+
+    /// Channels of one latent cell as the tokenizer gives it (FLUX.2: latent · p²).
+    pub fn output_channels(&self) -> usize {
+        self.latent_channels() * self.latent_patch() * self.latent_patch()
+    }
+
+    /// Pixels per latent cell side as the tokenizer gives it (FLUX.2: 2^(levels − 1) · p).
+    pub fn output_factor(&self) -> usize {
+        self.downsample_factor() * self.latent_patch()
+    }
+
+    /// The decoder's shape ([`Self::decoder`], else the encoder's).
+    pub fn decoder_config(&self) -> &DdConfig {
+        self.decoder.as_ref().unwrap_or(&self.ddconfig)
     }
 
     /// Spatial downsampling factor, 2^(levels − 1).
@@ -165,12 +209,15 @@ impl KlConfig {
         if !v.is_object() {
             return Err(Error::format(path, "not a JSON object"));
         }
-        if let Some(c) = v.get("_class_name") {
+        let class = v.get("_class_name");
+        let flux2 = class.and_then(Value::as_str) == Some("AutoencoderKLFlux2");
+        if let Some(c) = class.filter(|_| !flux2) {
             if c.as_str() != Some("AutoencoderKL") {
                 return Err(Error::format(
                     path,
                     format!(
-                        "`_class_name` is {c}; this reader takes diffusers `AutoencoderKL` configs"
+                        "`_class_name` is {c}; this reader takes diffusers `AutoencoderKL` and \
+                         `AutoencoderKLFlux2` configs"
                     ),
                 ));
             }
@@ -179,6 +226,14 @@ impl KlConfig {
         let mut net = v.clone();
         let m = net.as_object_mut().expect("checked object");
         m.remove("_class_name");
+        for k in [
+            "decoder_block_out_channels",
+            "batch_norm_eps",
+            "batch_norm_momentum",
+            "patch_size",
+        ] {
+            m.remove(k);
+        }
         if m.get("latent_channels").is_none_or(Value::is_null) {
             m.insert("latent_channels".into(), Value::from(4));
         }
@@ -198,15 +253,56 @@ impl KlConfig {
             }
         };
         let quant: bool = opt(v, "use_quant_conv", true, path)?;
+        let decoder_widths: Option<Vec<usize>> = opt(v, "decoder_block_out_channels", None, path)?;
+        let decoder = match decoder_widths {
+            Some(w) if w != vq_widths(v, path)? => {
+                let mut d = net.clone();
+                d["block_out_channels"] = Value::from(w);
+                let mut dd = family::diffusers_config(&d, path, Range::MinusOneOne)?.ddconfig;
+                dd.double_z = false;
+                Some(dd)
+            }
+            _ => None,
+        };
+        let latent_bn = match flux2 {
+            true => {
+                let p: Vec<usize> = opt(v, "patch_size", vec![2, 2], path)?;
+                if p.len() != 2 || p[0] != p[1] || p[0] == 0 || p[0] > 16 {
+                    return Err(Error::format(
+                        path,
+                        format!("`patch_size` is {p:?}; imgseq reads square patches of 1 to 16"),
+                    ));
+                }
+                let eps: f64 = opt(v, "batch_norm_eps", 1e-4, path)?;
+                if !(eps.is_finite() && eps >= 0.0) {
+                    return Err(Error::format(
+                        path,
+                        format!("`batch_norm_eps` is {eps}; must be finite and ≥ 0"),
+                    ));
+                }
+                Some(LatentBatchNorm { patch: p[0], eps })
+            }
+            false => None,
+        };
+        // FLUX.2's pipeline applies no scaling factor: its BatchNorm statistics do the work.
+        let (scaling, shift) = match flux2 {
+            true => (1.0, None),
+            false => (
+                opt(v, "scaling_factor", 0.18215, path)?,
+                opt(v, "shift_factor", None, path)?,
+            ),
+        };
         let cfg = Self {
             ddconfig,
             variant: vq.variant,
             use_quant_conv: quant,
             use_post_quant_conv: opt(v, "use_post_quant_conv", true, path)?,
-            scaling_factor: opt(v, "scaling_factor", 0.18215, path)?,
-            shift_factor: opt(v, "shift_factor", None, path)?,
+            scaling_factor: scaling,
+            shift_factor: shift,
             latents_mean_std,
             sample_size: opt(v, "sample_size", 32, path)?,
+            decoder,
+            latent_bn,
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -286,6 +382,8 @@ impl KlConfig {
             "shift_factor": self.shift_factor,
             "latents_mean_std": self.latents_mean_std,
             "sample_size": self.sample_size,
+            "decoder": self.decoder,
+            "latent_bn": self.latent_bn,
         })
     }
 
@@ -295,6 +393,16 @@ impl KlConfig {
             Some(s) => format!(", shift {s}"),
             None => String::new(),
         };
+        if let Some(b) = self.latent_bn {
+            return format!(
+                "f{}, {} latent channels ({} x {p}x{p} patches) normalised by the BatchNorm \
+                 statistics",
+                self.output_factor(),
+                self.output_channels(),
+                self.latent_channels(),
+                p = b.patch
+            );
+        }
         format!(
             "f{}, {} latent channels, scaling {}{shift}{}",
             self.downsample_factor(),

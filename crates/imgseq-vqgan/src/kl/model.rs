@@ -74,6 +74,8 @@ pub struct KlModel {
     quant_conv: Option<Conv2d>,      // 1×1, 2L → 2L
     post_quant_conv: Option<Conv2d>, // 1×1, L → L
     decoder: Decoder,
+    /// FLUX.2: the BatchNorm's running mean and sqrt(running_var + eps), (1, L·p², 1, 1).
+    latent_bn: Option<(Tensor, Tensor)>,
 }
 
 impl KlModel {
@@ -92,12 +94,29 @@ impl KlModel {
         } else {
             None
         };
+        let latent_bn = match cfg.latent_bn {
+            Some(b) => {
+                let (c, vb) = (cfg.output_channels(), vb.pp("bn"));
+                let mean = vb.get(c, "running_mean")?.reshape((1, c, 1, 1))?;
+                let var = vb.get(c, "running_var")?;
+                // Read so that the weights audit counts it; the running count plays no part.
+                let _ = vb.get_unchecked_dtype("num_batches_tracked", DType::I64);
+                let std = (var.to_dtype(DType::F64)? + b.eps)?
+                    .sqrt()?
+                    .to_dtype(DType::F32)?
+                    .reshape((1, c, 1, 1))?;
+                Some((mean, std))
+            }
+            None => None,
+        };
+        let decoder = cfg.decoder_config();
         Ok(Self {
             cfg: cfg.clone(),
             encoder: Encoder::new(&cfg.ddconfig, &cfg.variant, vb.pp("encoder"))?,
             quant_conv,
             post_quant_conv,
-            decoder: Decoder::new(&cfg.ddconfig, &cfg.variant, vb.pp("decoder"))?,
+            decoder: Decoder::new(decoder, &cfg.variant, vb.pp("decoder"))?,
+            latent_bn,
         })
     }
 
@@ -220,14 +239,34 @@ impl KlModel {
         self.decode_raw(&self.unscale(z)?, tile)
     }
 
-    /// `(latent − shift) · scaling`, per channel ([`KlConfig::channel_scaling`]).
+    /// `(latent − shift) · scaling`, per channel ([`KlConfig::channel_scaling`]); FLUX.2:
+    /// p×p-patchified, then `(z − mean) / std` by the BatchNorm statistics.
+    ///
+    /// # Shapes
+    /// z: (b, L, h, w) → (b, L·p², h/p, w/p)
     pub fn scale(&self, z: &Tensor) -> Result<Tensor> {
+        if let (Some((mean, std)), Some(b)) = (&self.latent_bn, self.cfg.latent_bn) {
+            let z = patchify_channels(z, b.patch)?;
+            return Ok(z.broadcast_sub(mean)?.broadcast_div(std)?);
+        }
         let (shift, scale) = self.scaling_tensors(z.device())?;
         Ok(z.broadcast_sub(&shift)?.broadcast_mul(&scale)?)
     }
 
-    /// `z / scaling + shift`.
+    /// The inverse of [`Self::scale`]: `z / scaling + shift`; FLUX.2: `z · std + mean`, then
+    /// the p×p cells back in place.
     pub fn unscale(&self, z: &Tensor) -> Result<Tensor> {
+        if let (Some((mean, std)), Some(b)) = (&self.latent_bn, self.cfg.latent_bn) {
+            let c = z.dim(1)?;
+            if c != self.cfg.output_channels() {
+                return Err(Error::invalid(format!(
+                    "latents have {c} channels; the model's are {}",
+                    self.cfg.output_channels()
+                )));
+            }
+            let z = z.broadcast_mul(std)?.broadcast_add(mean)?;
+            return unpatchify_channels(&z, b.patch);
+        }
         let (shift, scale) = self.scaling_tensors(z.device())?;
         Ok(z.broadcast_div(&scale)?.broadcast_add(&shift)?)
     }
@@ -244,6 +283,35 @@ impl KlModel {
             col(s.iter().map(|p| p.1).collect())?,
         ))
     }
+}
+
+/// FLUX.2's `_patchify_latents`: each p×p cell's values become channels, channel
+/// `c·p² + dy·p + dx`.
+///
+/// # Shapes
+/// z: (b, c, h, w) → (b, c·p², h/p, w/p)
+pub fn patchify_channels(z: &Tensor, p: usize) -> Result<Tensor> {
+    let (b, c, h, w) = z.dims4()?;
+    if h % p != 0 || w % p != 0 {
+        return Err(Error::invalid(format!(
+            "a {h}x{w} latent grid does not divide into {p}x{p} patches"
+        )));
+    }
+    Ok(z.reshape((b * c, h / p, p, w / p, p))?
+        .permute((0, 2, 4, 1, 3))?
+        .reshape((b, c * p * p, h / p, w / p))?)
+}
+
+/// The inverse of [`patchify_channels`] (`_unpatchify_latents`).
+///
+/// # Shapes
+/// z: (b, c·p², h, w) → (b, c, h·p, w·p)
+pub fn unpatchify_channels(z: &Tensor, p: usize) -> Result<Tensor> {
+    let (b, cp, h, w) = z.dims4()?;
+    let c = cp / (p * p);
+    Ok(z.reshape((b * c, p, p, h, w))?
+        .permute((0, 3, 1, 4, 2))?
+        .reshape((b, c, h * p, w * p))?)
 }
 
 #[cfg(test)]

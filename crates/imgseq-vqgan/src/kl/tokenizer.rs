@@ -32,7 +32,15 @@ impl KlTokenizer {
     pub fn new(model: KlModel, size: u32, patch: Option<usize>) -> Result<Self> {
         let cfg = model.config();
         cfg.check_side("size", size as usize)?;
-        let g = size as usize / cfg.downsample_factor();
+        let f = cfg.output_factor();
+        if size as usize % f != 0 {
+            return Err(Error::setting(
+                "size",
+                size,
+                format!("must be a multiple of {f} (the latent cell with its patch)"),
+            ));
+        }
+        let g = size as usize / f;
         if let Some(p) = patch {
             patch::check_patch(p, g, g)?;
         }
@@ -48,12 +56,12 @@ impl KlTokenizer {
 
     /// The latent grid side.
     pub fn grid(&self) -> usize {
-        self.size as usize / self.model.config().downsample_factor()
+        self.size as usize / self.model.config().output_factor()
     }
 
     /// One image's output shape: (C, h, w), or (h/p·w/p, p²·C).
     pub fn shape(&self) -> Vec<usize> {
-        let (g, c) = (self.grid(), self.model.config().latent_channels());
+        let (g, c) = (self.grid(), self.model.config().output_channels());
         match self.patch {
             None => vec![c, g, g],
             Some(p) => vec![(g / p) * (g / p), p * p * c],
@@ -71,7 +79,10 @@ impl KlTokenizer {
 
 impl Tokenizer for KlTokenizer {
     fn label(&self) -> String {
-        "AutoencoderKL".into()
+        match self.model.config().latent_bn {
+            Some(_) => "AutoencoderKLFlux2".into(),
+            None => "AutoencoderKL".into(),
+        }
     }
 
     fn describe(&self) -> Description {
@@ -100,7 +111,7 @@ impl Tokenizer for KlTokenizer {
                 preset: self.preset.clone(),
                 scaling_factor: self.model.config().scaling_factor,
                 shift_factor: self.model.config().shift_factor.unwrap_or(0.0),
-                channels: self.model.config().latent_channels(),
+                channels: self.model.config().output_channels(),
                 grid: [self.grid(), self.grid()],
                 patch: self.patch,
             }),
@@ -157,7 +168,7 @@ impl Tokenizer for KlTokenizer {
 
     /// Latent maps (C, h, w), or patch sequences of this tokenizer's patch side.
     fn decode_encoded(&self, e: &Encoded) -> Result<Vec<RgbImage>> {
-        let c = self.model.config().latent_channels();
+        let c = self.model.config().output_channels();
         let z = match (e, self.patch) {
             (Encoded::Latents(l), None) if l.shape.len() == 3 && l.shape[0] == c => {
                 let (h, w) = (l.shape[1], l.shape[2]);
@@ -170,8 +181,9 @@ impl Tokenizer for KlTokenizer {
             }
             _ => {
                 return Err(Error::invalid(format!(
-                    "latents of shape {:?} are not what this AutoencoderKL gives ({:?} per image)",
+                    "latents of shape {:?} are not what this {} gives ({:?} per image)",
                     e.item_shape(),
+                    self.label(),
                     self.shape()
                 )))
             }

@@ -105,6 +105,53 @@ fn patches_follow_flux_pack_latents_and_unpatch_back() {
 }
 
 #[test]
+fn flux2_vae_matches_diffusers_and_the_flux2_pipelines_latents() {
+    let m = load("flux2");
+    let cfg = m.config();
+    assert_eq!(
+        (
+            cfg.latent_channels(),
+            cfg.output_channels(),
+            cfg.output_factor()
+        ),
+        (8, 32, 4)
+    );
+    // The decoder's own widths (decoder_block_out_channels (8, 8)).
+    assert_eq!(cfg.decoder_config().ch_mult, vec![1, 1]);
+    check(&m, "flux2");
+    // The pipeline's latents: patchified 2x2, normalised by the BatchNorm statistics.
+    let z = m.encode(&io("flux2.x"), Draw::Mean, None).unwrap();
+    let r = rel_diff(&z, &io("flux2.latents"));
+    assert!(r < 1e-4, "latents relative diff {r}");
+    let back = m.decode(&io("flux2.latents"), None).unwrap();
+    let db = psnr(&back, &io("flux2.latents_recon"));
+    assert!(db >= 40.0, "decode from the pipeline's latents {db:.1} dB");
+    // patchify ∘ unpatchify is the identity; the pipeline's _pack_latents is the p = 1 order.
+    let l = io("flux2.latents");
+    let (b, c, h, w) = l.dims4().unwrap();
+    let round = kl::model::unpatchify_channels(&kl::model::patchify_channels(&l, 2).unwrap(), 2);
+    assert_eq!(rel_diff(&round.unwrap(), &l), 0.0);
+    let t = patch::patchify(&l, 1).unwrap();
+    assert_eq!(t.dims(), &[b, h * w, c]);
+    assert_eq!(rel_diff(&t, &io("flux2.tokens")), 0.0);
+}
+
+#[test]
+fn flux2_vae_without_its_batchnorm_statistics_is_refused_naming_them() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(fx("flux2/config.json"), d.path().join("config.json")).unwrap();
+    let src = fx("flux2/diffusion_pytorch_model.safetensors");
+    let mut t = candle_core::safetensors::load(&src, &Device::Cpu).unwrap();
+    t.remove("bn.running_var");
+    candle_core::safetensors::save(&t, d.path().join("diffusion_pytorch_model.safetensors"))
+        .unwrap();
+    let e = kl::load_kl(d.path(), None, None, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bn.running_var") && !e.contains('\n'), "{e}");
+}
+
+#[test]
 fn tiled_encode_and_decode_match_diffusers_tiling() {
     let m = load("sd");
     let x = io("sd.x_big");

@@ -369,6 +369,7 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
         ("VAR", weights("var/tiny.pth"), Some(64)),
         ("Emu3", weights("emu3/vq"), Some(64)),
         ("SD VAE", weights("kl/sd"), None),
+        ("FLUX.2 VAE", weights("kl/flux2"), None),
     ];
     for (name, w, n_embed) in &families {
         let args: Vec<&str> = w.iter().map(String::as_str).collect();
