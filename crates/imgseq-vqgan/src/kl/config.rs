@@ -134,6 +134,41 @@ fn dd(
     }
 }
 
+/// The decoder's shape where `decoder_block_out_channels` differs from the encoder's widths
+/// (`net`: the config as the VQ reader takes it).
+fn decoder_of(v: &Value, net: &Value, path: &Path) -> Result<Option<DdConfig>> {
+    let widths: Option<Vec<usize>> = opt(v, "decoder_block_out_channels", None, path)?;
+    match widths {
+        Some(w) if w != vq_widths(v, path)? => {
+            let mut d = net.clone();
+            d["block_out_channels"] = Value::from(w);
+            let mut dd = family::diffusers_config(&d, path, Range::MinusOneOne)?.ddconfig;
+            dd.double_z = false;
+            Ok(Some(dd))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// FLUX.2's `patch_size` (square) and `batch_norm_eps`.
+fn latent_batch_norm(v: &Value, path: &Path) -> Result<LatentBatchNorm> {
+    let p: Vec<usize> = opt(v, "patch_size", vec![2, 2], path)?;
+    if p.len() != 2 || p[0] != p[1] || p[0] == 0 || p[0] > 16 {
+        return Err(Error::format(
+            path,
+            format!("`patch_size` is {p:?}; imgseq reads square patches of 1 to 16"),
+        ));
+    }
+    let eps: f64 = opt(v, "batch_norm_eps", 1e-4, path)?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::format(
+            path,
+            format!("`batch_norm_eps` is {eps}; must be finite and ≥ 0"),
+        ));
+    }
+    Ok(LatentBatchNorm { patch: p[0], eps })
+}
+
 /// `block_out_channels` as given (diffusers' default `[64]`).
 fn vq_widths(v: &Value, path: &Path) -> Result<Vec<usize>> {
     opt(v, "block_out_channels", vec![64], path)
@@ -253,36 +288,11 @@ impl KlConfig {
             }
         };
         let quant: bool = opt(v, "use_quant_conv", true, path)?;
-        let decoder_widths: Option<Vec<usize>> = opt(v, "decoder_block_out_channels", None, path)?;
-        let decoder = match decoder_widths {
-            Some(w) if w != vq_widths(v, path)? => {
-                let mut d = net.clone();
-                d["block_out_channels"] = Value::from(w);
-                let mut dd = family::diffusers_config(&d, path, Range::MinusOneOne)?.ddconfig;
-                dd.double_z = false;
-                Some(dd)
-            }
-            _ => None,
-        };
-        let latent_bn = match flux2 {
-            true => {
-                let p: Vec<usize> = opt(v, "patch_size", vec![2, 2], path)?;
-                if p.len() != 2 || p[0] != p[1] || p[0] == 0 || p[0] > 16 {
-                    return Err(Error::format(
-                        path,
-                        format!("`patch_size` is {p:?}; imgseq reads square patches of 1 to 16"),
-                    ));
-                }
-                let eps: f64 = opt(v, "batch_norm_eps", 1e-4, path)?;
-                if !(eps.is_finite() && eps >= 0.0) {
-                    return Err(Error::format(
-                        path,
-                        format!("`batch_norm_eps` is {eps}; must be finite and ≥ 0"),
-                    ));
-                }
-                Some(LatentBatchNorm { patch: p[0], eps })
-            }
-            false => None,
+        let decoder = decoder_of(v, &net, path)?;
+        let latent_bn = if flux2 {
+            Some(latent_batch_norm(v, path)?)
+        } else {
+            None
         };
         // FLUX.2's pipeline applies no scaling factor: its BatchNorm statistics do the work.
         let (scaling, shift) = match flux2 {
