@@ -19,7 +19,10 @@ pub fn inspect(path: &Path) -> Result<(WeightsSummary, Option<String>)> {
             .map(|t| (t.name.as_str(), t.shape.as_slice())),
     );
     // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
-    let family = if imgseq_lfq::load::names_are_lfq(names()) {
+    let dcae_config = imgseq_vqgan::dcae::config_beside(path);
+    let family = if imgseq_vqgan::dcae::is_dcae_config_file(&dcae_config) {
+        Some(imgseq_vqgan::dcae::LABEL.to_string())
+    } else if imgseq_lfq::load::names_are_lfq(names()) {
         Some(imgseq_lfq::FAMILY.to_string())
     } else if let Some((naming, c)) = kl {
         let class = match names().any(|n| n == "bn.running_mean") {

@@ -13,7 +13,9 @@
 //! * [`clip`], [`siglip`], [`dinov2`]: the vision towers of `imgseq-vit` (transformers'
 //!   `CLIPVisionModel`, `SiglipVisionModel`, `Dinov2Model`), sharing [`tower`].
 //! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`).
-//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs) and `AutoencoderKLFlux2` (FLUX.2's; continuous latents).
+//! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs) and `AutoencoderKLFlux2`
+//!   (FLUX.2's); continuous latents.
+//! * [`dcae`]: DC-AE, diffusers' `AutoencoderDC` (SANA's); continuous latents.
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
 //! * [`catalogue`]: released tokenizers by short name (`--model llamagen-vq16`).
@@ -22,6 +24,7 @@
 
 pub mod catalogue;
 pub mod clip;
+pub mod dcae;
 pub mod dinov2;
 pub mod emu3;
 pub mod family;

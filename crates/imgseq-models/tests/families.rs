@@ -328,6 +328,7 @@ fn tokens_do_not_depend_on_the_batch_or_the_threads() {
         .collect();
     cases.push((fx("kl/sd"), None, "autoencoder_kl"));
     cases.push((fx("kl/flux2"), None, "autoencoder_kl"));
+    cases.push((fx("dcae/dc"), None, "autoencoder_dc"));
     cases.push((fx("clip/vision"), None, "clip"));
     cases.push((fx("siglip/vision"), None, "siglip"));
     cases.push((fx("dinov2/plain"), None, "dinov2"));

@@ -36,6 +36,7 @@ pub mod config;
 pub mod config_file;
 pub mod convert;
 pub mod data;
+pub mod dcae;
 pub mod emu3;
 pub mod eval;
 pub mod family;

@@ -84,7 +84,7 @@ enum Cmd {
     /// Discrete tokens: VQGAN (image -> 24x24 codebook indices -> image).
     #[command(subcommand)]
     Vq(vq_cmd::VqCmd),
-    /// Continuous latents: diffusers AutoencoderKL (SD, SDXL, SD3, FLUX VAEs) and AutoencoderKLFlux2 (FLUX.2), as patch sequences.
+    /// Continuous latents: diffusers AutoencoderKL (SD, SDXL, SD3, FLUX VAEs), AutoencoderKLFlux2 (FLUX.2) and AutoencoderDC (DC-AE, SANA's), as patch sequences.
     #[command(subcommand)]
     Vae(vae_cmd::VaeCmd),
     /// Inspect and convert weight files (safetensors, taming .ckpt).

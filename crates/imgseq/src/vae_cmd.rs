@@ -1,5 +1,5 @@
 //! `imgseq vae ...`: image ↔ continuous latents of a diffusers `AutoencoderKL` (SD, SDXL,
-//! SD3, FLUX VAEs; FLUX.2's `AutoencoderKLFlux2`), as latent maps or as patch sequences.
+//! SD3, FLUX VAEs; FLUX.2's `AutoencoderKLFlux2`; DC-AE's `AutoencoderDC`), as latent maps or as patch sequences.
 //! Flags and printing only: the model is opened by the loader ([`imgseq_models::open`]) and used through the `Tokenizer`
 //! contract; the latent patch order is [`imgseq_core::latent_patch`]'s.
 
@@ -424,10 +424,10 @@ fn roundtrip(image: &Path, m: &VaeModelArgs, o: &LatentOpts, out: &Path) -> Resu
     outs.write(&sbs, |p| image_io::save_image(p, &pair))?;
     outs.finish();
     println!("model: {} ({})", m.weights.display(), summary(&t));
-    let what = if o.sample {
-        format!("a draw (seed {})", o.seed)
-    } else {
-        "the posterior mean".into()
+    let what = match (o.sample, t.describe().draw) {
+        (true, _) => format!("a draw (seed {})", o.seed),
+        (false, Some(_)) => "the posterior mean".into(),
+        (false, None) => "the encoder's output".into(),
     };
     println!("latents: {:?} float32, {what}", &shape[1..]);
     println!("PSNR: {psnr:.2} dB");

@@ -33,7 +33,7 @@ impl KlTokenizer {
         let cfg = model.config();
         cfg.check_side("size", size as usize)?;
         let f = cfg.output_factor();
-        if size as usize % f != 0 {
+        if !(size as usize).is_multiple_of(f) {
             return Err(Error::setting(
                 "size",
                 size,
@@ -147,47 +147,61 @@ impl Tokenizer for KlTokenizer {
         let (n, _, h, w) = x.dims4()?;
         self.model.check_input(n, h, w, self.tile)?;
         let z = self.model.encode(x, self.draw, self.tile)?;
-        Ok(match self.patch {
-            None => Encoded::Latents(Latents {
-                n,
-                shape: z.dims()[1..].to_vec(),
-                data: z.flatten_all()?.to_vec1()?,
-            }),
-            Some(p) => {
-                let t = patch::patchify(&z, p)?;
-                let (n, tokens, dim) = t.dims3()?;
-                Encoded::Embeddings(Embeddings {
-                    n,
-                    tokens,
-                    dim,
-                    data: t.flatten_all()?.to_vec1()?,
-                })
-            }
-        })
+        encoded_latents(&z, self.patch)
     }
 
     /// Latent maps (C, h, w), or patch sequences of this tokenizer's patch side.
     fn decode_encoded(&self, e: &Encoded) -> Result<Vec<RgbImage>> {
         let c = self.model.config().output_channels();
-        let z = match (e, self.patch) {
-            (Encoded::Latents(l), None) if l.shape.len() == 3 && l.shape[0] == c => {
-                let (h, w) = (l.shape[1], l.shape[2]);
-                Tensor::from_slice(&l.data, (l.n, c, h, w), &Device::Cpu)?
-            }
-            (Encoded::Embeddings(s), Some(p)) if s.dim == c * p * p => {
-                let g = self.grid();
-                let t = Tensor::from_slice(&s.data, (s.n, s.tokens, s.dim), &Device::Cpu)?;
-                patch::unpatchify(&t, c, g, g, p)?
-            }
-            _ => {
-                return Err(Error::invalid(format!(
-                    "latents of shape {:?} are not what this {} gives ({:?} per image)",
-                    e.item_shape(),
-                    self.label(),
-                    self.shape()
-                )))
-            }
-        };
+        let z = latents_of(e, c, self.grid(), self.patch).ok_or_else(|| {
+            Error::invalid(format!(
+                "latents of shape {:?} are not what this {} gives ({:?} per image)",
+                e.item_shape(),
+                self.label(),
+                self.shape()
+            ))
+        })??;
         self.decode_latents(&z)
+    }
+}
+
+/// Latent maps (n, C, h, w) as a continuous-latent tokenizer gives them: the maps, or with
+/// a patch side p the sequences of p×p patches.
+pub fn encoded_latents(z: &Tensor, patch: Option<usize>) -> Result<Encoded> {
+    let n = z.dim(0)?;
+    Ok(match patch {
+        None => Encoded::Latents(Latents {
+            n,
+            shape: z.dims()[1..].to_vec(),
+            data: z.flatten_all()?.to_vec1()?,
+        }),
+        Some(p) => {
+            let t = patch::patchify(z, p)?;
+            let (n, tokens, dim) = t.dims3()?;
+            Encoded::Embeddings(Embeddings {
+                n,
+                tokens,
+                dim,
+                data: t.flatten_all()?.to_vec1()?,
+            })
+        }
+    })
+}
+
+/// The latent maps (n, `c`, h, w) of what [`encoded_latents`] gave with `patch` (maps of any
+/// side; patch sequences of the `g`×`g` grid); `None` when `e` is not of that shape.
+pub fn latents_of(e: &Encoded, c: usize, g: usize, patch: Option<usize>) -> Option<Result<Tensor>> {
+    match (e, patch) {
+        (Encoded::Latents(l), None) if l.shape.len() == 3 && l.shape[0] == c => {
+            let (h, w) = (l.shape[1], l.shape[2]);
+            Some(Tensor::from_slice(&l.data, (l.n, c, h, w), &Device::Cpu).map_err(Into::into))
+        }
+        (Encoded::Embeddings(s), Some(p)) if s.dim == c * p * p && s.tokens * p * p == g * g => {
+            Some((|| {
+                let t = Tensor::from_slice(&s.data, (s.n, s.tokens, s.dim), &Device::Cpu)?;
+                patch::unpatchify(&t, c, g, g, p)
+            })())
+        }
+        _ => None,
     }
 }

@@ -370,6 +370,7 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
         ("Emu3", weights("emu3/vq"), Some(64)),
         ("SD VAE", weights("kl/sd"), None),
         ("FLUX.2 VAE", weights("kl/flux2"), None),
+        ("DC-AE", weights("dcae/dc"), None),
     ];
     for (name, w, n_embed) in &families {
         let args: Vec<&str> = w.iter().map(String::as_str).collect();
