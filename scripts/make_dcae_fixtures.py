@@ -29,6 +29,8 @@ import torch
 from diffusers import AutoencoderDC
 from safetensors.torch import save_file
 
+from make_kl_fixtures import image, randomize as kl_randomize
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "dcae")
 
 CONFIGS = {
@@ -71,21 +73,10 @@ CONFIGS = {
 }
 
 
-def image(size, seed):
-    g = torch.Generator().manual_seed(seed)
-    yy, xx = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
-    a = torch.stack([torch.sin(xx / 3.0) * torch.cos(yy / 4.0), torch.cos((xx + yy) / 5.0), (xx - yy) / size])
-    return (a + 0.3 * torch.randn(a.shape, generator=g)).clamp(-1, 1).float()
-
-
 def randomize(m, seed):
-    torch.manual_seed(seed)
+    """make_kl_fixtures' randomisation, plus random BatchNorm running statistics."""
+    kl_randomize(m, seed)
     with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p) if name.endswith("weight") else 0.1 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.05 * torch.randn_like(p))
         for mod in m.modules():
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.copy_(0.1 * torch.randn_like(mod.running_mean))

@@ -84,6 +84,16 @@ pub fn load_weights(path: impl AsRef<Path>, device: &Device) -> Result<AuditedWe
     }
 }
 
+/// The `config.json` of a source given as a model folder or as the weights file inside one
+/// (the families told by their `config.json`: Emu3, DC-AE).
+pub fn config_beside(source: &Path) -> PathBuf {
+    if source.is_dir() {
+        source.join("config.json")
+    } else {
+        source.with_file_name("config.json")
+    }
+}
+
 /// The config that belongs to a weights file `DIR/NAME.ext` when none is given, the first of
 /// `DIR/NAME_config.json`, `DIR/config.json`, `DIR/NAME_model.yaml`, `DIR/model.yaml`.
 pub fn default_config_path(weights: &Path) -> Result<PathBuf> {

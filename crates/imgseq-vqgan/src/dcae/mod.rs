@@ -28,14 +28,7 @@ pub const NAME: &str = "autoencoder_dc";
 /// Its name as users read it.
 pub const LABEL: &str = "AutoencoderDC (DC-AE)";
 
-/// The `config.json` of a source: inside a folder, beside a file.
-pub fn config_beside(source: &Path) -> PathBuf {
-    if source.is_dir() {
-        source.join("config.json")
-    } else {
-        source.with_file_name("config.json")
-    }
-}
+pub use crate::load::config_beside;
 
 /// Whether `path` is a JSON config whose `_class_name` is `AutoencoderDC`.
 pub fn is_dcae_config_file(path: &Path) -> bool {

@@ -100,14 +100,7 @@ pub fn is_emu3_config_file(path: &Path) -> bool {
             .is_some_and(|v| is_emu3_config(&v))
 }
 
-/// The `config.json` of a source: inside a folder, beside a file.
-pub fn config_beside(source: &Path) -> PathBuf {
-    if source.is_dir() {
-        source.join("config.json")
-    } else {
-        source.with_file_name("config.json")
-    }
-}
+pub use crate::load::config_beside;
 
 impl Emu3Config {
     /// The config of an `Emu3VQVAEConfig` (or a full model's `vq_config`), transformers'

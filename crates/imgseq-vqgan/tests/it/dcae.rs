@@ -5,35 +5,18 @@
 //! levels, and a SANA-like one (stride-2 conv input, `Conv` down and `interpolate` up
 //! blocks); the pipeline's scaling; bad configs and weights as one-line errors.
 
+use crate::common::{fixture, io_of, psnr, rel_diff};
 use candle_core::{Device, Tensor};
 use imgseq_core::tokenizer::{Encoded, Tokenizer};
 use imgseq_vqgan::dcae::{self, DcaeTokenizer};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn fx(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/dcae")
-        .join(name)
+    fixture("dcae", name)
 }
 
 fn io(what: &str) -> Tensor {
-    let m = candle_core::safetensors::load(fx("io.safetensors"), &Device::Cpu).unwrap();
-    m[what].clone()
-}
-
-/// max |a − b| / max |b|
-fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
-    let m = b.abs().unwrap().max_all().unwrap();
-    d.to_scalar::<f32>().unwrap() / m.to_scalar::<f32>().unwrap()
-}
-
-/// PSNR of `a` against `b`, both in [−1, 1] (peak-to-peak 2).
-fn psnr(a: &Tensor, b: &Tensor) -> f64 {
-    let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
-    let mse = mse.to_scalar::<f32>().unwrap() as f64;
-    10.0 * (4.0 / mse).log10()
+    io_of("dcae")[what].clone()
 }
 
 fn check(name: &str) {
