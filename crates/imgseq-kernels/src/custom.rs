@@ -4,7 +4,9 @@
 //! attention which accepts any strides with a unit last stride). Backward passes read the
 //! saved tensors directly and build the gradients from fresh vectors.
 
-use crate::cpu::{self, act, attn, codebook, conv, linear, norm, upsample, with_data, Real};
+use crate::cpu::{
+    self, act, attn, codebook, conv, depthwise, linear, norm, upsample, with_data, Real,
+};
 use candle_core::{
     bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
 };
@@ -472,6 +474,64 @@ custom_op!(CustomOp3 for Conv2d, "imgseq-conv2d";
 custom_op!(CustomOp2 for Conv2d, "imgseq-conv2d-nobias";
     fwd(op; s1, l1, s2, l2) => conv_fwd(op, (s1, l1), (s2, l2), None);
     bwd(op; x, w; _res, g) => (dx, dw, _) = conv_bwd(op, x, w, g) => (Some(dx), Some(dw)));
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise convolution (stride 1, symmetric zero padding)
+
+/// `Conv2d(c, c, k, padding=pad, groups=c, bias=False)` of (b, c, h, w) with weight
+/// (c, 1, k, k).
+pub struct DepthwiseConv2d {
+    pub pad: usize,
+}
+
+impl DepthwiseConv2d {
+    fn geom(&self, x: &[usize], w: &[usize]) -> Result<depthwise::Geom> {
+        if x.len() != 4 || w.len() != 4 || w[0] != x[1] || w[1] != 1 || w[2] != w[3] {
+            bail!("depthwise conv2d: input {x:?} and weight {w:?} do not match");
+        }
+        if x[2] + 2 * self.pad < w[2] || x[3] + 2 * self.pad < w[3] {
+            bail!("depthwise conv2d: kernel {w:?} larger than padded input {x:?}");
+        }
+        Ok(depthwise::Geom {
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            k: w[2],
+            p: self.pad,
+        })
+    }
+}
+
+fn dw_fwd<T: Real>(op: &DepthwiseConv2d, (sx, lx): In, (sw, lw): In) -> Fwd {
+    let g = op.geom(lx.dims(), lw.dims())?;
+    let x = cpu::slice::<T>(sx, lx)?;
+    let w = cpu::slice::<T>(sw, lw)?;
+    let (ho, wo) = g.out_hw();
+    Ok((
+        T::to_cpu_storage_owned(depthwise::forward(x, w, &g)),
+        Shape::from((lx.dims()[0], g.c, ho, wo)),
+    ))
+}
+
+fn dw_bwd<T: Real>(
+    op: &DepthwiseConv2d,
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let gm = op.geom(x.dims(), w.dims())?;
+    let gc = g.contiguous()?;
+    let (dx, dw) = with_data::<T, _>(x, |xs| {
+        with_data::<T, _>(w, |ws| {
+            with_data::<T, _>(&gc, |gs| Ok(depthwise::backward(xs, ws, gs, &gm)))
+        })
+    })?;
+    Ok((from_vec(dx, x.shape(), x)?, from_vec(dw, w.shape(), w)?))
+}
+
+custom_op!(CustomOp2 for DepthwiseConv2d, "imgseq-depthwise-conv2d";
+    fwd(op; s1, l1, s2, l2) => dw_fwd(op, (s1, l1), (s2, l2));
+    bwd(op; x, w; _res, g) => (dx, dw) = dw_bwd(op, x, w, g) => (Some(dx), Some(dw)));
 
 // ---------------------------------------------------------------------------------------------
 // Nearest codebook entry (no backward: the output is an index)

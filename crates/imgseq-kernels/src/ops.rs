@@ -45,6 +45,29 @@ pub fn conv2d(
     reference::conv2d(x, weight, bias, stride, pad)
 }
 
+/// Depthwise convolution, stride 1, `pad` zero pixels on every side (PyTorch's
+/// `Conv2d(c, c, k, padding=pad, groups=c)`; differentiable).
+///
+/// # Shapes
+/// x: (b, c, h, w), weight: (c, 1, k, k), bias: (c) → (b, c, h + 2·pad − k + 1, ...)
+pub fn depthwise_conv2d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    pad: usize,
+) -> Result<Tensor> {
+    let y = if fast(&[x, weight]) && x.rank() == 4 && weight.rank() == 4 {
+        let (x, w) = (x.contiguous()?, weight.contiguous()?);
+        x.apply_op2(&w, custom::DepthwiseConv2d { pad })?
+    } else {
+        reference::depthwise_conv2d(x, weight, pad)?
+    };
+    match bias {
+        Some(b) => y.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
+        None => Ok(y),
+    }
+}
+
 /// Group normalisation over (c/groups, h, w) per sample and group, with affine weight and bias,
 /// optionally followed by SiLU (x·sigmoid(x)) — the pair taming uses before every conv.
 ///

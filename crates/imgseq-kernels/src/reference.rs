@@ -7,6 +7,11 @@
 use crate::padding::Padding;
 use candle_core::{DType, Result, Tensor, D};
 
+/// Depthwise convolution as candle's grouped convolution (one group a channel).
+pub fn depthwise_conv2d(x: &Tensor, weight: &Tensor, pad: usize) -> Result<Tensor> {
+    x.conv2d(weight, pad, 1, 1, x.dim(1)?)
+}
+
 /// 2-D convolution (cross-correlation, as PyTorch).
 ///
 /// # Shapes

@@ -17,6 +17,7 @@ pub mod attn;
 pub mod bf16;
 pub mod codebook;
 pub mod conv;
+pub mod depthwise;
 pub mod features;
 mod gemm;
 pub mod heads;

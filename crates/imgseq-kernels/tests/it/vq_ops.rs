@@ -311,3 +311,43 @@ fn bad_shapes_are_errors_not_panics() {
     let three = rand(&[3], 35, 1.0, DType::F32);
     assert!(ops::layer_norm(&x, &three, &three, 1e-5).is_err());
 }
+
+#[test]
+fn depthwise_conv2d_matches_candles_grouped_convolution() {
+    // DC-AE's kernels (3×3 and 5×5, "same" padding), a plane narrower than the kernel's
+    // reach, and an unpadded 3×3; values and gradients against the candle composite.
+    for (x, k, pad) in [
+        ([2, 6, 9, 11], 3, 1),
+        ([1, 4, 7, 5], 5, 2),
+        ([2, 3, 2, 3], 5, 2),
+        ([1, 2, 6, 6], 3, 0),
+    ] {
+        let xs = rand(&x, 11, 1.0, DType::F32);
+        let w = rand(&[x[1], 1, k, k], 12, 0.5, DType::F32);
+        let b = rand(&[x[1]], 13, 0.5, DType::F32);
+        check_vs_reference(
+            &|t| ops::depthwise_conv2d(&t[0], &t[1], Some(&t[2]), pad),
+            &|t| {
+                let y = reference::depthwise_conv2d(&t[0], &t[1], pad)?;
+                y.broadcast_add(&t[2].reshape((1, t[2].elem_count(), 1, 1))?)
+            },
+            &[xs, w, b],
+            TOL,
+            &format!("depthwise {x:?} k{k} p{pad}"),
+        );
+    }
+}
+
+#[test]
+fn depthwise_conv2d_finite_diff() {
+    let x = rand(&[2, 3, 5, 6], 14, 1.0, DType::F64);
+    let w = rand(&[3, 1, 3, 3], 15, 0.5, DType::F64);
+    check_finite_diff(
+        &|t| ops::depthwise_conv2d(&t[0], &t[1], None, 1),
+        &[x, w],
+        1e-6,
+        1e-6,
+        40,
+        "depthwise conv2d",
+    );
+}

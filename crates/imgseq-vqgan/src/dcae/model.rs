@@ -55,7 +55,8 @@ fn channel_linear(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     y.reshape((b, weight.dim(0)?, h, w))
 }
 
-/// An `nn.Conv2d` (square kernel, symmetric padding k / 2, optional bias and groups).
+/// An `nn.Conv2d` (square kernel, symmetric padding k / 2, optional bias; grouped ones are
+/// depthwise, stride 1).
 #[derive(Debug, Clone)]
 struct Conv {
     weight: Tensor,
@@ -88,11 +89,8 @@ impl Conv {
             let pad = Padding::same(k / 2);
             return ops::conv2d(x, &self.weight, self.bias.as_ref(), self.stride, pad);
         }
-        let y = x.conv2d(&self.weight, k / 2, self.stride, 1, self.groups)?;
-        match &self.bias {
-            Some(b) => y.broadcast_add(&b.reshape((1, b.dim(0)?, 1, 1))?),
-            None => Ok(y),
-        }
+        // Grouped convs in DC-AE are depthwise (one channel a group), stride 1.
+        ops::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), k / 2)
     }
 }
 
