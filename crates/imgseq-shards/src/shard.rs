@@ -1,7 +1,7 @@
 //! The two token shard formats behind one writer and one reader: WebDataset `.tar`
 //! ([`crate::wds`]) and Parquet ([`crate::parquet_out`]). A shard's format is told by its name.
 
-use crate::latents::{LatentParquetWriter, LATENT_MEMBER};
+use crate::latents::{LatentParquetWriter, FEATURES_MEMBER, LATENT_MEMBER};
 use crate::parquet_out;
 use crate::wds::{self, Finished, TokenSample};
 use imgseq_core::{Error, Result};
@@ -60,13 +60,114 @@ impl ShardFormat {
     }
 }
 
+/// How the float arrays of latent and feature shards are stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FloatDtype {
+    /// IEEE half precision, `.npy` `<f2` (numpy's float16).
+    #[default]
+    F16,
+    /// bfloat16 (float32's top 16 bits, rounded to nearest even): `.npy` `<u2` holding the
+    /// bit patterns (numpy has no bfloat16; `torch.from_numpy(a.view("<i2")).view(torch.bfloat16)`).
+    Bf16,
+}
+
+impl FloatDtype {
+    /// `float16` | `f16` | `bfloat16` | `bf16` (the CLI's `--dtype`).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "float16" | "f16" => Ok(Self::F16),
+            "bfloat16" | "bf16" => Ok(Self::Bf16),
+            other => Err(Error::setting("dtype", other, "is not float16 or bfloat16")),
+        }
+    }
+
+    /// Its name in manifests: `float16`, `bfloat16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "float16",
+            Self::Bf16 => "bfloat16",
+        }
+    }
+
+    /// The `.npy` descr of its arrays.
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            Self::F16 => "<f2",
+            Self::Bf16 => "<u2",
+        }
+    }
+
+    /// Little-endian bytes of `values` in this type (round to nearest even).
+    pub fn le_bytes(self, values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * 2);
+        for &v in values {
+            out.extend_from_slice(&match self {
+                Self::F16 => half::f16::from_f32(v).to_le_bytes(),
+                Self::Bf16 => half::bf16::from_f32(v).to_le_bytes(),
+            });
+        }
+        out
+    }
+
+    /// The values of little-endian `bytes` of this type, widened to f32 (exactly).
+    pub fn widen(self, bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(2)
+            .map(|c| match self {
+                Self::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f32(),
+                Self::Bf16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f32(),
+            })
+            .collect()
+    }
+
+    /// The storage type a manifest names (`float16` where it names none).
+    pub fn of_manifest(name: &str) -> Option<Self> {
+        match name {
+            "" | "float16" => Some(Self::F16),
+            "bfloat16" => Some(Self::Bf16),
+            _ => None,
+        }
+    }
+}
+
 /// What a shard holds per sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShardKind {
     /// Codebook tokens of a codebook of `n_codes` entries.
     Tokens { n_codes: usize },
-    /// Float arrays stored as float16 ([`crate::latents`]).
-    Latents,
+    /// A continuous-latent tokenizer's float arrays ([`crate::latents`]), stored as `dtype`.
+    Latents { dtype: FloatDtype },
+    /// A vision tower's (tokens, dim) embeddings ([`crate::latents`]: `KEY.features.npy`, a
+    /// `features` column), stored as `dtype`.
+    Features { dtype: FloatDtype },
+}
+
+impl ShardKind {
+    /// The storage type of a float shard; `None` for tokens.
+    pub fn dtype(self) -> Option<FloatDtype> {
+        match self {
+            Self::Tokens { .. } => None,
+            Self::Latents { dtype } | Self::Features { dtype } => Some(dtype),
+        }
+    }
+
+    /// The kind with its floats stored as `dtype` (tokens unchanged).
+    pub fn with_dtype(self, dtype: FloatDtype) -> Self {
+        match self {
+            Self::Tokens { .. } => self,
+            Self::Latents { .. } => Self::Latents { dtype },
+            Self::Features { .. } => Self::Features { dtype },
+        }
+    }
+
+    /// The tar member extension and Parquet column of a float shard's arrays.
+    pub fn float_member(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Tokens { .. } => None,
+            Self::Latents { .. } => Some((LATENT_MEMBER, "latent")),
+            Self::Features { .. } => Some((FEATURES_MEMBER, "features")),
+        }
+    }
 }
 
 /// One sample's payload.
@@ -78,7 +179,8 @@ pub enum Payload {
         w: usize,
         tokens: Vec<i64>,
     },
-    /// A float array of `shape` (C order), stored as float16.
+    /// A float array of `shape` (C order): a latent or a tower's features, stored as the
+    /// shard's [`FloatDtype`].
     Latent { shape: Vec<usize>, values: Vec<f32> },
 }
 
@@ -113,8 +215,8 @@ impl TokenShardWriter {
             (ShardFormat::Parquet, ShardKind::Tokens { n_codes }) => {
                 Self::Parquet(Box::new(parquet_out::ShardWriter::create(path, n_codes)?))
             }
-            (ShardFormat::Parquet, ShardKind::Latents) => {
-                Self::LatentParquet(Box::new(LatentParquetWriter::create(path)?))
+            (ShardFormat::Parquet, k) => {
+                Self::LatentParquet(Box::new(LatentParquetWriter::create_kind(path, k)?))
             }
         })
     }
@@ -144,13 +246,14 @@ impl TokenShardWriter {
     pub fn append_payload(&mut self, key: &str, p: &Payload, json: &Value) -> Result<()> {
         match (self, p) {
             (s, Payload::Tokens { h, w, tokens }) => s.append(key, *h, *w, tokens, json),
-            (
-                Self::Wds {
-                    w,
-                    kind: ShardKind::Latents,
-                },
-                Payload::Latent { shape, values },
-            ) => w.append_as(key, LATENT_MEMBER, &wds::latent_npy(shape, values), json),
+            (Self::Wds { w, kind }, Payload::Latent { shape, values })
+                if kind.dtype().is_some() =>
+            {
+                let (member, _) = kind.float_member().expect("a float kind");
+                let dtype = kind.dtype().expect("a float kind");
+                crate::latents::check_shape(key, shape, values.len()).map_err(Error::invalid)?;
+                w.append_as(key, member, &wds::float_npy(shape, values, dtype), json)
+            }
             (Self::LatentParquet(w), Payload::Latent { shape, values }) => {
                 w.append(key, shape, values, json)
             }
@@ -170,11 +273,22 @@ impl TokenShardWriter {
     }
 }
 
-/// Every sample of a latent shard of either format, in order.
+/// Every sample of a float16 latent shard of either format, in order.
 pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample>> {
+    read_float_shard(
+        path,
+        ShardKind::Latents {
+            dtype: FloatDtype::F16,
+        },
+    )
+}
+
+/// Every sample of a latent or feature shard (`kind`: which, and its storage type) of either
+/// format, in order, widened to f32.
+pub fn read_float_shard(path: &Path, kind: ShardKind) -> Result<Vec<crate::latents::LatentSample>> {
     match ShardFormat::of_path(path) {
-        ShardFormat::Parquet => crate::latents::read_parquet(path),
-        ShardFormat::Wds => crate::latents::read_tar(path),
+        ShardFormat::Parquet => crate::latents::read_parquet_kind(path, kind),
+        ShardFormat::Wds => crate::latents::read_tar_kind(path, kind),
     }
 }
 
@@ -182,7 +296,9 @@ pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample
 pub fn count_samples(path: &Path, kind: ShardKind) -> Result<usize> {
     Ok(match kind {
         ShardKind::Tokens { .. } => read_shard(path)?.len(),
-        ShardKind::Latents => read_latent_shard(path)?.len(),
+        ShardKind::Latents { .. } | ShardKind::Features { .. } => {
+            read_float_shard(path, kind)?.len()
+        }
     })
 }
 

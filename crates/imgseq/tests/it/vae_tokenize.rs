@@ -28,7 +28,7 @@ fn model(size: &str) -> Vec<String> {
 
 fn vae_job() -> JobCmd {
     JobCmd {
-        head: ["vae", "tokenize"],
+        head: &["vae", "tokenize"],
         model: model("32"),
         other: model("16"),
     }
