@@ -21,8 +21,8 @@
 //! [`crate::parquet_out::ROW_GROUP_ROWS`] rows, written to a hidden temporary file, fsynced
 //! and renamed into place when complete, as token shards are.
 
+use crate::kind::{FloatDtype, ShardKind};
 use crate::parquet_in::{Cell, ParquetFile};
-use crate::shard::{FloatDtype, ShardKind};
 use crate::wds::{Finished, HashingWriter};
 use imgseq_core::npy::parse_npy;
 use imgseq_core::{Error, Result};
@@ -38,11 +38,7 @@ use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The member extension of a sample's latent in a tar shard.
-pub const LATENT_MEMBER: &str = "latent.npy";
-
-/// The member extension of a sample's features (a vision tower's embeddings) in a tar shard.
-pub const FEATURES_MEMBER: &str = "features.npy";
+pub use crate::kind::{FEATURES_MEMBER, LATENT_MEMBER};
 
 /// The Parquet footer key naming a float shard's storage type (absent: float16).
 pub const DTYPE_KEY: &str = "imgseq.dtype";
@@ -254,7 +250,10 @@ pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
 /// storage type must be the kind's.
 pub fn read_parquet_kind(path: &Path, kind: ShardKind) -> Result<Vec<LatentSample>> {
     let (Some((_, column)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
-        return Err(Error::format(path, "read as a float shard of no float kind"));
+        return Err(Error::format(
+            path,
+            "read as a float shard of no float kind",
+        ));
     };
     let f = ParquetFile::open(path)?;
     f.check_codecs()?;
@@ -332,7 +331,10 @@ pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
 /// the kind's storage type.
 pub fn read_tar_kind(path: &Path, kind: ShardKind) -> Result<Vec<LatentSample>> {
     let (Some((member, _)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
-        return Err(Error::format(path, "read as a float shard of no float kind"));
+        return Err(Error::format(
+            path,
+            "read as a float shard of no float kind",
+        ));
     };
     let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
     let mut ar = tar::Archive::new(f);
@@ -474,9 +476,7 @@ mod tests {
             (ShardFormat::Parquet, FloatDtype::F16),
         ] {
             let kind = ShardKind::Features { dtype };
-            let p = d
-                .path()
-                .join(format!("{}.{}", dtype.name(), format.ext()));
+            let p = d.path().join(format!("{}.{}", dtype.name(), format.ext()));
             let mut w = TokenShardWriter::create_kind(&p, format, kind).unwrap();
             for i in 0..2 {
                 let j = serde_json::json!({"source": format!("s/{i}.png")});

@@ -2,10 +2,10 @@
 //! shard with its sample count and SHA-256, and totals. A job of a job array writes
 //! `manifest-I-of-N.json`; [`merge`] checks the `N` parts against each other and joins them.
 
+use crate::kind::{FloatDtype, ShardKind};
 use imgseq_core::fsutil::{read_json, write_json};
 use imgseq_core::tokenizer::{Description, LatentSpec, OutputKind, Preprocessing, WeightsRef};
 use imgseq_core::{Error, Result};
-use crate::shard::{FloatDtype, ShardKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -370,10 +370,14 @@ impl Manifest {
         };
         if let Some((shape, dtype)) = float {
             let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-            if shape.is_empty() || n.is_none_or(|n| n == 0 || n > crate::latents::MAX_LATENT_VALUES) {
+            if shape.is_empty() || n.is_none_or(|n| n == 0 || n > crate::latents::MAX_LATENT_VALUES)
+            {
                 return Err(Error::format(
                     path,
-                    format!("an array of shape {shape:?} (non-empty, at most {} values)", crate::latents::MAX_LATENT_VALUES),
+                    format!(
+                        "an array of shape {shape:?} (non-empty, at most {} values)",
+                        crate::latents::MAX_LATENT_VALUES
+                    ),
                 ));
             }
             if FloatDtype::of_manifest(dtype).is_none() {

@@ -541,7 +541,10 @@ fn a_vision_tower_is_served_through_tokenize_as_its_embeddings() {
     let r = s.post("/v1/tokenize?model=clip", &[], &pic);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let j = r.json();
-    assert_eq!((j["tokens"].as_u64(), j["dim"].as_u64()), (Some(17), Some(32)));
+    assert_eq!(
+        (j["tokens"].as_u64(), j["dim"].as_u64()),
+        (Some(17), Some(32))
+    );
     let got: Vec<f32> = j["embeddings"]
         .as_array()
         .unwrap()
@@ -549,7 +552,9 @@ fn a_vision_tower_is_served_through_tokenize_as_its_embeddings() {
         .flat_map(|row| {
             let row = row.as_array().unwrap();
             assert_eq!(row.len(), 32);
-            row.iter().map(|v| v.as_f64().unwrap() as f32).collect::<Vec<_>>()
+            row.iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect::<Vec<_>>()
         })
         .collect();
     assert_eq!(got, want.data);

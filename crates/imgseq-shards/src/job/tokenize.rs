@@ -15,8 +15,8 @@ use crate::manifest::{
     errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FEATURE_FORMAT, FORMAT,
     LATENT_FORMAT,
 };
-use crate::source::{self, SampleRef, SourceOptions};
 use crate::shard::FloatDtype;
+use crate::source::{self, SampleRef, SourceOptions};
 use crate::{Payload, Plan, ShardFormat, ShardKind, TokenShardWriter};
 use image::RgbImage;
 use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
@@ -380,38 +380,6 @@ pub fn tokenize<T: Tokenizer + ?Sized>(
     run(&Through(tok), info, sources, out, o)
 }
 
-/// The shard kind and manifest account of a run: `enc`'s kind with the options' storage type
-/// (refused for token shards), recorded in `info`'s latent or feature block.
-fn stored_as(
-    enc_kind: ShardKind,
-    info: &TokenizerInfo,
-    o: &Options,
-) -> Result<(ShardKind, TokenizerInfo)> {
-    let kind = enc_kind.with_dtype(o.dtype);
-    let mut info = info.clone();
-    match kind {
-        ShardKind::Tokens { .. } if o.dtype != FloatDtype::F16 => {
-            return Err(Error::setting(
-                "dtype",
-                o.dtype.name(),
-                "applies to latent and feature shards; token shards store integer codes",
-            ))
-        }
-        ShardKind::Tokens { .. } => {}
-        ShardKind::Latents { dtype } => {
-            if let Some(l) = info.latent.as_mut() {
-                l.dtype = dtype.name().into();
-            }
-        }
-        ShardKind::Features { dtype } => {
-            if let Some(f) = info.features.as_mut() {
-                f.dtype = dtype.name().into();
-            }
-        }
-    }
-    Ok((kind, info))
-}
-
 /// Writes the payloads `enc` makes of `sources` into `out` (described by `info`): token,
 /// latent or feature shards, resumable and split by job arrays alike.
 pub fn run<E: SampleEncoder>(
@@ -421,7 +389,7 @@ pub fn run<E: SampleEncoder>(
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    let (kind, info) = stored_as(enc.kind(), info, o)?;
+    let (kind, info) = super::files::stored_as(enc.kind(), info, o.dtype)?;
     let info = &info;
     let started = start_run(format_of(kind), info, sources, out, o)?;
     let (fresh, created_dir) = (started.new_run, started.created_dir);
