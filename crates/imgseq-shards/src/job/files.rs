@@ -133,6 +133,38 @@ pub fn job_files(num_jobs: usize, job_index: usize) -> (String, String) {
     }
 }
 
+/// The shard kind and manifest account of a run: `enc_kind` with its floats stored as
+/// `dtype` (refused for token shards), recorded in `info`'s latent or feature block.
+pub fn stored_as(
+    enc_kind: ShardKind,
+    info: &TokenizerInfo,
+    dtype: FloatDtype,
+) -> Result<(ShardKind, TokenizerInfo)> {
+    let kind = enc_kind.with_dtype(dtype);
+    let mut info = info.clone();
+    match kind {
+        ShardKind::Tokens { .. } if dtype != FloatDtype::F16 => {
+            return Err(Error::setting(
+                "dtype",
+                dtype.name(),
+                "applies to latent and feature shards; token shards store integer codes",
+            ))
+        }
+        ShardKind::Tokens { .. } => {}
+        ShardKind::Latents { dtype } => {
+            if let Some(l) = info.latent.as_mut() {
+                l.dtype = dtype.name().into();
+            }
+        }
+        ShardKind::Features { dtype } => {
+            if let Some(f) = info.features.as_mut() {
+                f.dtype = dtype.name().into();
+            }
+        }
+    }
+    Ok((kind, info))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,36 +196,4 @@ mod tests {
             assert_eq!(d.path().join(n).exists(), kept, "{n}");
         }
     }
-}
-
-/// The shard kind and manifest account of a run: `enc_kind` with its floats stored as
-/// `dtype` (refused for token shards), recorded in `info`'s latent or feature block.
-pub fn stored_as(
-    enc_kind: ShardKind,
-    info: &TokenizerInfo,
-    dtype: FloatDtype,
-) -> Result<(ShardKind, TokenizerInfo)> {
-    let kind = enc_kind.with_dtype(dtype);
-    let mut info = info.clone();
-    match kind {
-        ShardKind::Tokens { .. } if dtype != FloatDtype::F16 => {
-            return Err(Error::setting(
-                "dtype",
-                dtype.name(),
-                "applies to latent and feature shards; token shards store integer codes",
-            ))
-        }
-        ShardKind::Tokens { .. } => {}
-        ShardKind::Latents { dtype } => {
-            if let Some(l) = info.latent.as_mut() {
-                l.dtype = dtype.name().into();
-            }
-        }
-        ShardKind::Features { dtype } => {
-            if let Some(f) = info.features.as_mut() {
-                f.dtype = dtype.name().into();
-            }
-        }
-    }
-    Ok((kind, info))
 }

@@ -56,6 +56,9 @@ fn features(dir: &Path) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         .collect()
 }
 
+/// (model, options, shape per picture, output recorded, patches_only recorded)
+type Case<'a> = (&'a str, &'a [&'a str], [usize; 2], &'a str, bool);
+
 fn run(a: &[String]) -> String {
     ok(&a.iter().map(String::as_str).collect::<Vec<_>>())
 }
@@ -66,8 +69,7 @@ fn feature_shards_equal_single_image_encode_for_clip_siglip_and_dinov2_in_both_f
     let src = d.path().join("imgs");
     let paths = folder(&src, 3);
     let s = |p: &Path| p.display().to_string();
-    // (model, options, shape per picture, output recorded, patches_only recorded)
-    let cases: [(&str, &[&str], [usize; 2], &str, bool); 4] = [
+    let cases: [Case; 4] = [
         // 32² input, 8² patches: 16 patches (+ CLS).
         (
             "clip/vision",
