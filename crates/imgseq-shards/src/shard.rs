@@ -138,11 +138,12 @@ impl TokenShardWriter {
     pub fn append_payload(&mut self, key: &str, p: &Payload, json: &Value) -> Result<()> {
         match (self, p) {
             (s, Payload::Tokens { h, w, tokens }) => s.append(key, *h, *w, tokens, json),
-            (Self::Wds { w, kind }, Payload::Latent { shape, values })
-                if kind.dtype().is_some() =>
-            {
-                let (member, _) = kind.float_member().expect("a float kind");
-                let dtype = kind.dtype().expect("a float kind");
+            (Self::Wds { w, kind }, Payload::Latent { shape, values }) => {
+                let (Some((member, _)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
+                    return Err(Error::invalid(format!(
+                        "{key}: a token shard holds no latents or features"
+                    )));
+                };
                 crate::latents::check_shape(key, shape, values.len()).map_err(Error::invalid)?;
                 w.append_as(key, member, &wds::float_npy(shape, values, dtype), json)
             }
@@ -150,7 +151,7 @@ impl TokenShardWriter {
                 w.append(key, shape, values, json)
             }
             _ => Err(Error::invalid(format!(
-                "{key}: a token shard holds no latents"
+                "{key}: a token shard holds no latents or features"
             ))),
         }
     }
