@@ -4,6 +4,8 @@
 * :class:`ViT` — a Vision Transformer: images → continuous token embeddings, class labels.
 * :func:`read_latent_shards` — reads the latent shards (float16) that ``imgseq vae tokenize``
   writes, either format
+* :func:`read_feature_shards` — reads the feature shards (a vision tower's embeddings,
+  float16) that ``imgseq tokenize --model TOWER`` writes, either format
 * :func:`read_token_shards` — reads the WebDataset shards that ``imgseq vq tokenize`` writes
   (pure Python: ``tarfile`` + ``numpy``; works without the compiled extension).
 
@@ -35,6 +37,7 @@ __all__ = [
     "ViT",
     "read_token_shards",
     "read_latent_shards",
+    "read_feature_shards",
     "models",
     "default_weights_dir",
     "DEFAULT_VQGAN",
@@ -298,18 +301,101 @@ def read_token_shards(
 
 
 _LATENT = ".latent.npy"
+_FEATURES = ".features.npy"
+#: Most bytes of one float member: 2^26 two-byte values (the writer's bound) and a header.
+_MAX_FLOAT_MEMBER_BYTES = (2 << 26) + 4096
+#: The Parquet footer key of a float shard's storage type (absent: float16).
+_DTYPE_KEY = b"imgseq.dtype"
 
 
-def _latent_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
-    """The float16 array of a ``.latent.npy`` member (header checked against its bytes)."""
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) → their float32 values (exact)."""
+    return (bits.astype("<u4") << 16).view("<f4")
+
+
+def _float_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
+    """The array of a ``.latent.npy`` / ``.features.npy`` member (header checked against its
+    bytes): float16 as stored, bfloat16 (``<u2`` bit patterns) widened to float32."""
     shape, fortran, dtype, f = _npy_header(shard, name, raw)
-    if dtype != np.dtype("<f2") or fortran:
-        raise ValueError(f"{shard}: {name} holds {dtype} values, not a float16 latent")
+    if dtype not in (np.dtype("<f2"), np.dtype("<u2")) or fortran:
+        raise ValueError(f"{shard}: {name} holds {dtype} values, not float16 or bfloat16")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if count == 0 or count * 2 != len(raw) - f.tell():
         raise ValueError(f"{shard}: {name} declares shape {shape} but holds "
                          f"{len(raw) - f.tell()} bytes of data")
-    return np.frombuffer(raw, dtype="<f2", offset=f.tell()).reshape(shape).copy()
+    a = np.frombuffer(raw, dtype=dtype, offset=f.tell()).reshape(shape)
+    return _bf16_to_f32(a) if dtype == np.dtype("<u2") else a.copy()
+
+
+def _latent_npy(shard: Path, name: str, raw: bytes) -> np.ndarray:
+    """The float16 array of a ``.latent.npy`` member (header checked against its bytes)."""
+    return _float_npy(shard, name, raw)
+
+
+def _float_shards(
+    source: Union[PathLike, Sequence[PathLike]], fmt: str, member: str, column: str,
+) -> Iterator[Dict[str, Any]]:
+    """Samples of float shards (latents or features) of the manifest format ``fmt``: the tar
+    ``member`` extension / Parquet ``column`` holds each sample's array."""
+    what = "latent" if column == "latent" else "feature"
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        d = Path(source)
+        manifest = json.loads((d / "manifest.json").read_text())
+        if manifest.get("format") != fmt:
+            raise ValueError(f"{d}: format {manifest.get('format')!r}, not a {what} shard set")
+        shards = [d / s["name"] for s in manifest["shards"]]
+    elif isinstance(source, (str, os.PathLike)):
+        shards = [Path(source)]
+    else:
+        shards = [Path(s) for s in source]
+    for shard in shards:
+        if not shard.is_file():
+            raise FileNotFoundError(f"{shard}: no such file")
+        if shard.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(shard)
+            if column not in table.column_names:
+                raise ValueError(f"{shard}: no {column} column: not an imgseq {what} shard")
+            stored = (table.schema.metadata or {}).get(_DTYPE_KEY, b"float16")
+            if stored not in (b"float16", b"bfloat16"):
+                raise ValueError(f"{shard}: values stored as {stored.decode(errors='replace')}")
+            for row in table.to_pylist():
+                shape = tuple(row["shape"])
+                a = np.frombuffer(row[column], dtype="<f2" if stored == b"float16" else "<u2")
+                if a.size == 0 or a.size != int(np.prod(shape, dtype=np.int64)):
+                    raise ValueError(f"{shard}: {row['key']} holds {a.size} values, "
+                                     f"not shape {shape}")
+                a = a.reshape(shape)
+                a = a.copy() if stored == b"float16" else _bf16_to_f32(a)
+                yield {"key": row["key"], column: a,
+                       "json": json.loads(row["metadata"]), "shard": str(shard)}
+            continue
+        with tarfile.open(shard, "r:") as tar:
+            sample: Optional[Dict[str, Any]] = None
+            for m in tar:
+                if not m.isfile():
+                    continue
+                name = m.name
+                if m.size > _MAX_FLOAT_MEMBER_BYTES:
+                    raise ValueError(
+                        f"{shard}: {name} has {m.size} bytes, more than {_MAX_FLOAT_MEMBER_BYTES}"
+                    )
+                data = tar.extractfile(m)
+                assert data is not None
+                raw = data.read()
+                if name.endswith(member):
+                    if sample is not None:
+                        yield sample
+                    sample = {"key": name[: -len(member)], column: _float_npy(shard, name, raw),
+                              "json": {}, "shard": str(shard)}
+                elif name.endswith(_JSON):
+                    key = name[: -len(_JSON)]
+                    if sample is None or sample["key"] != key:
+                        raise ValueError(f"{shard}: {name} does not follow its {key}{member}")
+                    sample["json"] = json.loads(raw.decode("utf-8"))
+            if sample is not None:
+                yield sample
 
 
 def read_latent_shards(
@@ -325,55 +411,33 @@ def read_latent_shards(
             order), one shard, or a list of shards.
 
     Yields:
-        ``{"key": str, "latent": ndarray float16 — (C, h, w), or (N, p²·C) with --patch,
-        "json": dict, "shard": str}`` in shard order.
+        ``{"key": str, "latent": ndarray — (C, h, w), or (N, p²·C) with --patch, float16
+        (``--dtype bfloat16`` shards: float32, the bfloat16 values exactly), "json": dict,
+        "shard": str}`` in shard order.
     """
-    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
-        d = Path(source)
-        manifest = json.loads((d / "manifest.json").read_text())
-        if manifest.get("format") != "imgseq-latents/1":
-            raise ValueError(f"{d}: format {manifest.get('format')!r}, not a latent shard set")
-        shards = [d / s["name"] for s in manifest["shards"]]
-    elif isinstance(source, (str, os.PathLike)):
-        shards = [Path(source)]
-    else:
-        shards = [Path(s) for s in source]
-    for shard in shards:
-        if not shard.is_file():
-            raise FileNotFoundError(f"{shard}: no such file")
-        if shard.suffix == ".parquet":
-            import pyarrow.parquet as pq
+    return _float_shards(source, "imgseq-latents/1", _LATENT, "latent")
 
-            for row in pq.read_table(shard).to_pylist():
-                shape = tuple(row["shape"])
-                latent = np.frombuffer(row["latent"], dtype="<f2")
-                if latent.size != int(np.prod(shape, dtype=np.int64)):
-                    raise ValueError(f"{shard}: {row['key']} holds {latent.size} values, "
-                                     f"not shape {shape}")
-                yield {"key": row["key"], "latent": latent.reshape(shape).copy(),
-                       "json": json.loads(row["metadata"]), "shard": str(shard)}
-            continue
-        with tarfile.open(shard, "r:") as tar:
-            sample: Optional[Dict[str, Any]] = None
-            for member in tar:
-                if not member.isfile():
-                    continue
-                name = member.name
-                data = tar.extractfile(member)
-                assert data is not None
-                raw = data.read()
-                if name.endswith(_LATENT):
-                    if sample is not None:
-                        yield sample
-                    sample = {"key": name[: -len(_LATENT)], "latent": _latent_npy(shard, name, raw),
-                              "json": {}, "shard": str(shard)}
-                elif name.endswith(_JSON):
-                    key = name[: -len(_JSON)]
-                    if sample is None or sample["key"] != key:
-                        raise ValueError(f"{shard}: {name} does not follow its {key}{_LATENT}")
-                    sample["json"] = json.loads(raw.decode("utf-8"))
-            if sample is not None:
-                yield sample
+
+def read_feature_shards(
+    source: Union[PathLike, Sequence[PathLike]],
+) -> Iterator[Dict[str, Any]]:
+    """Samples of the feature shards that ``imgseq tokenize --model TOWER`` writes (a vision
+    tower's embeddings per image), either format.
+
+    Pure Python: ``tarfile`` + ``numpy`` for ``.tar`` shards, ``pyarrow`` for ``.parquet``
+    ones (only imported when one is read).
+
+    Args:
+        source: an output folder of ``imgseq tokenize`` (its shards in ``manifest.json``'s
+            order), one shard, or a list of shards.
+
+    Yields:
+        ``{"key": str, "features": ndarray (N, D) float16 (``--dtype bfloat16`` shards:
+        float32, the bfloat16 values exactly), "json": dict, "shard": str}`` in shard order.
+        The manifest's ``tokenizer.features`` says which layer (``output``) and whether the
+        class token was dropped (``patches_only``).
+    """
+    return _float_shards(source, "imgseq-features/1", _FEATURES, "features")
 
 
 class Tokenizer:
@@ -395,6 +459,9 @@ class Tokenizer:
         raw: bool = False,
         precision: str = "auto",
         bf16_encoder: bool = False,
+        layer: Optional[int] = None,
+        patches_only: bool = False,
+        pooled: bool = False,
     ) -> "Tokenizer":
         """``path`` is a local file or folder, a Hugging Face Hub model
         (``"hf:ORG/NAME[@REVISION][/PATH]"``, or ``"ORG/NAME"`` where no such local path
@@ -409,10 +476,17 @@ class Tokenizer:
         resolution for gray ones, the yaml's test size or 256 (LFQ), 256 (KL); ``precision``
         ``auto`` (the decoder in bf16 where the CPU runs it faster; tokens stay f32's);
         ``bf16_encoder``: the encoder in bf16 too (some tokens differ); ``patch``: KL latents
-        as (n, N, p²·C) sequences; ``sample_seed``: a posterior draw instead of its mean."""
+        as (n, N, p²·C) sequences; ``sample_seed``: a posterior draw instead of its mean.
+
+        Vision towers (a transformers vision model folder) give float32 (n, tokens, dim)
+        embeddings, ``kind`` ``"embeddings"``: ``layer`` picks transformers'
+        ``hidden_states[layer]`` (-2: what LLaVA reads; default: ``last_hidden_state``),
+        ``patches_only`` drops the tokens in front of the patches (class token, registers),
+        ``pooled`` gives the pooled output (one token) — as the CLI's ``--layer``,
+        ``--patches-only``, ``--pooled``."""
         return cls(_ext().Tokenizer.from_pretrained(
             os.fspath(path), None if config is None else os.fspath(config), preset, size, patch,
-            sample_seed, tile, raw, precision, bf16_encoder))
+            sample_seed, tile, raw, precision, bf16_encoder, layer, patches_only, pooled))
 
     @property
     def description(self) -> dict:
@@ -428,7 +502,8 @@ class Tokenizer:
 
     @property
     def kind(self) -> str:
-        """``"tokens"`` (integer codes) or ``"latents"`` (float32)."""
+        """``"tokens"`` (integer codes), ``"latents"`` (float32) or ``"embeddings"`` (float32
+        (tokens, dim) of a vision tower)."""
         return self._m.kind
 
     @property

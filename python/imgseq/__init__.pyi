@@ -75,6 +75,13 @@ def read_latent_shards(
     """Samples ``{"key", "latent" float16 (C, h, w) or (N, p²·C), "json", "shard"}`` of the
     latent shards of ``imgseq vae tokenize`` (a folder, one .tar/.parquet, or a list)."""
 
+def read_feature_shards(
+    source: Union[PathLike, Sequence[PathLike]],
+) -> Iterator[Dict[str, Any]]:
+    """Samples ``{"key", "features" float16 (N, D), "json", "shard"}`` of the feature shards
+    of ``imgseq tokenize --model TOWER`` (a folder, one .tar/.parquet, or a list); bfloat16
+    shards give float32."""
+
 class Tokenizer:
     """Any tokenizer family imgseq reads (VQ families, LFQ, AutoencoderKL), opened by the
     same loader as the command line. Codes are int64 (shards store uint16, int32 past 65,536)."""
@@ -94,6 +101,9 @@ class Tokenizer:
         raw: bool = False,
         precision: str = "auto",
         bf16_encoder: bool = False,
+        layer: Optional[int] = None,
+        patches_only: bool = False,
+        pooled: bool = False,
     ) -> "Tokenizer": ...
     @property
     def description(self) -> Dict[str, Any]:

@@ -1,9 +1,9 @@
 //! `imgseq.Tokenizer.from_pretrained(path)`: any family the loader (`imgseq_models::open`)
 //! reads, told by its weights — a VQ model (taming, LlamaGen, diffusers `VQModel`, Janus, IBQ), an Open-MAGVIT2
 //! (LFQ) checkpoint (integer token grids in the codebook's dtype, uint16 or int32, as shards
-//! store them) or an `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs: float32 latents or patch
-//! sequences). NumPy in and out, equal to `imgseq vq encode` / `imgseq vae encode` of the same
-//! pictures.
+//! store them), an `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs: float32 latents or patch
+//! sequences) or a vision tower (float32 (tokens, dim) embeddings of the chosen layer). NumPy
+//! in and out, equal to `imgseq encode` / `imgseq vae encode` of the same pictures.
 
 use crate::to_py;
 use image::RgbImage;
@@ -114,7 +114,7 @@ impl Tokenizer {
 impl Tokenizer {
     /// Opens the model at `path` (a file or a diffusers / save_pretrained folder).
     #[staticmethod]
-    #[pyo3(signature = (path, config=None, preset=None, size=None, patch=None, sample_seed=None, tile=None, raw=false, precision="auto", bf16_encoder=false))]
+    #[pyo3(signature = (path, config=None, preset=None, size=None, patch=None, sample_seed=None, tile=None, raw=false, precision="auto", bf16_encoder=false, layer=None, patches_only=false, pooled=false))]
     #[allow(clippy::too_many_arguments)]
     fn from_pretrained(
         py: Python<'_>,
@@ -128,6 +128,9 @@ impl Tokenizer {
         raw: bool,
         precision: &str,
         bf16_encoder: bool,
+        layer: Option<isize>,
+        patches_only: bool,
+        pooled: bool,
     ) -> PyResult<Self> {
         let o = OpenOptions {
             config,
@@ -141,7 +144,9 @@ impl Tokenizer {
             patch,
             sample_seed,
             tile,
-            ..OpenOptions::default()
+            layer,
+            patches_only,
+            pooled,
         };
         let inner = py
             .detach(|| imgseq_models::open(&path, &o))
@@ -158,13 +163,15 @@ impl Tokenizer {
         self.inner.label()
     }
 
-    /// `"tokens"` (integer codes) or `"latents"` (float32).
+    /// `"tokens"` (integer codes), `"latents"` (float32 latents of a continuous-latent
+    /// model) or `"embeddings"` (float32 (tokens, dim) of an embeddings model).
     #[getter]
     fn kind(&self) -> &'static str {
-        if self.is_discrete() {
-            "tokens"
-        } else {
-            "latents"
+        let d = self.inner.describe();
+        match (self.is_discrete(), d.latent.is_none(), d.output.kind) {
+            (true, _, _) => "tokens",
+            (false, true, OutputKind::Embeddings) => "embeddings",
+            _ => "latents",
         }
     }
 

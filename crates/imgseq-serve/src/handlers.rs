@@ -165,7 +165,8 @@ fn rows(g: &TokenGrid) -> Vec<&[i64]> {
     g.data.chunks(g.w.max(1)).collect()
 }
 
-/// `POST /v1/tokenize`: image → tokens.
+/// `POST /v1/tokenize`: image → tokens, or a vision tower's embeddings (answered as
+/// `/v1/embed` answers the ViT's).
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     Q(q): Q<ImageQuery>,
@@ -175,8 +176,10 @@ pub async fn tokenize(
     let deadline = deadline_of(&state);
     let served = state.model(q.model.as_deref(), Kind::Vq)?;
     let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
-    let Output::Tokens(g) = run(&state, &served, Task::Encode(pic), deadline).await? else {
-        return Err(unexpected());
+    let g = match run(&state, &served, Task::Encode(pic), deadline).await? {
+        Output::Tokens(g) => g,
+        Output::Embedding(e) => return Ok(embeddings_answer(&served.info.name, &e, &headers)),
+        _ => return Err(unexpected()),
     };
     if wants_npy(&headers) {
         return Ok(npy_response("<i8", &[g.h, g.w], i64_le(&g.data)));
@@ -324,17 +327,27 @@ pub async fn embed(
     let Output::Embedding(e) = run(&state, &served, Task::Embed(pic), deadline).await? else {
         return Err(unexpected());
     };
-    if wants_npy(&headers) {
-        return Ok(npy_response("<f4", &[1, e.tokens, e.dim], f32_le(&e.data)));
+    Ok(embeddings_answer(&served.info.name, &e, &headers))
+}
+
+/// One picture's (tokens, dim) embeddings: float32 (1, tokens, dim) `.npy` when asked for,
+/// else JSON rows.
+fn embeddings_answer(
+    model: &str,
+    e: &imgseq_core::tokenizer::Embeddings,
+    headers: &HeaderMap,
+) -> Response {
+    if wants_npy(headers) {
+        return npy_response("<f4", &[1, e.tokens, e.dim], f32_le(&e.data));
     }
     let tokens: Vec<&[f32]> = e.data.chunks(e.dim.max(1)).collect();
-    Ok(Json(json!({
-        "model": served.info.name,
+    Json(json!({
+        "model": model,
         "tokens": e.tokens,
         "dim": e.dim,
         "embeddings": tokens,
     }))
-    .into_response())
+    .into_response()
 }
 
 /// `POST /v1/classify`: image → the k most probable classes.

@@ -119,12 +119,16 @@ fn base_spec() -> Value {
             "/v1/models": {"get": {"summary": "the served models", "responses": {"200": json_ok(json!({"type": "object",
                 "properties": {"models": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}}))}}},
             "/v1/openapi.json": {"get": {"summary": "this description", "responses": {"200": json_ok(json!({"type": "object"}))}}},
-            "/v1/tokenize": image_op("image -> VQ tokens (Accept: application/x-npy for an int64 (h, w) .npy)",
+            "/v1/tokenize": image_op("image -> VQ tokens (Accept: application/x-npy for an int64 (h, w) .npy); a model whose outputs are embeddings (a vision tower) -> its (tokens, dim) embeddings, answered as /v1/embed answers (float32 (1, tokens, dim) .npy)",
                 vec![model.clone(), upscale.clone()],
                 json!({"description": "success", "content": {
-                    "application/json": {"schema": {"type": "object", "properties": {
-                        "model": {"type": "string"}, "grid": {"type": "array", "items": {"type": "integer"}},
-                        "codebook_size": {"type": "integer"}, "tokens": grid()}}},
+                    "application/json": {"schema": {"oneOf": [
+                        {"type": "object", "properties": {
+                            "model": {"type": "string"}, "grid": {"type": "array", "items": {"type": "integer"}},
+                            "codebook_size": {"type": "integer"}, "tokens": grid()}},
+                        {"type": "object", "properties": {
+                            "model": {"type": "string"}, "tokens": {"type": "integer"}, "dim": {"type": "integer"},
+                            "embeddings": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}}]}},
                     "application/x-npy": npy.clone()}})),
             "/v1/roundtrip": image_op("image -> tokens -> image, with PSNR and SSIM (pictures as base64 PNG)",
                 vec![model.clone(), upscale.clone()],

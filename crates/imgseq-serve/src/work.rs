@@ -15,7 +15,7 @@ use imgseq_gpt::sample::{generate, Request, SampleOptions};
 /// cropped) by the handler.
 #[derive(Debug, Clone)]
 pub enum Task {
-    /// VQ: picture → tokens.
+    /// VQ: picture → tokens (a vision tower opened as a tokenizer: → embeddings).
     Encode(RgbImage),
     /// VQ: picture → tokens → picture, scored.
     Roundtrip(RgbImage),
@@ -189,11 +189,31 @@ fn nth_grid(g: &TokenGrid, i: usize) -> TokenGrid {
     }
 }
 
+/// Each picture's tokens, or, for a model whose outputs are (tokens, dim) embeddings (a
+/// vision tower), its embeddings.
 fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
-    let g = t.encode_pictures(pics)?.into_tokens()?;
+    let g = match t.encode_pictures(pics)? {
+        Encoded::Embeddings(e) => return Ok(split_embeddings(&e)),
+        other => other.into_tokens()?,
+    };
     Ok((0..pics.len())
         .map(|i| Output::Tokens(nth_grid(&g, i)))
         .collect())
+}
+
+/// One [`Output::Embedding`] per image of a batch's embeddings.
+fn split_embeddings(e: &Embeddings) -> Vec<Output> {
+    let per = e.tokens * e.dim;
+    (0..e.n)
+        .map(|i| {
+            Output::Embedding(Embeddings {
+                n: 1,
+                tokens: e.tokens,
+                dim: e.dim,
+                data: e.data[i * per..(i + 1) * per].to_vec(),
+            })
+        })
+        .collect()
 }
 
 fn roundtrip(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
@@ -239,17 +259,7 @@ fn embed(m: &imgseq_vit::inference::Classifier, pics: &[RgbImage]) -> Result<Vec
     let Encoded::Embeddings(e) = m.encode_pictures(pics)? else {
         return Err(Error::invalid("the ViT gave codebook tokens"));
     };
-    let per = e.tokens * e.dim;
-    Ok((0..e.n)
-        .map(|i| {
-            Output::Embedding(Embeddings {
-                n: 1,
-                tokens: e.tokens,
-                dim: e.dim,
-                data: e.data[i * per..(i + 1) * per].to_vec(),
-            })
-        })
-        .collect())
+    Ok(split_embeddings(&e))
 }
 
 fn classify(m: &imgseq_vit::inference::Classifier, tasks: &[Task]) -> Result<Vec<Output>> {

@@ -1,27 +1,34 @@
-//! Latent shards: one float16 array per sample (a continuous-latent VAE's scaled latent
-//! (C, h, w), or its (N, p²·C) patch tokens), written by the same dataset job as token shards.
+//! Latent and feature shards: one float array per sample — a continuous-latent VAE's scaled
+//! latent (C, h, w) or its (N, p²·C) patch tokens; a vision tower's (N, D) embeddings —
+//! stored as float16 (default) or bfloat16 ([`FloatDtype`]), written by the same dataset job
+//! as token shards.
 //!
-//! * WebDataset `.tar`: `KEY.latent.npy` (`<f2`, C order) + `KEY.json` per sample
-//!   ([`crate::wds::latent_npy`]); [`crate::shard::read_latent_shard`] reads either format.
+//! * WebDataset `.tar`: `KEY.latent.npy` (latents) or `KEY.features.npy` (features), `<f2`
+//!   (or `<u2` holding bfloat16 bit patterns), C order, + `KEY.json` per sample
+//!   ([`crate::wds::float_npy`]); [`crate::shard::read_float_shard`] reads either format.
 //! * Parquet: one row per image with
 //!
 //! | column | type | |
 //! |---|---|---|
 //! | `key` | string | as the WebDataset shards' member names |
-//! | `latent` | binary | the array's float16 values, little-endian, C order (`numpy.frombuffer(b, "<f2")`) |
-//! | `shape` | list<int32> | the array's shape, e.g. [4, 32, 32] or [256, 16] |
+//! | `latent` or `features` | binary | the array's values, 2 bytes each, little-endian, C order (`numpy.frombuffer(b, "<f2")`; bfloat16: `"<u2"` bit patterns) |
+//! | `shape` | list<int32> | the array's shape, e.g. [4, 32, 32], [256, 16] or [576, 1024] |
 //! | `source` | string | where the image came from |
 //! | `metadata` | string (JSON) | what a WebDataset shard's `KEY.json` holds |
 //!
-//! snappy-compressed, row groups of [`crate::parquet_out::ROW_GROUP_ROWS`] rows, written to a
-//! hidden temporary file, fsynced and renamed into place when complete, as token shards are.
+//! A bfloat16 Parquet shard says so in its footer's key-value metadata (`imgseq.dtype` =
+//! `bfloat16`); without it the values are float16. snappy-compressed, row groups of
+//! [`crate::parquet_out::ROW_GROUP_ROWS`] rows, written to a hidden temporary file, fsynced
+//! and renamed into place when complete, as token shards are.
 
+use crate::kind::{FloatDtype, ShardKind};
 use crate::parquet_in::{Cell, ParquetFile};
-use crate::wds::{f16_bytes, Finished, HashingWriter};
+use crate::wds::{Finished, HashingWriter};
 use imgseq_core::npy::parse_npy;
 use imgseq_core::{Error, Result};
 use parquet::basic::Compression;
 use parquet::data_type::{ByteArray, ByteArrayType, Int32Type};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
@@ -31,8 +38,10 @@ use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The member extension of a sample's latent in a tar shard.
-pub const LATENT_MEMBER: &str = "latent.npy";
+pub use crate::kind::{FEATURES_MEMBER, LATENT_MEMBER};
+
+/// The Parquet footer key naming a float shard's storage type (absent: float16).
+pub const DTYPE_KEY: &str = "imgseq.dtype";
 
 /// Most values of one sample's latent (a 2048×2048 grid of 16 channels).
 pub const MAX_LATENT_VALUES: usize = 1 << 26;
@@ -46,17 +55,22 @@ pub struct LatentSample {
     pub json: Value,
 }
 
-const SCHEMA: &str = "message imgseq_latents {
+/// The schema of a float shard whose arrays are in column `column` (`latent`, `features`).
+fn schema(column: &str) -> String {
+    format!(
+        "message imgseq_{column} {{
    required binary key (STRING);
-   required binary latent;
-   required group shape (LIST) { repeated group list { required int32 element; } }
+   required binary {column};
+   required group shape (LIST) {{ repeated group list {{ required int32 element; }} }}
    required binary source (STRING);
    required binary metadata (STRING);
- }";
+ }}"
+    )
+}
 
 /// Checks a latent's shape against its value count: non-empty, at most
 /// [`MAX_LATENT_VALUES`] values.
-fn check_shape(key: &str, shape: &[usize], n: usize) -> std::result::Result<(), String> {
+pub(crate) fn check_shape(key: &str, shape: &[usize], n: usize) -> std::result::Result<(), String> {
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     match count {
         Some(c) if c == n && c > 0 && c <= MAX_LATENT_VALUES && !shape.is_empty() => Ok(()),
@@ -83,16 +97,38 @@ pub struct LatentParquetWriter {
     writer: Option<SerializedFileWriter<HashingWriter<BufWriter<File>>>>,
     rows: Vec<Row>,
     samples: usize,
+    dtype: FloatDtype,
 }
 
 impl LatentParquetWriter {
+    /// A float16 latent shard.
     pub fn create(path: impl AsRef<Path>) -> Result<Self> {
+        Self::create_kind(
+            path,
+            ShardKind::Latents {
+                dtype: FloatDtype::F16,
+            },
+        )
+    }
+
+    /// A shard of `kind` (latents or features, and their storage type).
+    pub fn create_kind(path: impl AsRef<Path>, kind: ShardKind) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        let (Some((_, column)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
+            return Err(Error::invalid(format!(
+                "{}: a float shard holds latents or features, not tokens",
+                path.display()
+            )));
+        };
         let (tmp, sink) = HashingWriter::create(&path)?;
-        let schema = Arc::new(parse_message_type(SCHEMA).expect("the schema parses"));
+        let schema = Arc::new(parse_message_type(&schema(column)).expect("the schema parses"));
+        // float16 files stay as they always were; bfloat16 ones say so in the footer.
+        let kv = (dtype != FloatDtype::F16)
+            .then(|| vec![KeyValue::new(DTYPE_KEY.into(), dtype.name().to_string())]);
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_created_by("imgseq".into())
+            .set_key_value_metadata(kv)
             .build();
         let writer = SerializedFileWriter::new(sink, schema, Arc::new(props))
             .map_err(|e| Error::format(&tmp, e.to_string()))?;
@@ -102,6 +138,7 @@ impl LatentParquetWriter {
             writer: Some(writer),
             rows: Vec::new(),
             samples: 0,
+            dtype,
         })
     }
 
@@ -116,7 +153,7 @@ impl LatentParquetWriter {
         check_shape(key, shape, values.len()).map_err(Error::invalid)?;
         self.rows.push(Row {
             key: key.to_string(),
-            latent: f16_bytes(values),
+            latent: self.dtype.le_bytes(values),
             shape: shape.iter().map(|&d| d as i32).collect(),
             source: json
                 .get("source")
@@ -198,23 +235,51 @@ impl Drop for LatentParquetWriter {
     }
 }
 
-/// Every sample of a Parquet latent shard, in order ([`crate::shard::read_latent_shard`]
-/// reads either format).
+/// Every sample of a float16 Parquet latent shard, in order
+/// ([`crate::shard::read_latent_shard`] reads either format).
 pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
+    read_parquet_kind(
+        path,
+        ShardKind::Latents {
+            dtype: FloatDtype::F16,
+        },
+    )
+}
+
+/// Every sample of a Parquet latent or feature shard of `kind`, in order; its footer's
+/// storage type must be the kind's.
+pub fn read_parquet_kind(path: &Path, kind: ShardKind) -> Result<Vec<LatentSample>> {
+    let (Some((_, column)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
+        return Err(Error::format(
+            path,
+            "read as a float shard of no float kind",
+        ));
+    };
     let f = ParquetFile::open(path)?;
     f.check_codecs()?;
+    let stored = f.key_value(DTYPE_KEY);
+    let stored = stored.as_deref().unwrap_or("float16");
+    if stored != dtype.name() {
+        return Err(Error::format(
+            path,
+            format!(
+                "holds {stored} values, the manifest says {} (the shard is of another set)",
+                dtype.name()
+            ),
+        ));
+    }
     let col = |name: &[&str]| {
         f.leaf(name).ok_or_else(|| {
             Error::format(
                 path,
-                format!("no {} column: not an imgseq latent shard", name[0]),
+                format!("no {} column: not an imgseq {column} shard", name[0]),
             )
         })
     };
     // Keys as the token shards' reader takes them; a latent whole (its length is checked
     // against its shape below, and all of them together against the memory budget).
     let keys = f.whole_column(col(&["key"])?, 4097)?;
-    let latents = f.whole_column(col(&["latent"])?, usize::MAX)?;
+    let latents = f.whole_column(col(&[column])?, usize::MAX)?;
     let shapes = f.whole_int_lists(col(&["shape", "list", "element"])?)?;
     let metas = f.whole_column(col(&["metadata"])?, 1 << 20)?;
     let mut out = Vec::with_capacity(keys.len());
@@ -241,10 +306,7 @@ pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
                 .map_err(|e| bad(format!("{key}: metadata is not JSON: {e}")))?,
             _ => Value::Null,
         };
-        let values = bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect();
+        let values = dtype.widen(&bytes);
         out.push(LatentSample {
             key,
             shape,
@@ -255,8 +317,25 @@ pub fn read_parquet(path: &Path) -> Result<Vec<LatentSample>> {
     Ok(out)
 }
 
-/// Every sample of a tar latent shard, in order.
+/// Every sample of a float16 tar latent shard, in order.
 pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
+    read_tar_kind(
+        path,
+        ShardKind::Latents {
+            dtype: FloatDtype::F16,
+        },
+    )
+}
+
+/// Every sample of a tar latent or feature shard of `kind`, in order; each array must be of
+/// the kind's storage type.
+pub fn read_tar_kind(path: &Path, kind: ShardKind) -> Result<Vec<LatentSample>> {
+    let (Some((member, _)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
+        return Err(Error::format(
+            path,
+            "read as a float shard of no float kind",
+        ));
+    };
     let (f, _) = imgseq_core::fsutil::open_regular_file(path)?;
     let mut ar = tar::Archive::new(f);
     let bad = |e: std::io::Error| Error::format(path, format!("not a readable tar: {e}"));
@@ -275,12 +354,33 @@ pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
             .read_to_end(&mut data)
             .map_err(bad)?;
         match ext {
-            LATENT_MEMBER => {
+            _ if ext == member => {
                 let a = parse_npy(Path::new(&name), &data)
                     .map_err(|e| Error::format(path, e.to_string()))?;
-                let values = a.as_f32().map(<[f32]>::to_vec).ok_or_else(|| {
-                    Error::format(path, format!("{name}: the latent is not a float array"))
-                })?;
+                if a.descr != dtype.npy_descr() {
+                    return Err(Error::format(
+                        path,
+                        format!(
+                            "{name} holds {} values, not {} ({})",
+                            a.descr,
+                            dtype.npy_descr(),
+                            dtype.name()
+                        ),
+                    ));
+                }
+                let values: Vec<f32> = match (dtype, &a.data) {
+                    (FloatDtype::F16, imgseq_core::npy::NpyData::F32(v)) => v.clone(),
+                    (FloatDtype::Bf16, imgseq_core::npy::NpyData::I64(v)) => v
+                        .iter()
+                        .map(|&b| half::bf16::from_bits(b as u16).to_f32())
+                        .collect(),
+                    _ => {
+                        return Err(Error::format(
+                            path,
+                            format!("{name}: not a {} array", dtype.name()),
+                        ))
+                    }
+                };
                 check_shape(&key, &a.shape, values.len()).map_err(|m| Error::format(path, m))?;
                 out.push(LatentSample {
                     key,
@@ -297,7 +397,7 @@ pub fn read_tar(path: &Path) -> Result<Vec<LatentSample>> {
                     _ => {
                         return Err(Error::format(
                             path,
-                            format!("{name} does not follow its {key}.{LATENT_MEMBER}"),
+                            format!("{name} does not follow its {key}.{member}"),
                         ))
                     }
                 }
@@ -361,6 +461,57 @@ mod tests {
                 assert!((a - b).abs() <= b.abs() / 1024.0, "{ext}: {a} vs {b}");
                 assert_eq!(*a, half::f16::from_f32(b).to_f32());
             }
+        }
+    }
+
+    #[test]
+    fn feature_shards_in_bfloat16_read_back_exactly_and_refuse_another_dtype() {
+        use crate::shard::{read_float_shard, FloatDtype, ShardFormat, TokenShardWriter};
+        use crate::Payload;
+        let d = tempfile::tempdir().unwrap();
+        for (format, dtype) in [
+            (ShardFormat::Wds, FloatDtype::Bf16),
+            (ShardFormat::Parquet, FloatDtype::Bf16),
+            (ShardFormat::Wds, FloatDtype::F16),
+            (ShardFormat::Parquet, FloatDtype::F16),
+        ] {
+            let kind = ShardKind::Features { dtype };
+            let p = d.path().join(format!("{}.{}", dtype.name(), format.ext()));
+            let mut w = TokenShardWriter::create_kind(&p, format, kind).unwrap();
+            for i in 0..2 {
+                let j = serde_json::json!({"source": format!("s/{i}.png")});
+                let payload = Payload::Latent {
+                    shape: vec![6, 4],
+                    values: values(i, 24),
+                };
+                w.append_payload(&format!("k{i}"), &payload, &j).unwrap();
+            }
+            w.finish().unwrap();
+            let s = read_float_shard(&p, kind).unwrap();
+            assert_eq!(s.len(), 2);
+            assert_eq!((s[1].key.as_str(), &s[1].shape[..]), ("k1", &[6, 4][..]));
+            for (a, b) in s[1].values.iter().zip(values(1, 24)) {
+                let want = match dtype {
+                    FloatDtype::Bf16 => half::bf16::from_f32(b).to_f32(),
+                    FloatDtype::F16 => half::f16::from_f32(b).to_f32(),
+                };
+                assert_eq!(*a, want, "{p:?}");
+            }
+            // Read as the other dtype or kind: refused with one line naming the shard.
+            let other = match dtype {
+                FloatDtype::Bf16 => FloatDtype::F16,
+                FloatDtype::F16 => FloatDtype::Bf16,
+            };
+            let e = read_float_shard(&p, ShardKind::Features { dtype: other }).unwrap_err();
+            assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+            assert_eq!(e.to_string().lines().count(), 1, "{e}");
+            // Nor is a feature shard read as latents.
+            let e = read_float_shard(&p, ShardKind::Latents { dtype }).unwrap_err();
+            let want = match format {
+                ShardFormat::Wds => "k0.json does not follow its k0.latent.npy",
+                ShardFormat::Parquet => "no latent column",
+            };
+            assert!(e.to_string().contains(want), "{e}");
         }
     }
 

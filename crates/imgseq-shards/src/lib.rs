@@ -20,6 +20,7 @@
 #[doc(hidden)]
 pub mod fuzz;
 pub mod job;
+pub mod kind;
 pub mod latents;
 pub mod llamagen_codes;
 pub mod manifest;

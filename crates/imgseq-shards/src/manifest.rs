@@ -2,8 +2,9 @@
 //! shard with its sample count and SHA-256, and totals. A job of a job array writes
 //! `manifest-I-of-N.json`; [`merge`] checks the `N` parts against each other and joins them.
 
+use crate::kind::{FloatDtype, ShardKind};
 use imgseq_core::fsutil::{read_json, write_json};
-use imgseq_core::tokenizer::{Description, LatentSpec, Preprocessing, WeightsRef};
+use imgseq_core::tokenizer::{Description, LatentSpec, OutputKind, Preprocessing, WeightsRef};
 use imgseq_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,6 +34,42 @@ pub const MANIFEST: &str = "manifest.json";
 pub const FORMAT: &str = "imgseq-tokens/1";
 /// The format of a latent shard set ([`crate::latents`]).
 pub const LATENT_FORMAT: &str = "imgseq-latents/1";
+/// The format of a feature shard set: a vision tower's (tokens, dim) embeddings per sample
+/// ([`crate::latents`]).
+pub const FEATURE_FORMAT: &str = "imgseq-features/1";
+
+/// How the features of a feature shard set were chosen and are stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeatureInfo {
+    /// `float16` or `bfloat16`.
+    pub dtype: String,
+    /// Every sample's array shape (tokens, dim).
+    pub shape: Vec<usize>,
+    /// Which of the model's outputs (`last_hidden_state`, `hidden_states[-2]`,
+    /// `pooler_output`), as its description names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// Whether the tokens in front of the patches (class token, registers) were dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches_only: Option<bool>,
+}
+
+impl FeatureInfo {
+    /// What an embeddings model's description says of its outputs (the layer choice as its
+    /// config records it), stored as float16.
+    pub fn from_description(d: &Description) -> Self {
+        Self {
+            dtype: "float16".into(),
+            shape: d.output.shape.clone(),
+            output: d
+                .config
+                .get("output")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            patches_only: d.config.get("patches_only").and_then(Value::as_bool),
+        }
+    }
+}
 
 /// How the latents of a latent shard set were made and are stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,6 +125,10 @@ pub struct TokenizerInfo {
     /// Set for a latent shard set (format [`LATENT_FORMAT`]; `n_codes` is 0 there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latent: Option<LatentInfo>,
+    /// Set for a feature shard set (format [`FEATURE_FORMAT`]; `n_codes` is 0 and `grid` is
+    /// (tokens, dim) there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<FeatureInfo>,
     /// Multi-scale codes (VAR): each scale's side, smallest first; a sample's `grid` is then
     /// (1, Σ side²), the scales one after another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,17 +161,26 @@ pub fn crop_text(pad: bool, p: &Preprocessing) -> String {
 }
 
 impl TokenizerInfo {
-    /// What a discrete tokenizer's [`Description`] says, as a token manifest records it (the
-    /// loader's weights source and hash; `upscale` and `pad`: the job's own options).
+    /// What a tokenizer's [`Description`] says, as a shard manifest records it (the loader's
+    /// weights source and hash; `upscale` and `pad`: the job's own options): a discrete
+    /// tokenizer's token grid, a latent tokenizer's latents, an embeddings model's (tokens,
+    /// dim) features.
     pub fn from_description(d: &Description, upscale: bool, pad: bool) -> Result<Self> {
-        let (n_codes, grid, latent) = match (d.output.codebook_size, &d.output.shape[..], &d.latent)
-        {
-            (Some(n), &[h, w], _) => (n, [h, w], None),
-            (None, _, Some(l)) => (0, l.grid, Some(LatentInfo::from_spec(l, d))),
+        let (mut latent, mut features) = (None, None);
+        let (n_codes, grid) = match (d.output.codebook_size, &d.output.shape[..], &d.latent) {
+            (Some(n), &[h, w], _) => (n, [h, w]),
+            (None, _, Some(l)) => {
+                latent = Some(LatentInfo::from_spec(l, d));
+                (0, l.grid)
+            }
+            (None, &[tokens, dim], None) if d.output.kind == OutputKind::Embeddings => {
+                features = Some(FeatureInfo::from_description(d));
+                (0, [tokens, dim])
+            }
             _ => {
                 return Err(Error::invalid(format!(
-                    "shards hold a grid of codebook tokens or a latent tokenizer's latents; a {} \
-                     gives {:?} of shape {:?}",
+                    "shards hold a grid of codebook tokens, a latent tokenizer's latents or \
+                     (tokens, dim) embeddings; a {} gives {:?} of shape {:?}",
                     d.label, d.output.kind, d.output.shape
                 )))
             }
@@ -151,6 +201,7 @@ impl TokenizerInfo {
             upscale,
             precision: d.precision.clone(),
             latent,
+            features,
             scales: d.output.scales.clone(),
         })
     }
@@ -243,7 +294,41 @@ impl Manifest {
                 "holds latent shards (float arrays of a VAE), not codebook tokens",
             ));
         }
+        if m.format == FEATURE_FORMAT {
+            return Err(Error::format(
+                path,
+                "holds feature shards (a vision tower's embeddings), not codebook tokens",
+            ));
+        }
         Ok(m)
+    }
+
+    /// Reads and checks the manifest of a feature shard set ([`FEATURE_FORMAT`]).
+    pub fn read_features(path: &Path) -> Result<Self> {
+        let m = Self::read_any(path)?;
+        if m.format != FEATURE_FORMAT {
+            return Err(Error::format(
+                path,
+                format!("format {:?}: not a feature shard set", m.format),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// What the set's shards hold per sample, with a float set's storage type.
+    pub fn kind(&self) -> ShardKind {
+        let dtype = |name: &str| FloatDtype::of_manifest(name).unwrap_or_default();
+        match (&self.tokenizer.latent, &self.tokenizer.features) {
+            (Some(l), _) => ShardKind::Latents {
+                dtype: dtype(&l.dtype),
+            },
+            (None, Some(f)) => ShardKind::Features {
+                dtype: dtype(&f.dtype),
+            },
+            (None, None) => ShardKind::Tokens {
+                n_codes: self.tokenizer.n_codes,
+            },
+        }
     }
 
     /// Reads and checks the manifest of a latent shard set ([`LATENT_FORMAT`]).
@@ -263,30 +348,47 @@ impl Manifest {
         self.format == LATENT_FORMAT
     }
 
+    /// Whether the set holds float arrays (latents or features), not tokens.
+    pub fn is_float(&self) -> bool {
+        self.format == LATENT_FORMAT || self.format == FEATURE_FORMAT
+    }
+
     /// [`Manifest::read`] for either kind of set (tokens or latents).
     pub fn read_any(path: &Path) -> Result<Self> {
         let m: Manifest = read_json(path, "manifest")?;
         let t = &m.tokenizer;
-        match (m.format.as_str(), &t.latent) {
-            (FORMAT, None) => {}
-            (LATENT_FORMAT, Some(l)) => {
-                let n = l.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-                if l.shape.is_empty() || n.is_none_or(|n| n == 0 || n > crate::latents::MAX_LATENT_VALUES) {
-                    return Err(Error::format(
-                        path,
-                        format!("a latent of shape {:?} (non-empty, at most {} values)", l.shape, crate::latents::MAX_LATENT_VALUES),
-                    ));
-                }
-            }
-            (f, _) => {
+        let float = match (m.format.as_str(), &t.latent, &t.features) {
+            (FORMAT, None, None) => None,
+            (LATENT_FORMAT, Some(l), None) => Some((&l.shape, &l.dtype)),
+            (FEATURE_FORMAT, None, Some(f)) => Some((&f.shape, &f.dtype)),
+            (f, _, _) => {
                 return Err(Error::format(
                     path,
-                    format!("format {f:?}, expected {FORMAT:?} (or {LATENT_FORMAT:?} with its latent settings)"),
+                    format!("format {f:?}, expected {FORMAT:?} (or {LATENT_FORMAT:?} with its latent settings, {FEATURE_FORMAT:?} with its feature settings)"),
                 ))
             }
+        };
+        if let Some((shape, dtype)) = float {
+            let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            if shape.is_empty() || n.is_none_or(|n| n == 0 || n > crate::latents::MAX_LATENT_VALUES)
+            {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "an array of shape {shape:?} (non-empty, at most {} values)",
+                        crate::latents::MAX_LATENT_VALUES
+                    ),
+                ));
+            }
+            if FloatDtype::of_manifest(dtype).is_none() {
+                return Err(Error::format(
+                    path,
+                    format!("dtype {dtype:?}, expected \"float16\" or \"bfloat16\""),
+                ));
+            }
         }
-        // A latent set has no codebook.
-        if !m.is_latent() && (t.n_codes == 0 || t.n_codes > MAX_CODES) {
+        // A float set has no codebook.
+        if !m.is_float() && (t.n_codes == 0 || t.n_codes > MAX_CODES) {
             return Err(Error::format(
                 path,
                 format!("n_codes {} is not between 1 and {MAX_CODES}", t.n_codes),

@@ -225,6 +225,16 @@ impl ParquetFile {
         })
     }
 
+    /// The value of `key` in the footer's key-value metadata.
+    pub fn key_value(&self, key: &str) -> Option<String> {
+        self.meta
+            .file_metadata()
+            .key_value_metadata()?
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.clone())
+    }
+
     pub fn num_rows(&self) -> usize {
         let last = self.meta.row_groups().last();
         self.group_start.last().copied().unwrap_or(0) + last.map_or(0, |rg| rg.num_rows() as usize)

@@ -1,7 +1,7 @@
 //! The two token shard formats behind one writer and one reader: WebDataset `.tar`
 //! ([`crate::wds`]) and Parquet ([`crate::parquet_out`]). A shard's format is told by its name.
 
-use crate::latents::{LatentParquetWriter, LATENT_MEMBER};
+use crate::latents::LatentParquetWriter;
 use crate::parquet_out;
 use crate::wds::{self, Finished, TokenSample};
 use imgseq_core::{Error, Result};
@@ -60,14 +60,7 @@ impl ShardFormat {
     }
 }
 
-/// What a shard holds per sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardKind {
-    /// Codebook tokens of a codebook of `n_codes` entries.
-    Tokens { n_codes: usize },
-    /// Float arrays stored as float16 ([`crate::latents`]).
-    Latents,
-}
+pub use crate::kind::{FloatDtype, ShardKind};
 
 /// One sample's payload.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +71,8 @@ pub enum Payload {
         w: usize,
         tokens: Vec<i64>,
     },
-    /// A float array of `shape` (C order), stored as float16.
+    /// A float array of `shape` (C order): a latent or a tower's features, stored as the
+    /// shard's [`FloatDtype`].
     Latent { shape: Vec<usize>, values: Vec<f32> },
 }
 
@@ -113,8 +107,8 @@ impl TokenShardWriter {
             (ShardFormat::Parquet, ShardKind::Tokens { n_codes }) => {
                 Self::Parquet(Box::new(parquet_out::ShardWriter::create(path, n_codes)?))
             }
-            (ShardFormat::Parquet, ShardKind::Latents) => {
-                Self::LatentParquet(Box::new(LatentParquetWriter::create(path)?))
+            (ShardFormat::Parquet, k) => {
+                Self::LatentParquet(Box::new(LatentParquetWriter::create_kind(path, k)?))
             }
         })
     }
@@ -144,18 +138,20 @@ impl TokenShardWriter {
     pub fn append_payload(&mut self, key: &str, p: &Payload, json: &Value) -> Result<()> {
         match (self, p) {
             (s, Payload::Tokens { h, w, tokens }) => s.append(key, *h, *w, tokens, json),
-            (
-                Self::Wds {
-                    w,
-                    kind: ShardKind::Latents,
-                },
-                Payload::Latent { shape, values },
-            ) => w.append_as(key, LATENT_MEMBER, &wds::latent_npy(shape, values), json),
+            (Self::Wds { w, kind }, Payload::Latent { shape, values }) => {
+                let (Some((member, _)), Some(dtype)) = (kind.float_member(), kind.dtype()) else {
+                    return Err(Error::invalid(format!(
+                        "{key}: a token shard holds no latents or features"
+                    )));
+                };
+                crate::latents::check_shape(key, shape, values.len()).map_err(Error::invalid)?;
+                w.append_as(key, member, &wds::float_npy(shape, values, dtype), json)
+            }
             (Self::LatentParquet(w), Payload::Latent { shape, values }) => {
                 w.append(key, shape, values, json)
             }
             _ => Err(Error::invalid(format!(
-                "{key}: a token shard holds no latents"
+                "{key}: a token shard holds no latents or features"
             ))),
         }
     }
@@ -170,11 +166,22 @@ impl TokenShardWriter {
     }
 }
 
-/// Every sample of a latent shard of either format, in order.
+/// Every sample of a float16 latent shard of either format, in order.
 pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample>> {
+    read_float_shard(
+        path,
+        ShardKind::Latents {
+            dtype: FloatDtype::F16,
+        },
+    )
+}
+
+/// Every sample of a latent or feature shard (`kind`: which, and its storage type) of either
+/// format, in order, widened to f32.
+pub fn read_float_shard(path: &Path, kind: ShardKind) -> Result<Vec<crate::latents::LatentSample>> {
     match ShardFormat::of_path(path) {
-        ShardFormat::Parquet => crate::latents::read_parquet(path),
-        ShardFormat::Wds => crate::latents::read_tar(path),
+        ShardFormat::Parquet => crate::latents::read_parquet_kind(path, kind),
+        ShardFormat::Wds => crate::latents::read_tar_kind(path, kind),
     }
 }
 
@@ -182,7 +189,9 @@ pub fn read_latent_shard(path: &Path) -> Result<Vec<crate::latents::LatentSample
 pub fn count_samples(path: &Path, kind: ShardKind) -> Result<usize> {
     Ok(match kind {
         ShardKind::Tokens { .. } => read_shard(path)?.len(),
-        ShardKind::Latents => read_latent_shard(path)?.len(),
+        ShardKind::Latents { .. } | ShardKind::Features { .. } => {
+            read_float_shard(path, kind)?.len()
+        }
     })
 }
 

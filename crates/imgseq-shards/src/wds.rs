@@ -35,8 +35,14 @@ pub fn tokens_npy(h: usize, w: usize, tokens: &[i64], n_codes: usize) -> Vec<u8>
 
 /// `.npy` bytes of a float array of `shape` stored as float16 (`<f2`; round to nearest).
 pub fn latent_npy(shape: &[usize], values: &[f32]) -> Vec<u8> {
-    let mut out = npy_header("<f2", shape);
-    out.extend_from_slice(&f16_bytes(values));
+    float_npy(shape, values, crate::kind::FloatDtype::F16)
+}
+
+/// `.npy` bytes of a float array of `shape` stored as `dtype` (`<f2`, or bfloat16's bit
+/// patterns as `<u2`; round to nearest even).
+pub fn float_npy(shape: &[usize], values: &[f32], dtype: crate::kind::FloatDtype) -> Vec<u8> {
+    let mut out = npy_header(dtype.npy_descr(), shape);
+    out.extend_from_slice(&dtype.le_bytes(values));
     out
 }
 

@@ -9,6 +9,7 @@ use imgseq_core::image_io;
 use imgseq_core::tokenizer::Tokenizer;
 use imgseq_shards::job::{self, Options};
 use imgseq_shards::manifest::{self, TokenizerInfo, MANIFEST};
+use imgseq_shards::shard::FloatDtype;
 use imgseq_shards::{ShardFormat, SourceOptions};
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,10 @@ pub struct JobArgs {
     /// Shard format: WebDataset tars or Parquet (docs/formats.md).
     #[arg(long, default_value = "wds", value_parser = ["wds", "parquet"])]
     format: String,
+    /// How latent and feature shards store their floats: float16, or bfloat16 (float32's
+    /// range, 8 significant bits; docs/formats.md). Token shards take no --dtype.
+    #[arg(long, default_value = "float16", value_parser = ["float16", "bfloat16"])]
+    dtype: String,
     /// The image column of Parquet sources (default: found by itself).
     #[arg(long, value_name = "NAME")]
     image_column: Option<String>,
@@ -67,6 +72,7 @@ impl JobArgs {
             sources: SourceOptions {
                 image_column: self.image_column.clone(),
             },
+            dtype: FloatDtype::parse(&self.dtype)?,
         })
     }
 }
@@ -106,8 +112,9 @@ pub struct TokenizeArgs {
 }
 
 /// `tokenize` with any tokenizer the loader opens: its description (family, config, crop,
-/// precision, weights hash; a VAE's latent block) is the manifest's account of the tokens —
-/// token shards, or latent shards of a VAE (as `vae tokenize` writes them).
+/// precision, weights hash; a VAE's latent block; a tower's layer choice) is the manifest's
+/// account of the tokens — token shards, latent shards of a VAE (as `vae tokenize` writes
+/// them), or feature shards of an embeddings model.
 pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let t = a.model.open(a.pre.size, &mut Outputs::default())?;
     let o = a.job.options(a.pre.upscale, a.job.pad(&a.sources))?;
@@ -115,9 +122,10 @@ pub fn tokenize(a: &TokenizeArgs) -> Result<()> {
     t.check_batch(o.batch)?;
     let info = TokenizerInfo::from_description(&t.describe_with_weights()?, a.pre.upscale, o.pad)?;
     let r = job::tokenize(&t, &info, &a.sources, &a.job.output, &o)?;
-    let each = match &info.latent {
-        Some(l) => format!("float16 {:?} each", l.shape),
-        None => format!("{}x{} tokens each", info.grid[0], info.grid[1]),
+    let each = match (&info.latent, &info.features) {
+        (Some(l), _) => format!("{} {:?} each", a.job.dtype, l.shape),
+        (None, Some(f)) => format!("{} {:?} features each", a.job.dtype, f.shape),
+        (None, None) => format!("{}x{} tokens each", info.grid[0], info.grid[1]),
     };
     report(&r, &each)
 }

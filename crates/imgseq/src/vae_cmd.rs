@@ -251,7 +251,10 @@ fn tokenize(
     let info = TokenizerInfo::from_description(&d, o.upscale, opts.pad)?;
     let r = imgseq_shards::job::run(&Through(&t), &info, sources, &job.output, &opts)?;
     let shape = &info.latent.as_ref().expect("a VAE's").shape;
-    crate::tokenize_cmd::report(&r, &format!("float16 {shape:?} each ({})", summary(&t)))
+    crate::tokenize_cmd::report(
+        &r,
+        &format!("{} {shape:?} each ({})", opts.dtype.name(), summary(&t)),
+    )
 }
 
 /// Scaled latents of prepared pictures (maps, or patch sequences), in batches.

@@ -512,3 +512,61 @@ fn a_hub_model_is_served_and_named_by_its_source_at_its_commit() {
         200
     );
 }
+
+#[test]
+fn a_vision_tower_is_served_through_tokenize_as_its_embeddings() {
+    // The tiny CLIP tower (32² input, 8² patches, width 32): 16 patches + CLS.
+    let tower = repo().join("tests/fixtures/clip/vision");
+    let pic = png(50, 40);
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("a.png");
+    std::fs::write(&img, &pic).unwrap();
+    // What the library (and `imgseq encode --model`) gives for the picture.
+    let t = imgseq_models::open(&tower, &imgseq_models::OpenOptions::default()).unwrap();
+    let spec = imgseq_core::tokenizer::Tokenizer::input(&t);
+    let x = spec.load_all(std::slice::from_ref(&img), false).unwrap();
+    let want = match imgseq_core::tokenizer::Tokenizer::encode_pictures(&t, &x).unwrap() {
+        imgseq_core::tokenizer::Encoded::Embeddings(e) => e,
+        other => panic!("the tower gave {other:?}"),
+    };
+    let cfg = ServeConfig {
+        models: vec![ModelSpec {
+            name: "clip".into(),
+            path: tower,
+        }],
+        vq_size: None,
+        ..config()
+    };
+    let s = Server::start(cfg);
+    let r = s.post("/v1/tokenize?model=clip", &[], &pic);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let j = r.json();
+    assert_eq!(
+        (j["tokens"].as_u64(), j["dim"].as_u64()),
+        (Some(17), Some(32))
+    );
+    let got: Vec<f32> = j["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| {
+            let row = row.as_array().unwrap();
+            assert_eq!(row.len(), 32);
+            row.iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(got, want.data);
+    let r = s.post(
+        "/v1/tokenize?model=clip",
+        &[("Accept", "application/x-npy")],
+        &pic,
+    );
+    let a = imgseq_core::npy::parse_npy("answer", &r.body).unwrap();
+    assert_eq!(a.shape, vec![1, 17, 32]);
+    assert_eq!(a.as_f32().unwrap(), &want.data[..]);
+    // The picture round trip needs codebook tokens: refused with one line.
+    let r = s.post("/v1/roundtrip?model=clip", &[], &pic);
+    assert!(r.status >= 400 && r.status < 500, "{}", r.status);
+}

@@ -1,10 +1,11 @@
 //! The files a tokenize run keeps in its output folder besides the shards: each finished
 //! shard's record (rebuilt from the shard when a kill lost it), the errors lists, the job's
 //! manifest names, and the half-written temporaries a killed run leaves, which a new run of
-//! the same job removes.
+//! the same job removes; and how a run's float payloads are stored ([`stored_as`]).
 
+use crate::kind::FloatDtype;
 use crate::manifest::{
-    errors_name, job_manifest_name, record_name, Manifest, ShardRecord, MANIFEST,
+    errors_name, job_manifest_name, record_name, Manifest, ShardRecord, TokenizerInfo, MANIFEST,
 };
 use crate::{wds, Plan, ShardFormat, ShardKind};
 use imgseq_core::fsutil::{
@@ -130,6 +131,38 @@ pub fn job_files(num_jobs: usize, job_index: usize) -> (String, String) {
     } else {
         (MANIFEST.into(), "errors.jsonl".into())
     }
+}
+
+/// The shard kind and manifest account of a run: `enc_kind` with its floats stored as
+/// `dtype` (refused for token shards), recorded in `info`'s latent or feature block.
+pub fn stored_as(
+    enc_kind: ShardKind,
+    info: &TokenizerInfo,
+    dtype: FloatDtype,
+) -> Result<(ShardKind, TokenizerInfo)> {
+    let kind = enc_kind.with_dtype(dtype);
+    let mut info = info.clone();
+    match kind {
+        ShardKind::Tokens { .. } if dtype != FloatDtype::F16 => {
+            return Err(Error::setting(
+                "dtype",
+                dtype.name(),
+                "applies to latent and feature shards; token shards store integer codes",
+            ))
+        }
+        ShardKind::Tokens { .. } => {}
+        ShardKind::Latents { dtype } => {
+            if let Some(l) = info.latent.as_mut() {
+                l.dtype = dtype.name().into();
+            }
+        }
+        ShardKind::Features { dtype } => {
+            if let Some(f) = info.features.as_mut() {
+                f.dtype = dtype.name().into();
+            }
+        }
+    }
+    Ok((kind, info))
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub fn latent_stats(dir: &Path, verify: bool) -> Result<(Manifest, LatentStats)>
             rec.verify(dir)?;
         }
         let path = dir.join(&rec.name);
-        for s in crate::shard::read_latent_shard(&path)? {
+        for s in crate::shard::read_float_shard(&path, m.kind())? {
             if s.shape != l.shape {
                 return Err(Error::format(
                     &path,

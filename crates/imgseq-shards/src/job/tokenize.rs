@@ -1,6 +1,7 @@
 //! Whole datasets → token shards (`imgseq vq tokenize`) with any discrete
-//! [`Tokenizer`], or latent shards (`imgseq vae tokenize`) with any [`SampleEncoder`]: one
-//! machinery whatever a sample's payload is. The sources' sample index ([`crate::source`]) split into shards ([`Plan`]),
+//! [`Tokenizer`], latent shards (`imgseq vae tokenize`) or feature shards (a vision tower's
+//! embeddings, `imgseq tokenize --model TOWER`) with any [`SampleEncoder`]: one machinery
+//! whatever a sample's payload is. The sources' sample index ([`crate::source`]) split into shards ([`Plan`]),
 //! images decoded and brought to the tokenizer's input ([`InputSpec`]) on a separate thread
 //! while the tokenizer encodes the previous batch, batches formed across files and shards,
 //! every shard written whole and renamed into place. A killed run started again with the same
@@ -11,15 +12,17 @@
 
 use super::files::{finished_record, job_files, remove_stale_temporaries, write_errors_list};
 use crate::manifest::{
-    errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FORMAT, LATENT_FORMAT,
+    errors_name, record_name, Job, Manifest, ShardRecord, TokenizerInfo, FEATURE_FORMAT, FORMAT,
+    LATENT_FORMAT,
 };
+use crate::shard::FloatDtype;
 use crate::source::{self, SampleRef, SourceOptions};
 use crate::{Payload, Plan, ShardFormat, ShardKind, TokenShardWriter};
 use image::RgbImage;
 use imgseq_core::fsutil::{read_json, temp_target, write_bytes_atomic, write_json};
 use imgseq_core::image_io;
 use imgseq_core::input::InputSpec;
-use imgseq_core::tokenizer::{Encoded, Tokenizer};
+use imgseq_core::tokenizer::{Encoded, OutputKind, Tokenizer};
 use imgseq_core::{Error, Result};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -48,6 +51,9 @@ pub struct Options {
     pub format: ShardFormat,
     /// How sources are read (the image column of Parquet sources).
     pub sources: SourceOptions,
+    /// How latent and feature shards store their floats (token shards: float16 only, as the
+    /// option does not apply).
+    pub dtype: FloatDtype,
 }
 
 /// What the job writes per sample: a batch of prepared pictures (brought to [`Self::input`])
@@ -59,7 +65,8 @@ pub trait SampleEncoder {
 }
 
 /// Any [`Tokenizer`] as a [`SampleEncoder`]: a discrete one's token grids, a continuous one's
-/// latents or embeddings (as float arrays of its output shape).
+/// latents (a description with a latent block) or embeddings (features), as float arrays of
+/// its output shape, float16 unless the job's options say otherwise.
 pub struct Through<'a, T: ?Sized>(pub &'a T);
 
 impl<T: Tokenizer + ?Sized> SampleEncoder for Through<'_, T> {
@@ -68,9 +75,17 @@ impl<T: Tokenizer + ?Sized> SampleEncoder for Through<'_, T> {
     }
 
     fn kind(&self) -> ShardKind {
+        let dtype = FloatDtype::F16;
         match self.0.codebook_size() {
             Some(n_codes) => ShardKind::Tokens { n_codes },
-            None => ShardKind::Latents,
+            None => {
+                let d = self.0.describe();
+                if d.latent.is_none() && d.output.kind == OutputKind::Embeddings {
+                    ShardKind::Features { dtype }
+                } else {
+                    ShardKind::Latents { dtype }
+                }
+            }
         }
     }
 
@@ -104,7 +119,8 @@ impl<T: Tokenizer + ?Sized> SampleEncoder for Through<'_, T> {
 fn format_of(kind: ShardKind) -> &'static str {
     match kind {
         ShardKind::Tokens { .. } => FORMAT,
-        ShardKind::Latents => LATENT_FORMAT,
+        ShardKind::Latents { .. } => LATENT_FORMAT,
+        ShardKind::Features { .. } => FEATURE_FORMAT,
     }
 }
 
@@ -345,7 +361,8 @@ fn undo_start(out: &Path, created_dir: bool) {
 }
 
 /// Tokenizes `sources` into `out` with `tok` (described by `info`): token shards of a
-/// discrete tokenizer, latent shards of one whose description has a latent block.
+/// discrete tokenizer, latent shards of one whose description has a latent block, feature
+/// shards of an embeddings model.
 pub fn tokenize<T: Tokenizer + ?Sized>(
     tok: &T,
     info: &TokenizerInfo,
@@ -353,17 +370,18 @@ pub fn tokenize<T: Tokenizer + ?Sized>(
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    if tok.codebook_size().is_none() && info.latent.is_none() {
+    if tok.codebook_size().is_none() && info.latent.is_none() && info.features.is_none() {
         return Err(Error::invalid(format!(
-            "shards hold codebook tokens or latents; a {} gives neither (continuous embeddings)",
+            "shards hold codebook tokens, latents or (tokens, dim) features; a {} gives none of \
+             them",
             tok.label()
         )));
     }
     run(&Through(tok), info, sources, out, o)
 }
 
-/// Writes the payloads `enc` makes of `sources` into `out` (described by `info`): token or
-/// latent shards, resumable and split by job arrays alike.
+/// Writes the payloads `enc` makes of `sources` into `out` (described by `info`): token,
+/// latent or feature shards, resumable and split by job arrays alike.
 pub fn run<E: SampleEncoder>(
     enc: &E,
     info: &TokenizerInfo,
@@ -371,10 +389,11 @@ pub fn run<E: SampleEncoder>(
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    let kind = enc.kind();
+    let (kind, info) = super::files::stored_as(enc.kind(), info, o.dtype)?;
+    let info = &info;
     let started = start_run(format_of(kind), info, sources, out, o)?;
     let (fresh, created_dir) = (started.new_run, started.created_dir);
-    let r = run_job(enc, info, started, out, o);
+    let r = run_job(enc, kind, info, started, out, o);
     if r.is_err() && fresh {
         undo_start(out, created_dir);
     }
@@ -384,12 +403,12 @@ pub fn run<E: SampleEncoder>(
 /// [`tokenize`] once the folder is started.
 fn run_job<E: SampleEncoder>(
     enc: &E,
+    kind: ShardKind,
     info: &TokenizerInfo,
     started: Started,
     out: &Path,
     o: &Options,
 ) -> Result<Report> {
-    let kind = enc.kind();
     let Started {
         index,
         plan,

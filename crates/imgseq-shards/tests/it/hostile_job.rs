@@ -74,6 +74,7 @@ fn info() -> TokenizerInfo {
         upscale: false,
         precision: "f32".into(),
         latent: None,
+        features: None,
         scales: None,
     }
 }
@@ -89,6 +90,7 @@ fn options() -> Options {
         progress: false,
         format: ShardFormat::Wds,
         sources: SourceOptions::default(),
+        dtype: Default::default(),
     }
 }
 

@@ -77,6 +77,7 @@ pub fn write_shards(
             upscale: false,
             precision: "f32".into(),
             latent: None,
+            features: None,
             scales: None,
         },
         inputs: vec!["synthetic".into()],

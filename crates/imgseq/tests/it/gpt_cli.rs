@@ -54,6 +54,7 @@ fn write_shards(dir: &Path, n: usize, n_codes: usize) {
             upscale: false,
             precision: "f32".into(),
             latent: None,
+            features: None,
             scales: None,
         },
         inputs: vec!["synthetic".into()],

@@ -51,6 +51,7 @@ pub(crate) fn shard_folder(dir: &Path, shards: &[(&[&str], i64)]) {
             upscale: false,
             precision: "f32".into(),
             latent: None,
+            features: None,
             scales: None,
         },
         inputs: vec!["synthetic".into()],

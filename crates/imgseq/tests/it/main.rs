@@ -2,6 +2,7 @@
 //! Each module was a separate `tests/*.rs` file; run one with `cargo test -p imgseq --test it MODULE::`.
 
 mod common;
+mod feature_shards;
 mod gpt_cli;
 mod hardening_cli;
 mod hostile_dataset_cli;

@@ -226,7 +226,7 @@ fn bad_images_are_skipped_and_listed_and_all_bad_is_an_error() {
 /// A dataset job's command: `vq tokenize` or `vae tokenize`, the model flags, and the same
 /// flags with another setting (a folder of one run refuses it).
 pub(crate) struct JobCmd {
-    pub head: [&'static str; 2],
+    pub head: &'static [&'static str],
     pub model: Vec<String>,
     pub other: Vec<String>,
 }
@@ -236,7 +236,7 @@ fn vq_job() -> JobCmd {
     let mut other = model_args();
     other[7] = "16".into(); // --size
     JobCmd {
-        head: ["vq", "tokenize"],
+        head: &["vq", "tokenize"],
         model: model_args(),
         other,
     }
@@ -247,16 +247,7 @@ pub(crate) fn shard_samples(dir: &Path) -> usize {
     let m = imgseq_shards::Manifest::read_any(&dir.join("manifest.json")).unwrap();
     m.shard_paths(dir)
         .iter()
-        .map(|p| {
-            let kind = if m.is_latent() {
-                imgseq_shards::ShardKind::Latents
-            } else {
-                imgseq_shards::ShardKind::Tokens {
-                    n_codes: m.tokenizer.n_codes,
-                }
-            };
-            imgseq_shards::shard::count_samples(p, kind).unwrap()
-        })
+        .map(|p| imgseq_shards::shard::count_samples(p, m.kind()).unwrap())
         .sum()
 }
 
@@ -277,12 +268,12 @@ pub(crate) fn job_array_parts_merge_into_what_one_process_writes(
 ) {
     let d = tempfile::tempdir().unwrap();
     let m = job.model.clone();
-    let head = [job.head[0], job.head[1]];
+    let head = job.head;
     let src = d.path().join("imgs");
     folder(&src, 7);
     let single = d.path().join("single");
     ok(&args(
-        &[head[0], head[1], src.to_str().unwrap()],
+        &[head, &[src.to_str().unwrap()]].concat(),
         &m,
         &[
             "--shard-size",
@@ -296,7 +287,7 @@ pub(crate) fn job_array_parts_merge_into_what_one_process_writes(
     let arr = d.path().join("array");
     for i in ["0", "1", "2"] {
         ok(&args(
-            &[head[0], head[1], src.to_str().unwrap()],
+            &[head, &[src.to_str().unwrap()]].concat(),
             &m,
             &[
                 "--shard-size",
@@ -343,7 +334,7 @@ pub(crate) fn job_array_parts_merge_into_what_one_process_writes(
     // Another tokenizer setting into the same folder is refused.
     let m2 = job.other.clone();
     let e = fails(&args(
-        &[head[0], head[1], src.to_str().unwrap()],
+        &[head, &[src.to_str().unwrap()]].concat(),
         &m2,
         &["--format", format, "-o", single.to_str().unwrap()],
     ));
@@ -351,7 +342,7 @@ pub(crate) fn job_array_parts_merge_into_what_one_process_writes(
     // So is the other output format.
     let other = if format == "wds" { "parquet" } else { "wds" };
     let e = fails(&args(
-        &[head[0], head[1], src.to_str().unwrap()],
+        &[head, &[src.to_str().unwrap()]].concat(),
         &m,
         &[
             "--shard-size",
@@ -382,11 +373,8 @@ pub(crate) fn killed_runs_resume_to_the_uninterrupted_result(job: &JobCmd, forma
     folder(&src, 60);
     let full = d.path().join("full");
     let cmd = |out: &Path| -> Vec<String> {
-        let mut v: Vec<String> = vec![
-            job.head[0].into(),
-            job.head[1].into(),
-            src.display().to_string(),
-        ];
+        let mut v: Vec<String> = job.head.iter().map(|h| h.to_string()).collect();
+        v.push(src.display().to_string());
         v.extend(m.iter().cloned());
         v.extend(
             [

@@ -9,7 +9,7 @@ use crate::tokenize::{
     killed_runs_resume_to_the_uninterrupted_result, JobCmd,
 };
 use imgseq_core::npy;
-use imgseq_shards::shard::read_latent_shard;
+use imgseq_shards::shard::read_float_shard;
 use imgseq_shards::Manifest;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +28,7 @@ fn model(size: &str) -> Vec<String> {
 
 fn vae_job() -> JobCmd {
     JobCmd {
-        head: ["vae", "tokenize"],
+        head: &["vae", "tokenize"],
         model: model("32"),
         other: model("16"),
     }
@@ -51,7 +51,7 @@ fn latents(dir: &Path) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let m = Manifest::read_latents(&dir.join("manifest.json")).unwrap();
     m.shard_paths(dir)
         .iter()
-        .flat_map(|p| read_latent_shard(p).unwrap())
+        .flat_map(|p| read_float_shard(p, m.kind()).unwrap())
         .map(|s| (s.key, s.shape, s.values))
         .collect()
 }
@@ -129,4 +129,42 @@ fn latent_shards_equal_vae_encode_in_both_formats_with_and_without_patches() {
     let e = fails(&["vq", "stats", &s(&d.path().join("wds-map"))]);
     assert!(e.contains("holds latent shards"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+}
+
+#[test]
+fn latent_shards_in_bfloat16_hold_the_float16_sets_values_within_bfloat16_rounding() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("imgs");
+    folder(&src, 3);
+    let s = |p: &Path| p.display().to_string();
+    let write = |format: &str, dtype: &str| {
+        let out = d.path().join(format!("{format}-{dtype}"));
+        let mut a: Vec<String> = vec!["vae".into(), "tokenize".into(), s(&src)];
+        a.extend(model("32"));
+        a.extend(["--format", format, "--dtype", dtype, "-o"].map(String::from));
+        a.push(s(&out));
+        ok(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        out
+    };
+    let f16 = latents(&write("wds", "float16"));
+    for format in ["wds", "parquet"] {
+        let out = write(format, "bfloat16");
+        let m = Manifest::read_latents(&out.join("manifest.json")).unwrap();
+        assert_eq!(m.tokenizer.latent.as_ref().unwrap().dtype, "bfloat16");
+        let bf16 = latents(&out);
+        assert_eq!(bf16.len(), 3);
+        for ((k1, s1, v1), (k2, s2, v2)) in f16.iter().zip(&bf16) {
+            assert_eq!((k1, s1), (k2, s2));
+            for (a, b) in v1.iter().zip(v2) {
+                // Both round the same float32: within bfloat16's 2⁻⁸ plus float16's 2⁻¹¹.
+                assert!(
+                    (a - b).abs() <= a.abs() / 200.0 + 1e-6,
+                    "{format}: {a} vs {b}"
+                );
+                assert_eq!(b.to_bits() & 0xFFFF, 0, "not a bfloat16 value: {b}");
+            }
+        }
+        let said = ok(&["vae", "stats", &s(&out)]);
+        assert!(said.contains("samples: 3"), "{said}");
+    }
 }
