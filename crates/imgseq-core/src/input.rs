@@ -9,6 +9,7 @@
 //! value range ([`InputSpec::to_tensor`]).
 
 use crate::image_io::{self, PixelRange};
+use crate::resample::Filter;
 use crate::{resample, Error, Result};
 use candle_core::{Device, Tensor};
 use image::{DynamicImage, GrayImage, RgbImage};
@@ -34,6 +35,14 @@ pub enum Crop {
     /// size with Pillow's bicubic, padded to a square with grey (127, 127, 127)
     /// ([`resample::pad_to_square`]).
     PadToSquare,
+    /// transformers' `CLIPImageProcessor` and `BitImageProcessor` (DINOv2), PIL backend: the
+    /// shorter side resized to `resize` (the longer `int(resize · longer / shorter)`) with
+    /// Pillow's `filter`, then the centre `size`×`size` crop at ⌊(side − size) / 2⌋
+    /// ([`resample::resize_center_crop`]).
+    ShortestEdgeCrop { resize: u32, filter: Filter },
+    /// transformers' `SiglipImageProcessor`, PIL backend: the whole picture resized to
+    /// `size`×`size` with Pillow's `filter`, its aspect ratio not kept.
+    ResizeSquare { filter: Filter },
 }
 
 impl Crop {
@@ -44,22 +53,69 @@ impl Crop {
             Crop::AdmCenterCrop => "adm_center_crop",
             Crop::Letterbox => "letterbox",
             Crop::PadToSquare => "pad_to_square",
+            Crop::ShortestEdgeCrop { .. } => "shortest_edge_crop",
+            Crop::ResizeSquare { .. } => "resize_square",
+        }
+    }
+
+    /// The rule of `name` ([`Self::name`]), with the resize side and filter the rules
+    /// `shortest_edge_crop` (both) and `resize_square` (the filter) take; `None` for an
+    /// unknown name or a missing parameter.
+    pub fn from_parts(name: &str, resize: Option<u32>, filter: Option<Filter>) -> Option<Self> {
+        Some(match name {
+            "shorter_side" => Crop::ShorterSide,
+            "adm_center_crop" => Crop::AdmCenterCrop,
+            "letterbox" => Crop::Letterbox,
+            "pad_to_square" => Crop::PadToSquare,
+            "shortest_edge_crop" => Crop::ShortestEdgeCrop {
+                resize: resize?,
+                filter: filter?,
+            },
+            "resize_square" => Crop::ResizeSquare { filter: filter? },
+            _ => return None,
+        })
+    }
+
+    /// The side the picture is resized to before its crop, where the rule has one apart from
+    /// the input size (`shortest_edge_crop`).
+    pub fn resize_side(self) -> Option<u32> {
+        match self {
+            Crop::ShortestEdgeCrop { resize, .. } => Some(resize),
+            _ => None,
+        }
+    }
+
+    /// The Pillow filter of the rule, where it is a parameter.
+    pub fn filter(self) -> Option<Filter> {
+        match self {
+            Crop::ShortestEdgeCrop { filter, .. } | Crop::ResizeSquare { filter } => Some(filter),
+            _ => None,
         }
     }
 
     /// The rule in words, as manifests record it.
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            Crop::ShorterSide => "shorter side resized to size (Catmull-Rom), centre crop",
-            Crop::AdmCenterCrop => {
-                "ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x \
-                 size, bicubic to size, centre crop)"
+            Crop::ShorterSide => "shorter side resized to size (Catmull-Rom), centre crop".into(),
+            Crop::AdmCenterCrop => "ADM centre crop (DiT's center_crop_arr: halve while the \
+                                    shorter side >= 2x size, bicubic to size, centre crop)"
+                .into(),
+            Crop::Letterbox => {
+                "fitted inside size x size keeping its aspect ratio, black around".into()
             }
-            Crop::Letterbox => "fitted inside size x size keeping its aspect ratio, black around",
-            Crop::PadToSquare => {
-                "longer side resized to size (Pillow bicubic), padded to a square with grey \
-                 (127, 127, 127)"
-            }
+            Crop::PadToSquare => "longer side resized to size (Pillow bicubic), padded to a \
+                                  square with grey (127, 127, 127)"
+                .into(),
+            Crop::ShortestEdgeCrop { resize, filter } => format!(
+                "shorter side resized to {resize} (Pillow {}), centre crop to size \
+                 (transformers' CLIPImageProcessor rule)",
+                filter.name()
+            ),
+            Crop::ResizeSquare { filter } => format!(
+                "resized to size x size, aspect ratio not kept (Pillow {}; transformers' \
+                 SiglipImageProcessor rule)",
+                filter.name()
+            ),
         }
     }
 }
@@ -137,6 +193,13 @@ impl InputSpec {
             Crop::AdmCenterCrop => resample::adm_center_crop(img, self.size)?,
             Crop::Letterbox => image_io::letterbox(img, self.size, image::Rgb([0, 0, 0]))?,
             Crop::PadToSquare => resample::pad_to_square(img, self.size, resample::JANUS_FILL)?,
+            Crop::ShortestEdgeCrop { resize, filter } => {
+                let to = resample::shortest_edge_size(img.width(), img.height(), resize);
+                resample::resize_center_crop(img, to, self.size, filter)?
+            }
+            Crop::ResizeSquare { filter } => {
+                resample::resize_center_crop(img, (self.size, self.size), self.size, filter)?
+            }
         };
         Ok(self.channels_of(sq))
     }
@@ -155,7 +218,7 @@ impl InputSpec {
     pub fn prepare(&self, name: &Path, img: &RgbImage, upscale: bool) -> Result<RgbImage> {
         image_io::check_min_size(name, img.width(), img.height(), self.size, upscale)?;
         match self.crop {
-            Crop::AdmCenterCrop => self
+            Crop::AdmCenterCrop | Crop::ShortestEdgeCrop { .. } | Crop::ResizeSquare { .. } => self
                 .square(img)
                 .map_err(|e| Error::format(name, e.to_string())),
             _ => self.square(img),
