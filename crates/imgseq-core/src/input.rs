@@ -283,11 +283,98 @@ mod tests {
         }
     }
 
+    const HF_RULES: [Crop; 2] = [
+        Crop::ShortestEdgeCrop {
+            resize: 20,
+            filter: Filter::Bicubic,
+        },
+        Crop::ResizeSquare {
+            filter: Filter::Bilinear,
+        },
+    ];
+
     #[test]
     fn crop_names_are_their_config_names() {
-        for c in [Crop::ShorterSide, Crop::AdmCenterCrop, Crop::Letterbox] {
+        for c in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            Crop::Letterbox,
+            Crop::PadToSquare,
+        ] {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+            assert_eq!(Crop::from_parts(c.name(), None, None), Some(c));
         }
+        for c in HF_RULES {
+            assert_eq!(
+                Crop::from_parts(c.name(), c.resize_side(), c.filter()),
+                Some(c)
+            );
+            assert_eq!(Crop::from_parts(c.name(), None, None), None);
+        }
+    }
+
+    /// In a description the rule stays its name, the resize side and filter beside it, and
+    /// reads back as the same rule; the other rules' JSON is as it was.
+    #[test]
+    fn preprocessing_json_keeps_the_crop_a_name() {
+        use crate::tokenizer::Preprocessing;
+        let p = |crop| Preprocessing::from(spec(crop, 3));
+        let v = serde_json::to_value(p(HF_RULES[0])).unwrap();
+        assert_eq!(v["crop"], "shortest_edge_crop");
+        assert_eq!(
+            (v["resize"].as_u64(), v["resample"].as_str()),
+            (Some(20), Some("bicubic"))
+        );
+        for c in HF_RULES.into_iter().chain([Crop::AdmCenterCrop]) {
+            let back: Preprocessing =
+                serde_json::from_value(serde_json::to_value(p(c)).unwrap()).unwrap();
+            assert_eq!(back, p(c));
+        }
+        let old = serde_json::to_value(p(Crop::ShorterSide)).unwrap();
+        assert_eq!(
+            old,
+            serde_json::json!({"size": 16, "crop": "shorter_side", "channels": 3,
+                "range": "[-1, 1]"})
+        );
+        let bad = serde_json::json!({"size": 16, "crop": "shortest_edge_crop", "channels": 3,
+            "range": "[-1, 1]"});
+        assert!(serde_json::from_value::<Preprocessing>(bad).is_err());
+    }
+
+    /// transformers' rules: the shorter side to `resize` (the longer truncated), centre crop
+    /// at ⌊(side − size) / 2⌋, black where the resize is smaller than the crop; the whole
+    /// picture squashed to the square.
+    #[test]
+    fn hf_rules_resize_then_crop_as_transformers_does() {
+        let img = RgbImage::from_fn(45, 30, |x, y| image::Rgb([(x * 5) as u8, (y * 8) as u8, 9]));
+        assert_eq!(resample::shortest_edge_size(45, 30, 20), (30, 20));
+        assert_eq!(resample::shortest_edge_size(30, 47, 20), (20, 31));
+        let got = spec(HF_RULES[0], 3).square(&img).unwrap();
+        let whole = resample::pil_resize(&img, 30, 20, Filter::Bicubic);
+        let want = image::imageops::crop_imm(&whole, 7, 2, 16, 16).to_image();
+        assert_eq!(got, want);
+        // A resize (15×10) smaller than the crop: black around, offsets ⌊(15 − 16) / 2⌋ = −1
+        // and ⌊(10 − 16) / 2⌋ = −3.
+        let small = InputSpec {
+            size: 16,
+            crop: Crop::ShortestEdgeCrop {
+                resize: 10,
+                filter: Filter::Bicubic,
+            },
+            channels: 3,
+            range: PixelRange::ZeroOne,
+        };
+        let got = small.square(&img).unwrap();
+        let whole = resample::pil_resize(&img, 15, 10, Filter::Bicubic);
+        assert_eq!(got.get_pixel(0, 0).0, [0, 0, 0]);
+        assert_eq!(got.get_pixel(3, 3), whole.get_pixel(2, 0));
+        assert_eq!(got.get_pixel(15, 12), whole.get_pixel(14, 9));
+        assert_eq!(got.get_pixel(15, 15).0, [0, 0, 0]);
+        let squashed = spec(HF_RULES[1], 3).square(&img).unwrap();
+        assert_eq!(
+            squashed,
+            resample::pil_resize(&img, 16, 16, Filter::Bilinear)
+        );
     }
 
     #[test]
@@ -295,7 +382,12 @@ mod tests {
         let img = RgbImage::from_fn(40, 24, |x, y| {
             image::Rgb([(x * 6) as u8, (y * 9) as u8, 77])
         });
-        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+        for crop in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            HF_RULES[0],
+            HF_RULES[1],
+        ] {
             let rgb = spec(crop, 3).square(&img).unwrap();
             let gray = spec(crop, 1).square(&img).unwrap();
             assert_eq!(gray, as_gray(&rgb));
@@ -314,7 +406,12 @@ mod tests {
         });
         let p = d.path().join("a.png");
         img.save(&p).unwrap();
-        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+        for crop in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            HF_RULES[0],
+            HF_RULES[1],
+        ] {
             for ch in [1, 3] {
                 let s = spec(crop, ch);
                 let from_file = s.load(&p, false).unwrap();

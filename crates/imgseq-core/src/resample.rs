@@ -549,6 +549,15 @@ mod tests {
     }
 
     #[test]
+    fn pillow_13_pass_order() {
+        assert!(vertical_first((90, 37), (77, 32))); // 13 > 2 · 5
+        assert!(!vertical_first((41, 75), (32, 58))); // 9 < 2 · 17
+        assert!(vertical_first((50, 30), (36, 36))); // width grows
+        assert!(!vertical_first((30, 50), (36, 36))); // height grows
+        assert!(!vertical_first((60, 40), (40, 30))); // 20 = 2 · 10
+    }
+
+    #[test]
     fn python_round_is_half_to_even() {
         assert_eq!(round_half_even(2.5), 2);
         assert_eq!(round_half_even(3.5), 4);
@@ -579,6 +588,9 @@ mod tests {
                 (68, 164, 10..60, 40..150),
                 (17, 100, 0..17, 90..100),
                 (5, 41, 1..3, 0..41),
+                // Height shrinking more than twice the width: the vertical pass first.
+                (6, 44, 1..5, 3..40),
+                (3, 40, 0..3, 0..40),
             ] {
                 let whole = resize_pil(img.as_raw(), (17, 41, 3), (oh, ow), filter);
                 let want: Vec<u8> = wy
