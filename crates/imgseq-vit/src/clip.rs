@@ -243,7 +243,7 @@ pub fn pixels(
 ) -> imgseq_core::Result<tower::Pixels> {
     let side = cfg.image_size as u32;
     let p = processor::read_pixels(source, processor::Processor::clip(side), None)?;
-    tower::check_side(&p, side, source, "CLIP vision tower")?;
+    processor::check_side(&p, side, source, "CLIP vision tower")?;
     Ok(p)
 }
 

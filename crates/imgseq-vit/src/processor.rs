@@ -181,7 +181,7 @@ impl Processor {
         }
         if let Some(s) = v.get("image_std").filter(|s| !s.is_null()) {
             self.std = three(s).map_err(|e| bad(format!("image_std: {e}")))?;
-            if self.std.iter().any(|&s| s == 0.0) {
+            if self.std.contains(&0.0) {
                 return Err(bad("image_std has a zero".into()));
             }
         }
@@ -308,6 +308,22 @@ pub fn processor_file(source: &Path) -> PathBuf {
     } else {
         source.with_file_name(PROCESSOR_FILE)
     }
+}
+
+/// Refuses pictures of a side other than `side` (the tower's `image_size`) for the tower
+/// (named `label`) at `source`.
+pub fn check_side(p: &Pixels, side: u32, source: &Path, label: &str) -> imgseq_core::Result<()> {
+    if p.size != side {
+        return Err(imgseq_core::Error::format(
+            processor_file(source),
+            format!(
+                "the processor gives {s}x{s} pictures; the {label} reads {side}x{side} (its \
+                 image_size)",
+                s = p.size
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The pictures of the tower at `source`: `defaults` with the model's

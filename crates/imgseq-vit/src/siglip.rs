@@ -266,7 +266,7 @@ pub fn pixels(
 ) -> imgseq_core::Result<tower::Pixels> {
     let side = cfg.image_size as u32;
     let p = processor::read_pixels(source, processor::Processor::siglip(side), None)?;
-    tower::check_side(&p, side, source, "SigLIP vision tower")?;
+    processor::check_side(&p, side, source, "SigLIP vision tower")?;
     Ok(p)
 }
 

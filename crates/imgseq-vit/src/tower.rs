@@ -385,22 +385,6 @@ impl Pixels {
     }
 }
 
-/// Refuses pictures of a side other than `side` (the tower's `image_size`) for the tower
-/// (named `label`) at `source`.
-pub fn check_side(p: &Pixels, side: u32, source: &Path, label: &str) -> imgseq_core::Result<()> {
-    if p.size != side {
-        return Err(imgseq_core::Error::format(
-            &crate::processor::processor_file(source),
-            format!(
-                "the processor gives {s}x{s} pictures; the {label} reads {side}x{side} (its \
-                 image_size)",
-                s = p.size
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// A vision tower as [`Tower`] runs it.
 pub trait VisionModel: Send + Sync {
     /// Its registry name (`clip`, `siglip`, `dinov2`).
