@@ -510,8 +510,10 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
         });
         config["patches_only"] = serde_json::json!(self.patches_only);
         config["input_size"] = serde_json::json!(self.pixels.size);
-        config["image_mean"] = serde_json::json!(self.pixels.mean);
-        config["image_std"] = serde_json::json!(self.pixels.std);
+        // f32 values by their shortest decimal (0.485, not 0.48500001430511475).
+        let short = |v: [f32; 3]| v.map(|x| x.to_string().parse::<f64>().unwrap_or(x as f64));
+        config["image_mean"] = serde_json::json!(short(self.pixels.mean));
+        config["image_std"] = serde_json::json!(short(self.pixels.std));
         config["rescale_factor"] = serde_json::json!(self.pixels.rescale);
         let mut d = Description::basic(
             self.model.family(),
