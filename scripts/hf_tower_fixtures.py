@@ -62,22 +62,21 @@ def released(model_cls, cfg, out, side):
 
 
 def pictures():
-    """The test pictures (written once, then read back as files): smooth gradients with
-    noise and sharp bars, as photographs have."""
+    """The test pictures, written afresh each run (the same bytes: a fixed seed), then read
+    back as files: smooth gradients with noise and sharp bars, as photographs have."""
     os.makedirs(PICTURES, exist_ok=True)
     rng = np.random.default_rng(7)
     paths = {}
     for name, (w, h) in SIZES.items():
         p = os.path.join(PICTURES, f"{name}.png")
-        if True:
-            yy, xx = np.mgrid[0:h, 0:w]
-            base = np.stack([xx * 255 // max(w - 1, 1), yy * 255 // max(h - 1, 1),
-                             (xx + yy) * 127 // max(w + h - 2, 1)], -1)
-            noise = rng.integers(-40, 41, size=(h, w, 3))
-            img = np.clip(base + noise, 0, 255).astype(np.uint8)
-            img[h // 3: h // 3 + 2] = [255, 255, 255]
-            img[:, w // 2] = [0, 0, 0]
-            Image.fromarray(img, "RGB").save(p)
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([xx * 255 // max(w - 1, 1), yy * 255 // max(h - 1, 1),
+                         (xx + yy) * 127 // max(w + h - 2, 1)], -1)
+        noise = rng.integers(-40, 41, size=(h, w, 3))
+        img = np.clip(base + noise, 0, 255).astype(np.uint8)
+        img[h // 3: h // 3 + 2] = [255, 255, 255]
+        img[:, w // 2] = [0, 0, 0]
+        Image.fromarray(img, "RGB").save(p)
         paths[name] = p
     return paths
 
@@ -149,13 +148,14 @@ def processor_io(proc, forward, folder, path):
         fv = fast(images=img, return_tensors="pt")["pixel_values"]
         worst_fast = max(worst_fast, (fv - pv).abs().max().item())
         k = f"{folder}.{name}"
-        tensors[f"{k}.uint8"] = torch.from_numpy(np.ascontiguousarray(u8))
+        tensors[f"{k}.uint8"] = torch.from_numpy(np.array(u8, copy=True))
         tensors[f"{k}.pixel_values"] = pv.contiguous()
         with torch.no_grad():
             for o, t in forward(pv).items():
                 tensors[f"{k}.{o}"] = t.contiguous()
-    print(f"{folder}: {type(pil).__name__} {pil.size} crop {getattr(pil, 'crop_size', None)} "
-          f"resample {pil.resample}; torchvision backend vs PIL backend: max |pixel_values| "
+    d = pil.to_dict()
+    print(f"{folder}: {type(pil).__name__} size {d['size']} crop {d.get('crop_size')} "
+          f"resample {d['resample']}; torchvision backend vs PIL backend: max |pixel_values| "
           f"difference {worst_fast:.4f}")
     return tensors
 
