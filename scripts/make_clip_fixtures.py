@@ -12,6 +12,11 @@ and the class token; quick-GELU as OpenAI's CLIP) with random weights:
                  (the tower under `vision_config`)
   io.safetensors pixel_values (2,3,32,32) (already normalised), last_hidden_state (2,17,32),
                  pooler_output (2,32), penultimate (2,17,32) = hidden_states[-2] (LLaVA's layer)
+  processor.safetensors  the image processor's parity (hf_tower_fixtures.processor_io) on
+                 the pictures in tests/fixtures/processor/: vision/ has the released
+                 models' preprocessor_config.json (shortest edge = crop = 32, bicubic), full/
+                 another (shortest edge 40, crop 32, bilinear); the tower's last_hidden_state
+                 on each picture's pixel_values
 Run: /tmp/hfvenv/bin/python scripts/make_clip_fixtures.py   (written with transformers 5.25.0)
 """
 
@@ -20,7 +25,9 @@ import os
 
 import torch
 from safetensors.torch import save_file
-from transformers import CLIPConfig, CLIPVisionConfig, CLIPVisionModel
+from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPVisionConfig, CLIPVisionModel
+
+from hf_tower_fixtures import alpha_note, processor_io, randomise, save
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "clip")
 
@@ -31,12 +38,7 @@ def main():
                            num_attention_heads=4, image_size=32, patch_size=8,
                            hidden_act="quick_gelu")
     m = CLIPVisionModel(cfg).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
+    randomise(m)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         out = m(pixel_values=x, output_hidden_states=True)
@@ -57,6 +59,18 @@ def main():
         "penultimate": out.hidden_states[-2].contiguous(),
     }, os.path.join(OUT, "io.safetensors"))
     print("wrote", OUT, len(out.hidden_states), "hidden states")
+
+    def forward(pv):
+        return {"last_hidden_state": m(pixel_values=pv).last_hidden_state}
+
+    crop = {"height": 32, "width": 32}
+    released_proc = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size=crop)
+    tensors = processor_io(released_proc, forward, "vision", os.path.join(OUT, "vision"))
+    tensors.update(processor_io(
+        CLIPImageProcessorPil(size={"shortest_edge": 40}, crop_size=crop, resample=2),
+        forward, "full", full))
+    save(tensors, os.path.join(OUT, "processor.safetensors"))
+    alpha_note(released_proc)
 
 
 if __name__ == "__main__":

@@ -14,37 +14,34 @@ Two small models (hidden 32, 2 layers, 4 heads, positions for 40² pictures in 8
                  pixel_values_HxW (2,3,H,W), last_hidden_state_HxW (through the final
                  layernorm), pooler_output_HxW (its class token), penultimate_HxW =
                  hidden_states[-2], first_HxW = hidden_states[0]
+  processor.safetensors  the image processor's parity (hf_tower_fixtures.processor_io) on
+                 the pictures in tests/fixtures/processor/: plain/ and registers/ have a
+                 preprocessor_config.json in the released models' proportion (shortest edge
+                 46, centre crop 40, bicubic, ImageNet's mean and std: 256 and 224 scaled to
+                 the 40² positions); each model's last_hidden_state on each picture's
+                 pixel_values
   released/      DINOv2-L/14's config (hidden 1024, 24 layers, 16 heads, positions for 518²) and
                  shapes.json: every tensor's shape and the outputs' shapes at 224² (257 tokens),
                  from a model built on the meta device (no weights)
 Run: /tmp/hfvenv/bin/python scripts/make_dinov2_fixtures.py   (written with transformers 5.25.0)
 """
 
-import json
 import os
 
 import torch
-from transformers.core_model_loading import revert_weight_conversion
 from safetensors.torch import save_file
-from transformers import (Dinov2Config, Dinov2Model, Dinov2WithRegistersConfig,
-                          Dinov2WithRegistersModel)
+from transformers import (BitImageProcessorPil, Dinov2Config, Dinov2Model,
+                          Dinov2WithRegistersConfig, Dinov2WithRegistersModel)
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from hf_tower_fixtures import processor_io, randomise, released, save
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "dinov2")
 SIZES = [(40, 40), (56, 56), (32, 32), (32, 48)]
 
 
-def randomise(m):
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name or "lambda" in name:
-                one = 1.0 if name.endswith(("weight", "lambda1")) else 0.0
-                p.copy_(one + 0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
-
-
 def build(name, model):
-    randomise(model)
+    randomise(model, ones=("weight", "lambda1"), scaled=("norm", "lambda"))
     model.eval()
     io = {}
     for h, w in SIZES:
@@ -64,38 +61,29 @@ def build(name, model):
     d = os.path.join(OUT, name)
     model.save_pretrained(d)
     save_file(io, os.path.join(d, "io.safetensors"))
-
-
-def released():
-    cfg = Dinov2Config(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                       image_size=518, patch_size=14)
-    with torch.device("meta"):
-        m = Dinov2Model(cfg).eval()
-        out = m(pixel_values=torch.empty(1, 3, 224, 224), output_hidden_states=True)
-    d = os.path.join(OUT, "released")
-    os.makedirs(d, exist_ok=True)
-    cfg.to_json_file(os.path.join(d, "config.json"))
-    shapes = {
-        # the names save_pretrained writes (the released layout)
-        "tensors": {k: list(v.shape)
-                    for k, v in revert_weight_conversion(m, m.state_dict()).items()},
-        "last_hidden_state": list(out.last_hidden_state.shape),
-        "pooler_output": list(out.pooler_output.shape),
-        "hidden_states": len(out.hidden_states),
-    }
-    with open(os.path.join(d, "shapes.json"), "w") as fh:
-        json.dump(shapes, fh, indent=1, sort_keys=True)
+    return model
 
 
 def main():
     torch.manual_seed(0)
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=40,
                  patch_size=8)
-    build("plain", Dinov2Model(Dinov2Config(**small)))
-    build("registers", Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
+    plain = build("plain", Dinov2Model(Dinov2Config(**small)))
+    registers = build("registers", Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
         num_register_tokens=2, use_swiglu_ffn=True, **small)))
-    released()
+    released(Dinov2Model, Dinov2Config(hidden_size=1024, num_hidden_layers=24,
+                                       num_attention_heads=16, image_size=518, patch_size=14),
+             os.path.join(OUT, "released"), 224)
     print("wrote", OUT)
+
+    proc = BitImageProcessorPil(size={"shortest_edge": 46}, crop_size={"height": 40, "width": 40},
+                                image_mean=IMAGENET_DEFAULT_MEAN, image_std=IMAGENET_DEFAULT_STD)
+    tensors = {}
+    for name, model in [("plain", plain), ("registers", registers)]:
+        def forward(pv, model=model):
+            return {"last_hidden_state": model(pixel_values=pv).last_hidden_state}
+        tensors.update(processor_io(proc, forward, name, os.path.join(OUT, name)))
+    save(tensors, os.path.join(OUT, "processor.safetensors"))
 
 
 if __name__ == "__main__":

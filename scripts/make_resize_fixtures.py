@@ -14,10 +14,11 @@ OUT = Path(__file__).resolve().parents[1] / "crates/imgseq-core/tests/fixtures/p
 # (channels, h, w) -> (out_h, out_w): Fashion-MNIST 28→32 (the shipped ViT), shrinking (Pillow
 # stretches the filter: antialiasing), odd and mixed ratios, 1-pixel edges, RGB.
 #
-# Pillow ≤ 12 always runs the horizontal pass first. Pillow 13 runs the vertical pass first for
-# some shapes whose height shrinks (always when the height shrinks and the width grows); the two
-# orders differ by ±1 in a few pixels. imgseq follows the classic order, so these cases are ones
-# where every Pillow agrees (the Rust test, horizontal first, matches each byte for byte).
+# Pillow ≤ 12 always runs the horizontal pass first. Pillow 13 runs the vertical pass first
+# when the height shrinks by more than twice as many pixels as the width (h - out_h >
+# 2 * (w - out_w)); the two orders differ by a level or more in a few pixels. imgseq follows
+# Pillow 13 (`resample::vertical_first`); the last four cases take the vertical pass first, so
+# this fixture needs Pillow 13 (the script refuses an older one).
 CASES = [
     ((1, 28, 28), (32, 32)),
     ((1, 32, 32), (28, 28)),
@@ -28,10 +29,15 @@ CASES = [
     ((1, 29, 28), (9, 8)),
     ((3, 10, 12), (16, 9)),
     ((3, 64, 48), (32, 32)),
+    ((1, 40, 9), (13, 20)),
+    ((3, 50, 30), (36, 36)),
+    ((1, 90, 37), (77, 32)),
+    ((1, 60, 60), (20, 50)),
 ]
 
 
 def main() -> None:
+    assert int(PIL.__version__.split(".")[0]) >= 13, "the vertical-first cases need Pillow 13"
     rng = np.random.default_rng(0)
     cases = []
     for (c, h, w), (oh, ow) in CASES:

@@ -14,51 +14,26 @@ the attention-pooling head) with random weights:
   io.safetensors pixel_values (2,3,36,36) (already normalised), last_hidden_state (2,16,32)
                  (through post_layernorm), pooler_output (2,32) (the head), penultimate
                  (2,16,32) = hidden_states[-2], first (2,16,32) = hidden_states[0]
+  processor.safetensors  the image processor's parity (hf_tower_fixtures.processor_io) on
+                 the pictures in tests/fixtures/processor/: vision/ and full/ have the
+                 released models' preprocessor_config.json (36x36, bicubic, no crop); the
+                 tower's last_hidden_state on each picture's pixel_values
   released/      so400m-patch14-384's config (hidden 1152, MLP 4304, 27 layers, 16 heads) and
                  shapes.json: every tensor's shape and the outputs' shapes, from a model built
                  on the meta device (no weights)
 Run: /tmp/hfvenv/bin/python scripts/make_siglip_fixtures.py   (written with transformers 5.25.0)
 """
 
-import json
 import os
 
 import torch
-from transformers.core_model_loading import revert_weight_conversion
 from safetensors.torch import save_file
-from transformers import SiglipConfig, SiglipModel, SiglipVisionConfig, SiglipVisionModel
+from transformers import (SiglipConfig, SiglipImageProcessorPil, SiglipModel,
+                          SiglipVisionConfig, SiglipVisionModel)
+
+from hf_tower_fixtures import processor_io, randomise, released, save
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "siglip")
-
-
-def randomise(m):
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
-
-
-def released():
-    cfg = SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
-                             num_attention_heads=16, image_size=384, patch_size=14)
-    with torch.device("meta"):
-        m = SiglipVisionModel(cfg).eval()
-        out = m(pixel_values=torch.empty(1, 3, 384, 384), output_hidden_states=True)
-    d = os.path.join(OUT, "released")
-    os.makedirs(d, exist_ok=True)
-    cfg.to_json_file(os.path.join(d, "config.json"))
-    shapes = {
-        # the names save_pretrained writes (the released layout)
-        "tensors": {k: list(v.shape)
-                    for k, v in revert_weight_conversion(m, m.state_dict()).items()},
-        "last_hidden_state": list(out.last_hidden_state.shape),
-        "pooler_output": list(out.pooler_output.shape),
-        "hidden_states": len(out.hidden_states),
-    }
-    with open(os.path.join(d, "shapes.json"), "w") as fh:
-        json.dump(shapes, fh, indent=1, sort_keys=True)
 
 
 def main():
@@ -91,8 +66,19 @@ def main():
         "penultimate": out.hidden_states[-2].contiguous(),
         "first": out.hidden_states[0].contiguous(),
     }, os.path.join(OUT, "io.safetensors"))
-    released()
+    released(SiglipVisionModel,
+             SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+                                num_attention_heads=16, image_size=384, patch_size=14),
+             os.path.join(OUT, "released"), 384)
     print("wrote", OUT, len(out.hidden_states), "hidden states")
+
+    def forward(pv):
+        return {"last_hidden_state": m(pixel_values=pv).last_hidden_state}
+
+    proc = SiglipImageProcessorPil(size={"height": 36, "width": 36})
+    tensors = processor_io(proc, forward, "vision", os.path.join(OUT, "vision"))
+    tensors.update(processor_io(proc, forward, "full", os.path.join(OUT, "full")))
+    save(tensors, os.path.join(OUT, "processor.safetensors"))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 //! value range ([`InputSpec::to_tensor`]).
 
 use crate::image_io::{self, PixelRange};
+use crate::resample::Filter;
 use crate::{resample, Error, Result};
 use candle_core::{Device, Tensor};
 use image::{DynamicImage, GrayImage, RgbImage};
@@ -34,6 +35,14 @@ pub enum Crop {
     /// size with Pillow's bicubic, padded to a square with grey (127, 127, 127)
     /// ([`resample::pad_to_square`]).
     PadToSquare,
+    /// transformers' `CLIPImageProcessor` and `BitImageProcessor` (DINOv2), PIL backend: the
+    /// shorter side resized to `resize` (the longer `int(resize · longer / shorter)`) with
+    /// Pillow's `filter`, then the centre `size`×`size` crop at ⌊(side − size) / 2⌋
+    /// ([`resample::resize_center_crop`]).
+    ShortestEdgeCrop { resize: u32, filter: Filter },
+    /// transformers' `SiglipImageProcessor`, PIL backend: the whole picture resized to
+    /// `size`×`size` with Pillow's `filter`, its aspect ratio not kept.
+    ResizeSquare { filter: Filter },
 }
 
 impl Crop {
@@ -44,22 +53,69 @@ impl Crop {
             Crop::AdmCenterCrop => "adm_center_crop",
             Crop::Letterbox => "letterbox",
             Crop::PadToSquare => "pad_to_square",
+            Crop::ShortestEdgeCrop { .. } => "shortest_edge_crop",
+            Crop::ResizeSquare { .. } => "resize_square",
+        }
+    }
+
+    /// The rule of `name` ([`Self::name`]), with the resize side and filter the rules
+    /// `shortest_edge_crop` (both) and `resize_square` (the filter) take; `None` for an
+    /// unknown name or a missing parameter.
+    pub fn from_parts(name: &str, resize: Option<u32>, filter: Option<Filter>) -> Option<Self> {
+        Some(match name {
+            "shorter_side" => Crop::ShorterSide,
+            "adm_center_crop" => Crop::AdmCenterCrop,
+            "letterbox" => Crop::Letterbox,
+            "pad_to_square" => Crop::PadToSquare,
+            "shortest_edge_crop" => Crop::ShortestEdgeCrop {
+                resize: resize?,
+                filter: filter?,
+            },
+            "resize_square" => Crop::ResizeSquare { filter: filter? },
+            _ => return None,
+        })
+    }
+
+    /// The side the picture is resized to before its crop, where the rule has one apart from
+    /// the input size (`shortest_edge_crop`).
+    pub fn resize_side(self) -> Option<u32> {
+        match self {
+            Crop::ShortestEdgeCrop { resize, .. } => Some(resize),
+            _ => None,
+        }
+    }
+
+    /// The Pillow filter of the rule, where it is a parameter.
+    pub fn filter(self) -> Option<Filter> {
+        match self {
+            Crop::ShortestEdgeCrop { filter, .. } | Crop::ResizeSquare { filter } => Some(filter),
+            _ => None,
         }
     }
 
     /// The rule in words, as manifests record it.
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            Crop::ShorterSide => "shorter side resized to size (Catmull-Rom), centre crop",
-            Crop::AdmCenterCrop => {
-                "ADM centre crop (DiT's center_crop_arr: halve while the shorter side >= 2x \
-                 size, bicubic to size, centre crop)"
+            Crop::ShorterSide => "shorter side resized to size (Catmull-Rom), centre crop".into(),
+            Crop::AdmCenterCrop => "ADM centre crop (DiT's center_crop_arr: halve while the \
+                                    shorter side >= 2x size, bicubic to size, centre crop)"
+                .into(),
+            Crop::Letterbox => {
+                "fitted inside size x size keeping its aspect ratio, black around".into()
             }
-            Crop::Letterbox => "fitted inside size x size keeping its aspect ratio, black around",
-            Crop::PadToSquare => {
-                "longer side resized to size (Pillow bicubic), padded to a square with grey \
-                 (127, 127, 127)"
-            }
+            Crop::PadToSquare => "longer side resized to size (Pillow bicubic), padded to a \
+                                  square with grey (127, 127, 127)"
+                .into(),
+            Crop::ShortestEdgeCrop { resize, filter } => format!(
+                "shorter side resized to {resize} (Pillow {}), centre crop to size \
+                 (transformers' CLIPImageProcessor rule)",
+                filter.name()
+            ),
+            Crop::ResizeSquare { filter } => format!(
+                "resized to size x size, aspect ratio not kept (Pillow {}; transformers' \
+                 SiglipImageProcessor rule)",
+                filter.name()
+            ),
         }
     }
 }
@@ -137,6 +193,13 @@ impl InputSpec {
             Crop::AdmCenterCrop => resample::adm_center_crop(img, self.size)?,
             Crop::Letterbox => image_io::letterbox(img, self.size, image::Rgb([0, 0, 0]))?,
             Crop::PadToSquare => resample::pad_to_square(img, self.size, resample::JANUS_FILL)?,
+            Crop::ShortestEdgeCrop { resize, filter } => {
+                let to = resample::shortest_edge_size(img.width(), img.height(), resize);
+                resample::resize_center_crop(img, to, self.size, filter)?
+            }
+            Crop::ResizeSquare { filter } => {
+                resample::resize_center_crop(img, (self.size, self.size), self.size, filter)?
+            }
         };
         Ok(self.channels_of(sq))
     }
@@ -155,7 +218,7 @@ impl InputSpec {
     pub fn prepare(&self, name: &Path, img: &RgbImage, upscale: bool) -> Result<RgbImage> {
         image_io::check_min_size(name, img.width(), img.height(), self.size, upscale)?;
         match self.crop {
-            Crop::AdmCenterCrop => self
+            Crop::AdmCenterCrop | Crop::ShortestEdgeCrop { .. } | Crop::ResizeSquare { .. } => self
                 .square(img)
                 .map_err(|e| Error::format(name, e.to_string())),
             _ => self.square(img),
@@ -220,11 +283,98 @@ mod tests {
         }
     }
 
+    const HF_RULES: [Crop; 2] = [
+        Crop::ShortestEdgeCrop {
+            resize: 20,
+            filter: Filter::Bicubic,
+        },
+        Crop::ResizeSquare {
+            filter: Filter::Bilinear,
+        },
+    ];
+
     #[test]
     fn crop_names_are_their_config_names() {
-        for c in [Crop::ShorterSide, Crop::AdmCenterCrop, Crop::Letterbox] {
+        for c in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            Crop::Letterbox,
+            Crop::PadToSquare,
+        ] {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+            assert_eq!(Crop::from_parts(c.name(), None, None), Some(c));
         }
+        for c in HF_RULES {
+            assert_eq!(
+                Crop::from_parts(c.name(), c.resize_side(), c.filter()),
+                Some(c)
+            );
+            assert_eq!(Crop::from_parts(c.name(), None, None), None);
+        }
+    }
+
+    /// In a description the rule stays its name, the resize side and filter beside it, and
+    /// reads back as the same rule; the other rules' JSON is as it was.
+    #[test]
+    fn preprocessing_json_keeps_the_crop_a_name() {
+        use crate::tokenizer::Preprocessing;
+        let p = |crop| Preprocessing::from(spec(crop, 3));
+        let v = serde_json::to_value(p(HF_RULES[0])).unwrap();
+        assert_eq!(v["crop"], "shortest_edge_crop");
+        assert_eq!(
+            (v["resize"].as_u64(), v["resample"].as_str()),
+            (Some(20), Some("bicubic"))
+        );
+        for c in HF_RULES.into_iter().chain([Crop::AdmCenterCrop]) {
+            let back: Preprocessing =
+                serde_json::from_value(serde_json::to_value(p(c)).unwrap()).unwrap();
+            assert_eq!(back, p(c));
+        }
+        let old = serde_json::to_value(p(Crop::ShorterSide)).unwrap();
+        assert_eq!(
+            old,
+            serde_json::json!({"size": 16, "crop": "shorter_side", "channels": 3,
+                "range": "[-1, 1]"})
+        );
+        let bad = serde_json::json!({"size": 16, "crop": "shortest_edge_crop", "channels": 3,
+            "range": "[-1, 1]"});
+        assert!(serde_json::from_value::<Preprocessing>(bad).is_err());
+    }
+
+    /// transformers' rules: the shorter side to `resize` (the longer truncated), centre crop
+    /// at ⌊(side − size) / 2⌋, black where the resize is smaller than the crop; the whole
+    /// picture squashed to the square.
+    #[test]
+    fn hf_rules_resize_then_crop_as_transformers_does() {
+        let img = RgbImage::from_fn(45, 30, |x, y| image::Rgb([(x * 5) as u8, (y * 8) as u8, 9]));
+        assert_eq!(resample::shortest_edge_size(45, 30, 20), (30, 20));
+        assert_eq!(resample::shortest_edge_size(30, 47, 20), (20, 31));
+        let got = spec(HF_RULES[0], 3).square(&img).unwrap();
+        let whole = resample::pil_resize(&img, 30, 20, Filter::Bicubic);
+        let want = image::imageops::crop_imm(&whole, 7, 2, 16, 16).to_image();
+        assert_eq!(got, want);
+        // A resize (15×10) smaller than the crop: black around, offsets ⌊(15 − 16) / 2⌋ = −1
+        // and ⌊(10 − 16) / 2⌋ = −3.
+        let small = InputSpec {
+            size: 16,
+            crop: Crop::ShortestEdgeCrop {
+                resize: 10,
+                filter: Filter::Bicubic,
+            },
+            channels: 3,
+            range: PixelRange::ZeroOne,
+        };
+        let got = small.square(&img).unwrap();
+        let whole = resample::pil_resize(&img, 15, 10, Filter::Bicubic);
+        assert_eq!(got.get_pixel(0, 0).0, [0, 0, 0]);
+        assert_eq!(got.get_pixel(3, 3), whole.get_pixel(2, 0));
+        assert_eq!(got.get_pixel(15, 12), whole.get_pixel(14, 9));
+        assert_eq!(got.get_pixel(15, 15).0, [0, 0, 0]);
+        let squashed = spec(HF_RULES[1], 3).square(&img).unwrap();
+        assert_eq!(
+            squashed,
+            resample::pil_resize(&img, 16, 16, Filter::Bilinear)
+        );
     }
 
     #[test]
@@ -232,7 +382,12 @@ mod tests {
         let img = RgbImage::from_fn(40, 24, |x, y| {
             image::Rgb([(x * 6) as u8, (y * 9) as u8, 77])
         });
-        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+        for crop in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            HF_RULES[0],
+            HF_RULES[1],
+        ] {
             let rgb = spec(crop, 3).square(&img).unwrap();
             let gray = spec(crop, 1).square(&img).unwrap();
             assert_eq!(gray, as_gray(&rgb));
@@ -251,7 +406,12 @@ mod tests {
         });
         let p = d.path().join("a.png");
         img.save(&p).unwrap();
-        for crop in [Crop::ShorterSide, Crop::AdmCenterCrop] {
+        for crop in [
+            Crop::ShorterSide,
+            Crop::AdmCenterCrop,
+            HF_RULES[0],
+            HF_RULES[1],
+        ] {
             for ch in [1, 3] {
                 let s = spec(crop, ch);
                 let from_file = s.load(&p, false).unwrap();

@@ -8,7 +8,8 @@
 //!
 //! Pillow's algorithm (`libImaging/Resample.c`), which this follows exactly:
 //! - separable, horizontal pass first (into 8-bit rows), then vertical (into 8-bit pixels),
-//!   the horizontal pass only over the rows the vertical one reads;
+//!   the horizontal pass only over the rows the vertical one reads (the other order for the
+//!   shapes below);
 //! - output pixel `i` centred on source coordinate `(i + 0.5)·scale`, `scale = in/out`; the
 //!   filter's support is stretched by `max(scale, 1)` (antialiasing when shrinking);
 //! - the first tap is `round(centre − support)`, the last `round(centre + support)`, clamped to the
@@ -17,9 +18,12 @@
 //! - each pass sums `pixel · weight` in integers starting from ½ (rounding) and clips to
 //!   0..=255.
 //!
-//! Pillow 13 runs the vertical pass first for some shapes whose height shrinks (always when
-//! the height shrinks and the width grows); that order differs by ±1 in a few pixels. Upscaling
-//! (Fashion-MNIST's 28→32) is the same in every Pillow.
+//! Pillow 13 runs the vertical pass first when the height shrinks by more than twice as many
+//! pixels as the width ([`vertical_first`]; always when the height shrinks and the width
+//! grows); so does imgseq. Pillow ≤ 12 always ran the horizontal pass first; the two orders
+//! differ by a level or more in a few pixels, so for those shapes imgseq's bytes are Pillow
+//! 13's. Upscaling (Fashion-MNIST's 28→32) and uniform shrinking of pictures at most twice as
+//! tall as wide are the same in every Pillow.
 //!
 //! ADM's `center_crop_arr` (`guided_diffusion/image_datasets.py`, LlamaGen
 //! `dataset/augmentation.py`), [`adm_center_crop`]:
@@ -42,8 +46,9 @@ use std::ops::Range;
 /// Fixed-point fraction bits of Pillow's 8-bit resampling (`PRECISION_BITS = 32 − 8 − 2`).
 const PRECISION_BITS: u32 = 22;
 
-/// A Pillow resampling filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A Pillow resampling filter (by its lower-case name in configs and descriptions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Filter {
     /// `Image.BOX`: support 0.5.
     Box,
@@ -54,6 +59,27 @@ pub enum Filter {
 }
 
 impl Filter {
+    /// The filter of Pillow's `Image.Resampling` number (transformers' `resample` in a
+    /// `preprocessor_config.json`): 4 box, 2 bilinear, 3 bicubic; `None` for the others
+    /// (0 nearest, 1 Lanczos, 5 Hamming), which imgseq does not run.
+    pub fn from_pil(code: i64) -> Option<Self> {
+        match code {
+            4 => Some(Filter::Box),
+            2 => Some(Filter::Bilinear),
+            3 => Some(Filter::Bicubic),
+            _ => None,
+        }
+    }
+
+    /// Its name (`box`, `bilinear`, `bicubic`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Filter::Box => "box",
+            Filter::Bilinear => "bilinear",
+            Filter::Bicubic => "bicubic",
+        }
+    }
+
     fn support(self) -> f64 {
         match self {
             Filter::Box => 0.5,
@@ -180,9 +206,9 @@ pub struct Window {
 }
 
 /// The `window` of [`resize_pil`]'s output, byte for byte, computing only what it needs: the
-/// horizontal pass over the source rows and for the columns the window reads. A crop of an
-/// up-scaled sliver (16384×1 to a shorter side of 384: 6.3 M × 384 pixels whole) costs the
-/// crop, not the whole resized image.
+/// first pass over the source rows (or columns) and for the columns (or rows) the window
+/// reads. A crop of an up-scaled sliver (16384×1 to a shorter side of 384: 6.3 M × 384 pixels
+/// whole) costs the crop, not the whole resized image.
 ///
 /// # Shapes
 /// src: h·w·c bytes, row-major, channels last → window.y.len()·window.x.len()·c bytes
@@ -195,14 +221,14 @@ pub fn resize_pil_window(
 ) -> Vec<u8> {
     debug_assert_eq!(src.len(), h * w * c);
     debug_assert!(window.y.end <= out_h && window.x.end <= out_w);
+    if vertical_first((h, w), (out_h, out_w)) {
+        return resize_vertical_first(src, (h, w, c), (out_h, out_w), window, filter);
+    }
     let (wh, ww) = (window.y.len(), window.x.len());
     let kv = (h != out_h).then(|| taps(h, out_h, window.y.clone(), filter));
     // Rows the vertical pass reads (Pillow's horizontal pass covers only those).
     let (first, last) = match &kv {
-        Some(kv) => (
-            kv.first().map_or(0, |t| t.first),
-            kv.last().map_or(0, |t| t.first + t.weights.len()),
-        ),
+        Some(kv) => span(kv),
         None => (window.y.start, window.y.end),
     };
     let rows = last - first;
@@ -234,6 +260,63 @@ pub fn resize_pil_window(
         for x in 0..ww {
             for ch in 0..c {
                 out[(y * ww + x) * c + ch] = tap_sum(t, |i| tmp[((i - first) * ww + x) * c + ch]);
+            }
+        }
+    }
+    out
+}
+
+/// Whether Pillow runs the vertical pass first: Pillow 13 does when the height shrinks by more
+/// than twice as many pixels as the width does (h − out_h > 2·(w − out_w); so always when the
+/// height shrinks and the width grows); Pillow ≤ 12 never. The order changes a few pixels by
+/// a level or more (each pass rounds to 8 bits); measured on 2,900 random shapes, this rule
+/// gives Pillow 13's order in every one.
+pub fn vertical_first((h, w): (usize, usize), (out_h, out_w): (usize, usize)) -> bool {
+    out_h < h && (h - out_h) as i64 > 2 * (w as i64 - out_w as i64)
+}
+
+/// The source indices a set of taps reads: `first..last`.
+fn span(t: &[Taps]) -> (usize, usize) {
+    (
+        t.first().map_or(0, |t| t.first),
+        t.last().map_or(0, |t| t.first + t.weights.len()),
+    )
+}
+
+/// [`resize_pil_window`] in Pillow 13's other order: the vertical pass first (into 8-bit
+/// rows, over the columns the horizontal pass reads), then the horizontal pass.
+fn resize_vertical_first(
+    src: &[u8],
+    (h, w, c): (usize, usize, usize),
+    (out_h, out_w): (usize, usize),
+    window: Window,
+    filter: Filter,
+) -> Vec<u8> {
+    let (wh, ww) = (window.y.len(), window.x.len());
+    let kv = taps(h, out_h, window.y.clone(), filter);
+    let kh = (w != out_w).then(|| taps(w, out_w, window.x.clone(), filter));
+    let (first, last) = match &kh {
+        Some(kh) => span(kh),
+        None => (window.x.start, window.x.end),
+    };
+    let cols = last - first;
+    let mut tmp = vec![0u8; wh * cols * c];
+    for (y, t) in kv.iter().enumerate() {
+        for x in 0..cols {
+            for ch in 0..c {
+                tmp[(y * cols + x) * c + ch] = tap_sum(t, |i| src[(i * w + first + x) * c + ch]);
+            }
+        }
+    }
+    let Some(kh) = kh else {
+        return tmp;
+    };
+    let mut out = vec![0u8; wh * ww * c];
+    for y in 0..wh {
+        let row = &tmp[y * cols * c..(y + 1) * cols * c];
+        for (x, t) in kh.iter().enumerate() {
+            for ch in 0..c {
+                out[(y * ww + x) * c + ch] = tap_sum(t, |i| row[(i - first) * c + ch]);
             }
         }
     }
@@ -346,6 +429,74 @@ pub fn adm_center_crop(img: &RgbImage, size: u32) -> Result<RgbImage> {
     Ok(RgbImage::from_raw(size, size, out).expect("the window is size x size"))
 }
 
+/// transformers' `get_resize_output_image_size(default_to_square=False)` (the
+/// `shortest_edge` rule): the shorter side becomes `side`, the longer
+/// `int(side · longer / shorter)` (truncated); `(width, height)` out.
+pub fn shortest_edge_size(width: u32, height: u32, side: u32) -> (u32, u32) {
+    let (short, long) = (width.min(height), width.max(height));
+    let new_long = (side as f64 * long as f64 / short.max(1) as f64) as u32;
+    if width <= height {
+        (side, new_long)
+    } else {
+        (new_long, side)
+    }
+}
+
+/// transformers' image processors (PIL backend) up to their 8-bit picture: `img` resized to
+/// `width`×`height` with Pillow's `filter` (`Image.resize`), then transformers' `center_crop`
+/// to `size`×`size`: the crop's top left at ⌊(side − size) / 2⌋, black (0) where it reaches
+/// past a side smaller than the crop. Only the crop of the resize is computed.
+pub fn resize_center_crop(
+    img: &RgbImage,
+    (width, height): (u32, u32),
+    size: u32,
+    filter: Filter,
+) -> Result<RgbImage> {
+    let (w, h) = (img.width(), img.height());
+    if size == 0 || width == 0 || height == 0 {
+        return Err(Error::invalid(format!(
+            "resize: cannot resize to {width}x{height} and crop {size}x{size}"
+        )));
+    }
+    if w == 0 || h == 0 {
+        return Err(Error::invalid("resize: the image is empty"));
+    }
+    // Python's floor division: negative where the resized side is smaller than the crop.
+    let offset = |side: u32| (side as i64 - size as i64).div_euclid(2);
+    let (x0, y0) = (offset(width), offset(height));
+    let inside =
+        |o: i64, side: u32| o.max(0) as usize..((o + size as i64).min(side as i64)) as usize;
+    let window = Window {
+        y: inside(y0, height),
+        x: inside(x0, width),
+    };
+    let same = (w, h) == (width, height);
+    let part = if same {
+        let mut v = Vec::with_capacity(window.y.len() * window.x.len() * 3);
+        for y in window.y.clone() {
+            let row = y * w as usize * 3;
+            v.extend_from_slice(&img.as_raw()[row + window.x.start * 3..row + window.x.end * 3]);
+        }
+        v
+    } else {
+        resize_pil_window(
+            img.as_raw(),
+            (h as usize, w as usize, 3),
+            (height as usize, width as usize),
+            window.clone(),
+            filter,
+        )
+    };
+    let part = RgbImage::from_raw(window.x.len() as u32, window.y.len() as u32, part)
+        .expect("sized from the window");
+    if x0 >= 0 && y0 >= 0 && window.x.len() == size as usize && window.y.len() == size as usize {
+        return Ok(part);
+    }
+    let mut out = RgbImage::new(size, size);
+    image::imageops::replace(&mut out, &part, (-x0).max(0), (-y0).max(0));
+    Ok(out)
+}
+
 /// The padding colour of Janus's image processor: `int(0.5 · 255)` per channel (its mean).
 pub const JANUS_FILL: [u8; 3] = [127, 127, 127];
 
@@ -398,6 +549,15 @@ mod tests {
     }
 
     #[test]
+    fn pillow_13_pass_order() {
+        assert!(vertical_first((90, 37), (77, 32))); // 13 > 2 · 5
+        assert!(!vertical_first((41, 75), (32, 58))); // 9 < 2 · 17
+        assert!(vertical_first((50, 30), (36, 36))); // width grows
+        assert!(!vertical_first((30, 50), (36, 36))); // height grows
+        assert!(!vertical_first((60, 40), (40, 30))); // 20 = 2 · 10
+    }
+
+    #[test]
     fn python_round_is_half_to_even() {
         assert_eq!(round_half_even(2.5), 2);
         assert_eq!(round_half_even(3.5), 4);
@@ -428,6 +588,9 @@ mod tests {
                 (68, 164, 10..60, 40..150),
                 (17, 100, 0..17, 90..100),
                 (5, 41, 1..3, 0..41),
+                // Height shrinking more than twice the width: the vertical pass first.
+                (6, 44, 1..5, 3..40),
+                (3, 40, 0..3, 0..40),
             ] {
                 let whole = resize_pil(img.as_raw(), (17, 41, 3), (oh, ow), filter);
                 let want: Vec<u8> = wy

@@ -58,14 +58,62 @@ pub struct OutputSpec {
     pub scales: Option<Vec<usize>>,
 }
 
-/// How pictures are brought to the model's input ([`InputSpec`], serialisable).
+/// How pictures are brought to the model's input ([`InputSpec`], serialisable). In JSON the
+/// crop rule is its name ([`Crop::name`]), with `resize` (the side resized to before the
+/// crop) and `resample` (the Pillow filter) beside it for the rules that take them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "PreprocessingJson", try_from = "PreprocessingJson")]
 pub struct Preprocessing {
     pub size: u32,
     pub crop: Crop,
     pub channels: usize,
     /// `[-1, 1]` or `[0, 1]`.
     pub range: PixelRange,
+}
+
+/// [`Preprocessing`] as JSON has it.
+#[derive(Serialize, Deserialize)]
+struct PreprocessingJson {
+    size: u32,
+    crop: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resize: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resample: Option<crate::resample::Filter>,
+    channels: usize,
+    range: PixelRange,
+}
+
+impl From<Preprocessing> for PreprocessingJson {
+    fn from(p: Preprocessing) -> Self {
+        Self {
+            size: p.size,
+            crop: p.crop.name().to_string(),
+            resize: p.crop.resize_side(),
+            resample: p.crop.filter(),
+            channels: p.channels,
+            range: p.range,
+        }
+    }
+}
+
+impl TryFrom<PreprocessingJson> for Preprocessing {
+    type Error = String;
+
+    fn try_from(j: PreprocessingJson) -> std::result::Result<Self, String> {
+        let crop = Crop::from_parts(&j.crop, j.resize, j.resample).ok_or_else(|| {
+            format!(
+                "crop `{}`: not a crop rule imgseq knows, or without its resize and resample",
+                j.crop
+            )
+        })?;
+        Ok(Self {
+            size: j.size,
+            crop,
+            channels: j.channels,
+            range: j.range,
+        })
+    }
 }
 
 impl From<InputSpec> for Preprocessing {

@@ -27,7 +27,7 @@ impl Family for Clip {
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
         refuse_options(p, o, LABEL)?;
         let model = clip::load(p.source, &Device::Cpu)?;
-        let pixels = clip::pixels(&model.cfg);
+        let pixels = clip::pixels(&model.cfg, p.source)?;
         refuse_other_size(p, o, pixels.size, LABEL)?;
         opened(p, o, model, pixels)
     }

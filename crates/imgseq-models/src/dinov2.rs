@@ -1,7 +1,8 @@
 //! DINOv2 (`imgseq-vit`'s [`imgseq_vit::dinov2`]): a `Dinov2Model` or
 //! `Dinov2WithRegistersModel` folder, told by its `config.json` (`model_type` `dinov2` or
-//! `dinov2_with_registers`). It reads 224² pictures unless `--size` says otherwise (its
-//! positions resized to the grid); its output is continuous: the last hidden state (through
+//! `dinov2_with_registers`). It reads its processor's pictures (224², from a shorter side of
+//! 256) unless `--size` says otherwise (its positions resized to the grid); its output is
+//! continuous: the last hidden state (through
 //! `layernorm`), class token and registers first.
 
 use crate::family::{Family, OpenOptions, Probe};
@@ -28,13 +29,14 @@ impl Family for Dinov2 {
         refuse_options(p, o, "DINOv2 model")?;
         let model = dinov2::load(p.source, &Device::Cpu)?;
         let patch = model.cfg.patch_size as u32;
-        let size = o.size.unwrap_or(dinov2::DINOV2_INPUT_SIZE);
+        let pixels = dinov2::pixels(p.source, o.size)?;
+        let size = pixels.size;
         if size < patch || size > 4096 {
             return Err(Error::invalid(format!(
                 "{}: --size {size}: DINOv2 reads pictures of {patch} (its patch) to 4096 pixels",
                 p.source.display()
             )));
         }
-        opened(p, o, model, dinov2::pixels(size))
+        opened(p, o, model, pixels)
     }
 }

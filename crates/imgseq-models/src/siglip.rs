@@ -28,7 +28,7 @@ impl Family for Siglip {
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
         refuse_options(p, o, LABEL)?;
         let model = siglip::load(p.source, &Device::Cpu)?;
-        let pixels = siglip::pixels(&model.cfg);
+        let pixels = siglip::pixels(&model.cfg, p.source)?;
         refuse_other_size(p, o, pixels.size, LABEL)?;
         opened(p, o, model, pixels)
     }

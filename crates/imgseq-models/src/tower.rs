@@ -49,10 +49,10 @@ pub(crate) fn opened<M: VisionModel + 'static>(
     };
     t.check_layer()?;
     let (weights, config) = files_of(p.source);
-    Ok(Opened::new(
-        Box::new(t),
-        p.source,
-        &weights,
-        vec![weights.clone(), config],
-    ))
+    let mut files = vec![weights.clone(), config];
+    let processor = imgseq_vit::processor::processor_file(p.source);
+    if processor.is_file() {
+        files.push(processor);
+    }
+    Ok(Opened::new(Box::new(t), p.source, &weights, files))
 }

@@ -140,7 +140,7 @@ fn every_family_fixture_tokenizes_a_dataset_under_its_own_description() {
             assert_eq!(m.tokenizer.family, family);
             assert_eq!(m.tokenizer.precision, desc.precision);
             assert!(
-                m.tokenizer.crop.contains(crop.describe()),
+                m.tokenizer.crop.contains(&crop.describe()),
                 "{}",
                 m.tokenizer.crop
             );
@@ -394,6 +394,20 @@ fn a_clip_tower_opens_through_the_loader_as_its_last_hidden_state() {
         ("clip", OutputKind::Embeddings)
     );
     assert_eq!(d.output.shape, vec![17, 32]);
+    // Its processor's rule, read from its preprocessor_config.json, named in the description.
+    let input = serde_json::to_value(&d.input).unwrap();
+    assert_eq!(
+        (&input["crop"], &input["resize"], &input["resample"]),
+        (
+            &serde_json::json!("shortest_edge_crop"),
+            &serde_json::json!(32),
+            &serde_json::json!("bicubic")
+        )
+    );
+    assert!(t
+        .files
+        .iter()
+        .any(|f| f.ends_with("preprocessor_config.json")));
     let pic = RgbImage::from_fn(40, 36, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
     let x = t.input().square(&pic).unwrap();
     let got = t.encode_pictures(std::slice::from_ref(&x)).unwrap();
@@ -506,8 +520,15 @@ fn siglip_and_dinov2_open_through_the_loader_as_their_last_hidden_state() {
     let pic = RgbImage::from_fn(50, 44, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
     let cases = [
         ("siglip/vision", None, false, "siglip", vec![16, 32]),
-        ("dinov2/plain", None, false, "dinov2", vec![1 + 28 * 28, 32]),
-        ("dinov2/plain", Some(40), false, "dinov2", vec![1 + 25, 32]),
+        ("dinov2/plain", None, false, "dinov2", vec![1 + 5 * 5, 32]),
+        (
+            "dinov2/plain",
+            Some(224),
+            false,
+            "dinov2",
+            vec![1 + 28 * 28, 32],
+        ),
+        ("dinov2/plain", Some(48), false, "dinov2", vec![1 + 36, 32]),
         ("dinov2/registers", Some(48), true, "dinov2", vec![36, 32]),
     ];
     for (src, size, llava, family, shape) in cases {

@@ -13,6 +13,7 @@
 //! checkpoint (`vision_model.` + name; the text tower's tensors are left out).
 
 use crate::model::{layer_norm, LayerNorm};
+use crate::processor;
 use crate::tower::{self, Activation, BlockSizes, EncoderLayer, PatchEmbed, TowerOutput};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
@@ -50,8 +51,7 @@ impl Default for ClipVisionConfig {
 }
 
 /// CLIP's image normalisation (`CLIPImageProcessor`'s `image_mean`, `image_std`).
-pub const CLIP_MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-pub const CLIP_STD: [f32; 3] = [0.268_629_54, 0.261_302_6, 0.275_777_1];
+pub use crate::processor::{CLIP_MEAN, CLIP_STD};
 
 impl ClipVisionConfig {
     /// Patches per side.
@@ -230,17 +230,21 @@ pub fn load(
 }
 
 /// The tower as a tokenizer: pictures (CLIP's processor: shorter side resized, centre crop,
-/// [0, 1], CLIP's mean and std) → one hidden state, class token first.
+/// rescaled, CLIP's mean and std) → one hidden state, class token first.
 pub type ClipTower = tower::Tower<ClipVisionModel>;
 
-/// What [`ClipTower`] reads at the tower's `image_size`.
-pub fn pixels(cfg: &ClipVisionConfig) -> tower::Pixels {
-    tower::Pixels {
-        size: cfg.image_size as u32,
-        crop: imgseq_core::input::Crop::ShorterSide,
-        mean: CLIP_MEAN,
-        std: CLIP_STD,
-    }
+/// What [`ClipTower`] of the model at `source` reads: its `preprocessor_config.json`'s
+/// `CLIPImageProcessor` where it has one, else the released models' at the tower's
+/// `image_size` (shortest edge and crop both that side, Pillow bicubic, CLIP's mean and std)
+/// ([`crate::processor`]). A processor whose pictures are not `image_size`² is refused.
+pub fn pixels(
+    cfg: &ClipVisionConfig,
+    source: &std::path::Path,
+) -> imgseq_core::Result<tower::Pixels> {
+    let side = cfg.image_size as u32;
+    let p = processor::read_pixels(source, processor::Processor::clip(side), None)?;
+    processor::check_side(&p, side, source, "CLIP vision tower")?;
+    Ok(p)
 }
 
 impl tower::VisionModel for ClipVisionModel {

@@ -18,6 +18,7 @@
 
 use crate::interpolate::{bicubic_aa_resize_grid, bicubic_resize_grid};
 use crate::model::{layer_norm, LayerNorm, Linear};
+use crate::processor;
 use crate::tower::{self, Activation, Attention, Mlp, PatchEmbed, TowerOutput};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
@@ -66,8 +67,7 @@ impl Default for Dinov2Config {
 }
 
 /// ImageNet's normalisation (`BitImageProcessor`'s `image_mean`, `image_std` for DINOv2).
-pub const DINOV2_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
-pub const DINOV2_STD: [f32; 3] = [0.229, 0.224, 0.225];
+pub use crate::processor::{IMAGENET_MEAN as DINOV2_MEAN, IMAGENET_STD as DINOV2_STD};
 
 /// The side DINOv2's image processor crops to (`crop_size` 224 of every released
 /// checkpoint; its config's `image_size`, 518, is the grid its positions were trained on).
@@ -366,20 +366,22 @@ pub fn load(
     )
 }
 
-/// The model as a tokenizer: pictures at the input side (224 unless asked), [0, 1],
-/// ImageNet's mean and std → one hidden state, class token (and registers) first.
+/// The model as a tokenizer: pictures at the input side (the processor's crop, 224, unless
+/// asked), rescaled, ImageNet's mean and std → one hidden state, class token (and registers)
+/// first.
 pub type Dinov2Tower = tower::Tower<Dinov2Model>;
 
-/// What [`Dinov2Tower`] reads at `size` (positions resized to its grid). transformers'
-/// processor resizes the shorter side to 256 and centre-crops 224; imgseq resizes the shorter
-/// side to `size` and centre-crops.
-pub fn pixels(size: u32) -> tower::Pixels {
-    tower::Pixels {
+/// What [`Dinov2Tower`] of the model at `source` reads: its `preprocessor_config.json`'s
+/// `BitImageProcessor` where it has one, else the released models' (shortest edge 256,
+/// Pillow bicubic, centre crop 224, ImageNet's mean and std) ([`crate::processor`]); at
+/// `size` when asked, the shortest edge in the processor's proportion (518: 592) and the
+/// positions resized to the grid.
+pub fn pixels(source: &std::path::Path, size: Option<u32>) -> imgseq_core::Result<tower::Pixels> {
+    processor::read_pixels(
+        source,
+        processor::Processor::dinov2(DINOV2_INPUT_SIZE),
         size,
-        crop: imgseq_core::input::Crop::ShorterSide,
-        mean: DINOV2_MEAN,
-        std: DINOV2_STD,
-    }
+    )
 }
 
 impl tower::VisionModel for Dinov2Model {

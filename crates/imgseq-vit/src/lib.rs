@@ -36,6 +36,7 @@ pub mod loss;
 pub mod model;
 pub mod position_plot;
 pub mod precision;
+pub mod processor;
 pub mod run;
 pub mod siglip;
 pub mod tokenizer;

@@ -14,6 +14,7 @@
 //! checkpoint (`vision_model.` + name; the text tower's tensors are left out).
 
 use crate::model::{layer_norm, LayerNorm};
+use crate::processor;
 use crate::tower::{
     self, Activation, Attention, BlockSizes, EncoderLayer, Mlp, PatchEmbed, TowerOutput,
 };
@@ -55,8 +56,7 @@ impl Default for SiglipVisionConfig {
 }
 
 /// SigLIP's image normalisation (`SiglipImageProcessor`'s `image_mean`, `image_std`).
-pub const SIGLIP_MEAN: [f32; 3] = [0.5, 0.5, 0.5];
-pub const SIGLIP_STD: [f32; 3] = [0.5, 0.5, 0.5];
+pub use crate::processor::{HALF as SIGLIP_MEAN, HALF as SIGLIP_STD};
 
 impl SiglipVisionConfig {
     /// Patches per side.
@@ -251,20 +251,23 @@ pub fn load(
     )
 }
 
-/// The tower as a tokenizer: pictures at `image_size`, [0, 1], mean = std = 0.5 → one
+/// The tower as a tokenizer: pictures at `image_size`, rescaled, mean = std = 0.5 → one
 /// hidden state (no class token: every token is a patch).
 pub type SiglipTower = tower::Tower<SiglipVisionModel>;
 
-/// What [`SiglipTower`] reads: `image_size`² pictures. transformers' `SiglipImageProcessor`
-/// resizes the whole picture to the square without a crop; imgseq resizes the shorter side
-/// and centre-crops (the same for square pictures).
-pub fn pixels(cfg: &SiglipVisionConfig) -> tower::Pixels {
-    tower::Pixels {
-        size: cfg.image_size as u32,
-        crop: imgseq_core::input::Crop::ShorterSide,
-        mean: SIGLIP_MEAN,
-        std: SIGLIP_STD,
-    }
+/// What [`SiglipTower`] of the model at `source` reads: its `preprocessor_config.json`'s
+/// `SiglipImageProcessor` where it has one, else the released models' at the tower's
+/// `image_size` (the whole picture resized to the square with Pillow's bicubic, no crop,
+/// mean = std = 0.5) ([`crate::processor`]). A processor whose pictures are not
+/// `image_size`² is refused.
+pub fn pixels(
+    cfg: &SiglipVisionConfig,
+    source: &std::path::Path,
+) -> imgseq_core::Result<tower::Pixels> {
+    let side = cfg.image_size as u32;
+    let p = processor::read_pixels(source, processor::Processor::siglip(side), None)?;
+    processor::check_side(&p, side, source, "SigLIP vision tower")?;
+    Ok(p)
 }
 
 impl tower::VisionModel for SiglipVisionModel {

@@ -336,14 +336,53 @@ pub struct TowerOutput {
     pub pooled: Option<Tensor>,
 }
 
-/// How a tower's pictures are made: `size`×`size` by `crop`, [0, 1], normalised by
-/// `mean` and `std` per channel.
+/// How a tower's pictures are made: `size`×`size` by `crop`, each byte times `rescale` (in
+/// f64, then f32), normalised by `mean` and `std` per channel (in f32): transformers' image
+/// processors' steps ([`crate::processor`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pixels {
     pub size: u32,
     pub crop: Crop,
+    pub rescale: f64,
     pub mean: [f32; 3],
     pub std: [f32; 3],
+}
+
+impl Pixels {
+    /// The tensor value of byte `v` of channel `c` (0, 1, 2): numpy's
+    /// `(astype(float64) · rescale).astype(float32)`, then `(x − mean) / std` in f32.
+    pub fn value(&self, c: usize, v: u8) -> f32 {
+        ((v as f64 * self.rescale) as f32 - self.mean[c]) / self.std[c]
+    }
+
+    /// Pictures of one size as the tower's input.
+    ///
+    /// # Shapes
+    /// n pictures of h×w → (n, 3, h, w)
+    pub fn tensor(&self, imgs: &[image::RgbImage]) -> imgseq_core::Result<Tensor> {
+        let lut: Vec<[f32; 256]> = (0..3)
+            .map(|c| std::array::from_fn(|v| self.value(c, v as u8)))
+            .collect();
+        let (w, h) = imgs.first().map_or((0, 0), |i| i.dimensions());
+        let mut data = Vec::with_capacity(imgs.len() * 3 * (w * h) as usize);
+        for img in imgs {
+            if img.dimensions() != (w, h) {
+                return Err(imgseq_core::Error::invalid(format!(
+                    "pictures of {}x{} and {w}x{h} in one batch",
+                    img.width(),
+                    img.height()
+                )));
+            }
+            for (c, lut) in lut.iter().enumerate() {
+                data.extend(img.pixels().map(|p| lut[p.0[c] as usize]));
+            }
+        }
+        Ok(Tensor::from_vec(
+            data,
+            (imgs.len(), 3, h as usize, w as usize),
+            &candle_core::Device::Cpu,
+        )?)
+    }
 }
 
 /// A vision tower as [`Tower`] runs it.
@@ -471,6 +510,11 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
         });
         config["patches_only"] = serde_json::json!(self.patches_only);
         config["input_size"] = serde_json::json!(self.pixels.size);
+        // f32 values by their shortest decimal (0.485, not 0.48500001430511475).
+        let short = |v: [f32; 3]| v.map(|x| x.to_string().parse::<f64>().unwrap_or(x as f64));
+        config["image_mean"] = serde_json::json!(short(self.pixels.mean));
+        config["image_std"] = serde_json::json!(short(self.pixels.std));
+        config["rescale_factor"] = serde_json::json!(self.pixels.rescale);
         let mut d = Description::basic(
             self.model.family(),
             &self.label(),
@@ -496,11 +540,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
     }
 
     fn input_tensor(&self, imgs: &[image::RgbImage]) -> imgseq_core::Result<Tensor> {
-        let x = self.input().to_tensor(imgs)?; // (b, 3, S, S) in [0, 1]
-        let dev = x.device().clone();
-        let mean = Tensor::from_slice(&self.pixels.mean, (1, 3, 1, 1), &dev)?;
-        let std = Tensor::from_slice(&self.pixels.std, (1, 3, 1, 1), &dev)?;
-        Ok(x.broadcast_sub(&mean)?.broadcast_div(&std)?)
+        self.pixels.tensor(imgs)
     }
 
     fn encode(&self, x: &Tensor) -> imgseq_core::Result<imgseq_core::tokenizer::Encoded> {

@@ -1,6 +1,7 @@
 //! `resize_bilinear_pil` against Pillow itself (fixture from scripts/make_resize_fixtures.py):
-//! byte for byte, including shrinking (antialiased) and RGB — what makes the shipped ViT's
-//! `preprocessor_config.json` reproduce imgseq's inputs in HF's pipeline.
+//! byte for byte, including shrinking (antialiased), RGB and the shapes Pillow 13 resizes
+//! vertically first — what makes the shipped ViT's `preprocessor_config.json` reproduce
+//! imgseq's inputs in HF's pipeline.
 
 use imgseq_core::resample::resize_bilinear_pil;
 

@@ -6,5 +6,6 @@ mod common;
 mod dinov2;
 mod fused;
 mod hf_parity;
+mod processor;
 mod siglip;
 mod towers_released;

@@ -103,7 +103,7 @@ fn so400m() -> (Asked, Tower<siglip::SiglipVisionModel>) {
     let (asked, vb) = recorder();
     let model = siglip::SiglipVisionModel::new(&cfg, vb).unwrap();
     let t = Tower {
-        pixels: siglip::pixels(&cfg),
+        pixels: siglip::pixels(&cfg, &fx("siglip/released")).unwrap(),
         model,
         layer: None,
         patches_only: false,
@@ -124,7 +124,7 @@ fn dinov2_large() -> (Asked, Tower<dinov2::Dinov2Model>) {
         layer: None,
         patches_only: false,
         pooled: false,
-        pixels: dinov2::pixels(dinov2::DINOV2_INPUT_SIZE),
+        pixels: dinov2::pixels(&fx("dinov2/released"), None).unwrap(),
     };
     (asked, t)
 }
