@@ -95,6 +95,7 @@ fn options(format: ShardFormat) -> Options {
         progress: false,
         format,
         sources: SourceOptions::default(),
+        dtype: Default::default(),
     }
 }
 
