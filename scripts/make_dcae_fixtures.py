@@ -19,6 +19,8 @@ written with `save_pretrained` (config.json + diffusion_pytorch_model.safetensor
            recon = decode(latent); scaled = latent * scaling_factor (what SANA's pipeline
            feeds its transformer)
 
+With --released DIR: dc-ae-f32c32-sana-1.0's layout at its released size (random weights, not
+committed) and diffusers' encode/decode times at 512² (the #[ignore] Rust test reads DIR).
 Run: /tmp/hfvenv/bin/python scripts/make_dcae_fixtures.py
 """
 
@@ -111,5 +113,43 @@ def main():
             print(f"{os.path.relpath(p, OUT)}: {size} bytes")
 
 
+def released():
+    """dc-ae-f32c32-sana-1.0's layout (diffusers' defaults but SANA's `Conv` / `interpolate`
+    blocks and scaling) with random weights, saved to DIR with io.safetensors (x at 512²,
+    latent, recon) and diffusers' timings; not committed (~1.3 GB)."""
+    import sys
+    import time
+
+    out = sys.argv[sys.argv.index("--released") + 1]
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    torch.manual_seed(7)
+    cfg = dict(
+        encoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+        decoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+        encoder_layers_per_block=(2, 2, 2, 3, 3, 3),
+        decoder_layers_per_block=(3, 3, 3, 3, 3, 3),
+        downsample_block_type="Conv",
+        upsample_block_type="interpolate",
+        decoder_norm_types=("batch_norm",) * 3 + ("rms_norm",) * 3,
+        decoder_act_fns=("relu",) * 3 + ("silu",) * 3,
+        scaling_factor=0.41407,
+    )
+    m = randomize(AutoencoderDC(**cfg).eval(), 8)
+    m.save_pretrained(out)
+    x = image(512, 5)[None]
+    with torch.no_grad():
+        t = time.time()
+        latent = m.encode(x).latent
+        t_enc = time.time() - t
+        t = time.time()
+        recon = m.decode(latent).sample
+        t_dec = time.time() - t
+    print(f"diffusers AutoencoderDC f32c32, 512x512, {torch.get_num_threads()} threads: "
+          f"encode {t_enc:.2f} s, decode {t_dec:.2f} s, latent {tuple(latent.shape)}")
+    save_file({"x": x.contiguous(), "latent": latent.contiguous(), "recon": recon.contiguous()},
+              os.path.join(out, "io.safetensors"))
+
+
 if __name__ == "__main__":
-    main()
+    released() if "--released" in __import__("sys").argv else main()

@@ -126,3 +126,27 @@ fn bad_dc_ae_configs_and_weights_are_one_line_errors() {
         .to_string();
     assert!(e.contains("extra.weight"), "{e}");
 }
+
+/// dc-ae-f32c32-sana-1.0's layout at its released size (random weights):
+/// `make_dcae_fixtures.py --released DIR` writes DIR (not committed; ~1.3 GB); run with
+/// `IMGSEQ_DCAE_RELEASED=DIR cargo test -p imgseq-vqgan --test it dcae:: -- --ignored`.
+#[test]
+#[ignore]
+fn released_size_dc_ae_f32c32_matches_diffusers() {
+    let dir = PathBuf::from(std::env::var("IMGSEQ_DCAE_RELEASED").expect("IMGSEQ_DCAE_RELEASED"));
+    let m = dcae::load(&dir, None, &Device::Cpu).unwrap().model;
+    let io = candle_core::safetensors::load(dir.join("io.safetensors"), &Device::Cpu).unwrap();
+    let t = std::time::Instant::now();
+    let z = m.encode_raw(&io["x"]).unwrap();
+    let t_enc = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let rec = m.decode_raw(&io["latent"]).unwrap();
+    let t_dec = t.elapsed().as_secs_f64();
+    assert_eq!(z.dims(), &[1, 32, 16, 16]);
+    let (r, db) = (rel_diff(&z, &io["latent"]), psnr(&rec, &io["recon"]));
+    eprintln!(
+        "released DC-AE f32c32 512²: latent relative diff {r:.2e}, decode {db:.1} dB, \
+         encode {t_enc:.2} s, decode {t_dec:.2} s"
+    );
+    assert!(r < 1e-4 && db >= 40.0);
+}
