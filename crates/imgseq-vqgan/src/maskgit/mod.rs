@@ -281,6 +281,29 @@ mod tests {
     }
 
     #[test]
+    fn maskgit_names_are_told_from_taming_and_titok_names() {
+        let maskgit = [
+            "encoder.conv_in.weight",
+            "decoder.up.1.upsample_conv.weight",
+            "quantize.embedding.weight",
+        ];
+        assert!(is_maskgit_keys(maskgit.into_iter()));
+        // taming: `upsample.conv` and a quant_conv.
+        let taming = [
+            "encoder.conv_in.weight",
+            "decoder.up.1.upsample.conv.weight",
+            "quant_conv.weight",
+        ];
+        assert!(!is_maskgit_keys(taming.into_iter()));
+        // TiTok holds the pixel decoder under its own prefix and no MaskGIT encoder.
+        let titok = [
+            "encoder.patch_embed.weight",
+            "pixel_decoder.up.1.upsample_conv.weight",
+        ];
+        assert!(!is_maskgit_keys(titok.into_iter()));
+    }
+
+    #[test]
     fn a_codebook_of_another_width_is_refused_naming_both() {
         let mut s = released_shapes("pixel_decoder.");
         s.insert("pixel_quantize.embedding.weight".into(), vec![1024, 8]);
