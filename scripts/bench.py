@@ -31,6 +31,12 @@ Workloads (issue #4):
      1 and 8, one pass each (batch 1 after a warm-up), against VAR's own code f32 eager (needs
      `--var CHECKOUT` of FoundationVision/VAR, or $VAR_ROOT); prints the codes' agreement
 
+  j  TiTok-L-32 (bytedance/1d-tokenizer `TiTok`, the released `titok_l32` config with its
+     MaskGIT-VQGAN pixel decoder, random weights, saved with `save_pretrained`): encode 256² → 32
+     tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up), against the
+     repository's own code f32 eager (needs a snapshot of bytedance/1d-tokenizer: `--titok`, or
+     $TITOK_REPO, read as scripts/make_titok_fixtures.py reads it); prints the tokens' agreement
+
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
 """
@@ -224,6 +230,23 @@ def child(workload, d, *args):
                 res["tokens"] = torch.cat(idx, dim=1)
         ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
         save_file(res, os.path.join(d, f"torch_var_{batch}.safetensors"))
+    elif workload == "titok-setup":
+        setup_titok(d)
+        ms = 0.0
+    elif workload == "titok":
+        titok = titok_modules()
+        model = titok.TiTok.from_pretrained(d).eval()
+        batch = int(args[0])
+        x = load_file(os.path.join(d, "inputs.safetensors"))[f"x{batch}"]
+        res = {}
+
+        def roundtrip():
+            with torch.no_grad():
+                tokens = model.encode(x)[1]["min_encoding_indices"]
+                model.decode_tokens(tokens)
+                res["tokens"] = tokens.contiguous()
+        ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
+        save_file(res, os.path.join(d, f"torch_titok_{batch}.safetensors"))
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -309,6 +332,38 @@ def setup_var(d, var_root):
     save_file({"x1": x8[:1].clone(), "x8": x8}, os.path.join(d, "inputs.safetensors"))
 
 
+def titok_modules():
+    """1d-tokenizer's `modeling.titok` at the released sizes (scripts/make_titok_fixtures.py's
+    extraction, its size hooks set to the hard-coded MaskGIT-VQGAN's)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_titok_fixtures as mtf
+    tmp = tempfile.mkdtemp(prefix="titok-src-")
+    titok = mtf.extract(tmp)
+    import modeling.modules.blocks as blocks
+    blocks.PIXEL_CODES = titok.PIXEL_CODES = 1024
+    titok.PIXEL_DIM = 256
+    titok.PIXEL_CONF = {"channel_mult": [1, 1, 2, 2, 4], "num_resolutions": 5, "dropout": 0.0,
+                        "hidden_channels": 128, "num_channels": 3, "num_res_blocks": 2,
+                        "resolution": 256, "z_channels": 256}
+    return titok
+
+
+def setup_titok(d):
+    """TiTok-L-32 (`configs/infer/TiTok/titok_l32.yaml`) with upstream's random init, saved
+    with `save_pretrained`; [0, 1] inputs of batch 1 and 8."""
+    titok = titok_modules()
+    torch.manual_seed(0)
+    cfg = {"model": {"vq_model": {"codebook_size": 4096, "token_size": 12, "use_l2_norm": True,
+                                  "commitment_cost": 0.25, "vit_enc_model_size": "large",
+                                  "vit_dec_model_size": "large", "vit_enc_patch_size": 16,
+                                  "vit_dec_patch_size": 16, "num_latent_tokens": 32,
+                                  "finetune_decoder": True}},
+           "dataset": {"preprocessing": {"crop_size": 256}}}
+    titok.TiTok(cfg).save_pretrained(d)
+    x8 = torch.rand(8, 3, 256, 256).contiguous()
+    save_file({"x1": x8[:1].clone(), "x8": x8}, os.path.join(d, "inputs.safetensors"))
+
+
 def setup_kl(d, size):
     """The SD VAE's released config with random weights, an image and a latent."""
     from diffusers import AutoencoderKL
@@ -330,8 +385,10 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
     ap.add_argument("--markdown", help="append the result table to this file")
+    ap.add_argument("--titok", default=os.environ.get("TITOK_REPO"),
+                    help="a snapshot of bytedance/1d-tokenizer, git dir or checkout (workload j)")
     ap.add_argument("--var", default=os.environ.get("VAR_ROOT"),
                     help="a checkout of FoundationVision/VAR (workload h)")
     a = ap.parse_args()
@@ -488,6 +545,24 @@ def main():
                 ro = load_file(os.path.join(d, f"rust_var_{batch}.safetensors"))["tokens"]
                 to = load_file(os.path.join(d, f"torch_var_{batch}.safetensors"))["tokens"]
                 print(f"   codes equal to VAR's: {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
+
+    if "j" in only:
+        if not a.titok:
+            print("j skipped: TiTok needs --titok SNAPSHOT (bytedance/1d-tokenizer) or $TITOK_REPO")
+        else:
+            os.environ["TITOK_REPO"] = os.path.abspath(a.titok)
+            d = os.path.join(tmp, "titok")
+            os.makedirs(d)
+            torch_child("titok-setup", d)
+            from safetensors.torch import load_file
+            for batch in (1, 8):
+                r = rust(a.bin, "titok", d, batch)
+                t = torch_child("titok", d, batch)
+                row(f"j TiTok-L-32 enc+dec 256² (32 tokens)", f"batch {batch}", None, t, r,
+                    unit_imgs=batch)
+                ro = load_file(os.path.join(d, f"rust_titok_{batch}.safetensors"))["tokens"]
+                to = load_file(os.path.join(d, f"torch_titok_{batch}.safetensors"))["tokens"]
+                print(f"   tokens equal to TiTok's: {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
 
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "

@@ -83,6 +83,8 @@ FAMILIES = [
     ("ibq", "ibq/ibq_tiny.ckpt", None, "IBQ"),
     ("open_magvit2", "lfq/tiny.ckpt", "lfq/tiny.yaml", "Open-MAGVIT2"),
     ("var", "var/tiny.pth", None, "VAR"),
+    ("titok", "titok/l", None, "TiTok"),
+    ("maskgit-vqgan", "maskgit/maskgit-vqgan-imagenet-f16-256.bin", None, "MaskGIT"),
 ]
 
 

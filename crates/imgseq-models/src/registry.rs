@@ -15,6 +15,8 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::siglip::Siglip,
     &crate::dinov2::Dinov2,
     &crate::emu3::Emu3,
+    &crate::maskgit::MaskGit,
+    &crate::titok::Titok,
     &crate::dcae::AutoencoderDc,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,

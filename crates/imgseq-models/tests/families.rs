@@ -49,6 +49,19 @@ fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
         ),
         (fx("lfq/tiny.ckpt"), None, "open_magvit2", Crop::ShorterSide),
         (fx("var/tiny.pth"), None, "var", Crop::ShorterSide),
+        (
+            fx("maskgit/maskgit-vqgan-imagenet-f16-256.bin"),
+            None,
+            "maskgit-vqgan",
+            Crop::ShorterSide,
+        ),
+        (fx("titok/l"), None, "titok", Crop::ShorterSide),
+        (
+            fx("titok/vq8k/model.safetensors"),
+            None,
+            "titok",
+            Crop::ShorterSide,
+        ),
         (fx("chameleon/vq"), None, "chameleon", Crop::ShorterSide),
         (
             fx("chameleon/full/model.safetensors"),

@@ -7,6 +7,7 @@
 //!   bench conv DIR REPS                DIR: conv.safetensors (x, weight, bias)
 //!   bench chameleon-encode DIR REPS   DIR: a ChameleonVQVAE save_pretrained folder, inputs.safetensors (x)
 //!   bench var DIR BATCH                DIR: vae.pth (VAR's state dict), inputs.safetensors (x1, x8)
+//!   bench titok DIR BATCH              DIR: a TiTok save_pretrained folder, inputs.safetensors (x1, x8)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
 
@@ -202,6 +203,26 @@ fn main() -> anyhow::Result<()> {
             candle_core::safetensors::save(
                 &std::collections::HashMap::from([("tokens".to_string(), t)]),
                 dir.join(format!("rust_var_{batch}.safetensors")),
+            )?;
+            ms
+        }
+        "titok" => {
+            // TiTok-L-32: 256² → 32 tokens → 256² through the MaskGIT-VQGAN pixel decoder, one
+            // pass (batch 1 after a warm-up), as the script's PyTorch side; tokens saved.
+            let batch = num(2, 1);
+            let m = imgseq_vqgan::titok::load(dir, None, &dev)?.model;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
+            let mut tokens = None;
+            let ms = time(usize::from(batch == 1), 1, || {
+                let t = m.encode(&x)?;
+                m.decode_tokens(&t)?;
+                tokens = Some(t);
+                Ok(())
+            })?;
+            let t = tokens.expect("encoded").to_dtype(DType::I64)?;
+            candle_core::safetensors::save(
+                &std::collections::HashMap::from([("tokens".to_string(), t)]),
+                dir.join(format!("rust_titok_{batch}.safetensors")),
             )?;
             ms
         }

@@ -408,6 +408,11 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
         ("ibq", fx("ibq/ibq_tiny.ckpt")),
         ("open_magvit2", fx("lfq/tiny.ckpt")),
         ("var", fx("var/tiny.pth")),
+        ("titok", fx("titok/l")),
+        (
+            "maskgit-vqgan",
+            fx("maskgit/maskgit-vqgan-imagenet-f16-256.bin"),
+        ),
     ];
     let mut cfg = config();
     cfg.models = families

@@ -40,3 +40,9 @@ pub fn psnr(a: &Tensor, b: &Tensor) -> f32 {
     let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
     10.0 * (4.0 / mse.to_scalar::<f32>().unwrap().max(1e-20)).log10()
 }
+
+/// PSNR (dB) of `a` against `b`, both in [0, 1] (peak 1).
+pub fn psnr_unit(a: &Tensor, b: &Tensor) -> f32 {
+    let mse = (a - b).unwrap().sqr().unwrap().mean_all().unwrap();
+    10.0 * (1.0 / mse.to_scalar::<f32>().unwrap().max(1e-20)).log10()
+}

@@ -14,6 +14,8 @@ mod ibq;
 mod janus;
 mod kl;
 mod llamagen;
+mod maskgit;
 mod parity;
+mod titok;
 mod var;
 mod winograd_accuracy;

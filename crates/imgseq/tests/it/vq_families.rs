@@ -474,4 +474,64 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
     ]);
     let e = fails(&["eval", "--merge", &half_s]);
     assert!(e.contains("jobs [0] of 2 have not finished"), "{e}");
+/// TiTok's `save_pretrained` folder through every CLI step: `encode` gives the library's one
+/// row of latent tokens ((1, 8) for the fixture), `decode` and `roundtrip` make 32² pictures, a
+/// row of another length is one line of error, and a dataset job records the family and the
+/// (1, 8) grid. The MaskGIT-VQGAN state dict round-trips from the CLI too.
+#[test]
+fn titok_folder_and_maskgit_bin_encode_decode_and_tokenize_from_the_cli() {
+    use imgseq_core::tokenizer::Tokenizer;
+    let d = tempfile::tempdir().unwrap();
+    let folder = s(&fx("titok/l"));
+    let photo = s(&fx("janus/photo.png"));
+    let t = d.path().join("t.npy");
+    ok(&["encode", &photo, "--model", &folder, "-o", &s(&t)]);
+    let (shape, got) = npy::read_npy_i64(&t).unwrap();
+    assert_eq!(shape, vec![1, 8]);
+    let lib = imgseq_models::open(Path::new(&folder), &Default::default()).unwrap();
+    let pics = lib.load(&[fx("janus/photo.png")], false).unwrap();
+    let want = lib.encode_pictures(&pics).unwrap().into_tokens().unwrap();
+    assert_eq!(got, want.data);
+    let r = d.path().join("r.png");
+    ok(&["decode", &s(&t), "--model", &folder, "-o", &s(&r)]);
+    assert_eq!(image::image_dimensions(&r).unwrap(), (32, 32));
+    let bad = d.path().join("bad.npy");
+    npy::write_npy_i64(&bad, &[1, 6], &got[..6]).unwrap();
+    let e = fails(&[
+        "decode",
+        &s(&bad),
+        "--model",
+        &folder,
+        "-o",
+        &s(&d.path().join("x.png")),
+    ]);
+    assert!(e.contains("one row of 8"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    let job = d.path().join("job");
+    ok(&[
+        "tokenize",
+        &s(&fx("janus")),
+        "--model",
+        &folder,
+        "-o",
+        &s(&job),
+    ]);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(job.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["tokenizer"]["family"], "titok");
+    assert_eq!(m["tokenizer"]["grid"], serde_json::json!([1, 8]));
+    let bin = s(&fx("maskgit/maskgit-vqgan-imagenet-f16-256.bin"));
+    let out = ok(&[
+        "roundtrip",
+        &photo,
+        "--model",
+        &bin,
+        "-o",
+        &s(&d.path().join("rt")),
+    ]);
+    assert!(out.contains("16x16 grid"), "{out}");
+    assert_eq!(
+        image::image_dimensions(d.path().join("rt/recon.png")).unwrap(),
+        (32, 32)
+    );
 }
