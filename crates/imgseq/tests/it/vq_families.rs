@@ -368,6 +368,12 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
         ("Open-MAGVIT2", weights("lfq/tiny.ckpt"), Some(262144)),
         ("VAR", weights("var/tiny.pth"), Some(64)),
         ("Emu3", weights("emu3/vq"), Some(64)),
+        ("TiTok", weights("titok/l"), Some(32)),
+        (
+            "MaskGIT-VQGAN",
+            weights("maskgit/maskgit-vqgan-imagenet-f16-256.bin"),
+            Some(64),
+        ),
         ("SD VAE", weights("kl/sd"), None),
         ("FLUX.2 VAE", weights("kl/flux2"), None),
         ("DC-AE", weights("dcae/dc"), None),
@@ -474,6 +480,8 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
     ]);
     let e = fails(&["eval", "--merge", &half_s]);
     assert!(e.contains("jobs [0] of 2 have not finished"), "{e}");
+}
+
 /// TiTok's `save_pretrained` folder through every CLI step: `encode` gives the library's one
 /// row of latent tokens ((1, 8) for the fixture), `decode` and `roundtrip` make 32² pictures, a
 /// row of another length is one line of error, and a dataset job records the family and the
