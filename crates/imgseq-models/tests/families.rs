@@ -653,3 +653,59 @@ fn a_tower_gives_its_pooled_output_as_one_token() {
     .to_string();
     assert!(e.contains("pooled") && e.lines().count() == 1, "{e}");
 }
+
+/// The vision towers' speed row: `scripts/bench_towers.py --out DIR` saves CLIP ViT-L/14-336
+/// and SigLIP so400m-384 with random weights and transformers' outputs, times transformers,
+/// then runs this (`IMGSEQ_TOWER_BENCH=DIR`, `IMGSEQ_TOWER_BATCHES=1,16`,
+/// `IMGSEQ_TOWER_ONLY=clip,siglip`): imgseq's forward on the same pixel values, best of two
+/// after a warm-up, and its agreement with transformers' last hidden state.
+#[test]
+#[ignore]
+fn released_tower_speed() {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let dir = PathBuf::from(var("IMGSEQ_TOWER_BENCH"));
+    let batches: Vec<usize> = var("IMGSEQ_TOWER_BATCHES")
+        .split(',')
+        .map(|b| b.parse().unwrap())
+        .collect();
+    for name in var("IMGSEQ_TOWER_ONLY").split(',') {
+        let t = open(&dir.join(name), &OpenOptions::default()).unwrap();
+        for &b in &batches {
+            let io = candle_core::safetensors::load(
+                dir.join(format!("{name}-b{b}.safetensors")),
+                &candle_core::Device::Cpu,
+            )
+            .unwrap();
+            let run = || {
+                let start = std::time::Instant::now();
+                let e = t.encode(&io["pixel_values"]).unwrap();
+                (start.elapsed().as_secs_f64(), e)
+            };
+            let _ = run();
+            let (s1, e) = run();
+            let (s2, _) = run();
+            let secs = s1.min(s2);
+            let imgseq_core::tokenizer::Encoded::Embeddings(e) = e else {
+                panic!("{name}: embeddings expected")
+            };
+            let want = io["last_hidden_state"]
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let diff = e
+                .data
+                .iter()
+                .zip(&want)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            eprintln!(
+                "imgseq {name} batch {b}: {secs:.2} s ({:.3} s/image), last hidden state {:.1e} \
+                 relative to transformers'",
+                secs / b as f64,
+                diff / scale
+            );
+            assert!(diff / scale < 1e-3, "{name}: {}", diff / scale);
+        }
+    }
+}
