@@ -29,6 +29,7 @@ pub mod parquet_out;
 pub mod parquet_pages;
 pub mod parquet_source;
 pub mod plan;
+pub mod rar_tokens;
 pub mod sample;
 pub mod shard;
 pub mod source;

@@ -14,6 +14,29 @@ pub enum ExportCmd {
     /// {dataset}{size}_codes/{i}.npy (1, augmentations, tokens) int64 and
     /// {dataset}{size}_labels/{i}.npy (1,) int64; resumable
     LlamagenCodes(LlamagenArgs),
+    /// An ImageFolder's tokens as RAR's and TiTok's pretokenization.py writes them:
+    /// pretokenized.jsonl, one {"class_id", "tokens"} line per view (the ADM crop and its
+    /// flip, or ten crops); resumable
+    RarTokens(RarArgs),
+}
+
+/// `export rar-tokens`' flags.
+#[derive(Args)]
+pub struct RarArgs {
+    /// An ImageFolder: one folder per class, images inside (torchvision's order and labels).
+    folder: PathBuf,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Input side in pixels (the script's --img_size; default: the model's).
+    #[arg(long)]
+    size: Option<u32>,
+    /// Ten crops of a 1.1× larger centre crop (the script's --ten_crop) instead of the crop
+    /// and its horizontal flip.
+    #[arg(long)]
+    ten_crop: bool,
+    /// Output folder (the script's --cached_path): pretokenized.jsonl goes there.
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
 }
 
 /// `export llamagen-codes`' flags.
@@ -44,7 +67,24 @@ pub struct LlamagenArgs {
 pub fn run(c: ExportCmd) -> Result<()> {
     match c {
         ExportCmd::LlamagenCodes(a) => llamagen(&a),
+        ExportCmd::RarTokens(a) => rar(&a),
     }
+}
+
+fn rar(a: &RarArgs) -> Result<()> {
+    let mut outs = Outputs::new(std::iter::once(&a.folder).chain(&a.model.given()));
+    let t = a.model.open(a.size, &mut outs)?;
+    let r = imgseq_shards::rar_tokens::export(&t, &a.folder, &a.output, a.ten_crop, true)?;
+    println!(
+        "{} images of {} classes: {} encoded now ({} lines), {} done before; wrote {}",
+        r.images,
+        r.classes,
+        r.written,
+        r.lines,
+        r.images - r.written,
+        r.file.display()
+    );
+    Ok(())
 }
 
 fn llamagen(a: &LlamagenArgs) -> Result<()> {

@@ -543,3 +543,131 @@ fn titok_folder_and_maskgit_bin_encode_decode_and_tokenize_from_the_cli() {
         (32, 32)
     );
 }
+
+/// `export rar-tokens` writes RAR/TiTok's `pretokenized.jsonl`: one line per view with the
+/// ImageFolder's class index and the flattened codes — for a tokenizer with ADM's crop, the
+/// same codes as the LlamaGen export of the same folder (crop and flip, or ten crops) — and a
+/// run killed between appending a chunk and recording it resumes to the same file.
+#[test]
+fn rar_tokens_export_writes_pretokenized_jsonl_and_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let folder = d.path().join("train");
+    for (class, pics) in [
+        ("n02", vec!["janus/photo.png"]),
+        ("n01", vec!["llamagen/photo.png", "janus/photo.png"]),
+    ] {
+        std::fs::create_dir_all(folder.join(class)).unwrap();
+        for (i, p) in pics.iter().enumerate() {
+            std::fs::copy(fx(p), folder.join(class).join(format!("{i}.png"))).unwrap();
+        }
+    }
+    let (pt, f) = (s(&fx("llamagen/vq_tiny.pt")), s(&folder));
+    let lines_of = |p: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    for (ten, views) in [(false, 2), (true, 10)] {
+        let (rar, llamagen) = (
+            d.path().join(format!("rar{ten}")),
+            d.path().join(format!("lg{ten}")),
+        );
+        let extra: &[&str] = if ten { &["--ten-crop"] } else { &[] };
+        let mut a = vec!["export", "rar-tokens", &f, "--model", &pt, "--size", "32"];
+        a.extend(extra);
+        let (rs, ls) = (s(&rar), s(&llamagen));
+        let said = ok(&[a.as_slice(), &["-o", &rs]].concat());
+        assert!(
+            said.contains("3 images of 2 classes")
+                && said.contains(&format!("{} lines", 3 * views)),
+            "{said}"
+        );
+        let mut b = vec![
+            "export",
+            "llamagen-codes",
+            &f,
+            "--model",
+            &pt,
+            "--size",
+            "32",
+        ];
+        b.extend(extra);
+        ok(&[b.as_slice(), &["-o", &ls]].concat());
+        let lines = lines_of(&rar.join("pretokenized.jsonl"));
+        assert_eq!(lines.len(), 3 * views);
+        for i in 0..3 {
+            let (_, codes) =
+                npy::read_npy_i64(llamagen.join(format!("imagenet32_codes/{i}.npy"))).unwrap();
+            let (_, label) =
+                npy::read_npy_i64(llamagen.join(format!("imagenet32_labels/{i}.npy"))).unwrap();
+            for v in 0..views {
+                let line = &lines[i * views + v];
+                assert_eq!(
+                    line["class_id"].as_i64(),
+                    Some(label[0]),
+                    "image {i} view {v}"
+                );
+                let tokens: Vec<i64> = line["tokens"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_i64().unwrap())
+                    .collect();
+                assert_eq!(tokens, codes[v * 256..(v + 1) * 256], "image {i} view {v}");
+            }
+        }
+    }
+    // A run that appended a chunk's lines but died before recording them: the record says one
+    // image, the file holds more; the resumed run cuts back and ends with the same bytes.
+    let rar = d.path().join("rarfalse");
+    let whole = std::fs::read(rar.join("pretokenized.jsonl")).unwrap();
+    let first_image: usize = whole
+        .split(|&b| b == b'\n')
+        .take(2)
+        .map(|l| l.len() + 1)
+        .sum();
+    let record = rar.join("pretokenized.progress.json");
+    let mut p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    p["images_done"] = 1.into();
+    p["bytes"] = first_image.into();
+    std::fs::write(&record, p.to_string()).unwrap();
+    let mut torn = whole.clone();
+    torn.extend_from_slice(b"{\"class_id\": 0, \"tok");
+    std::fs::write(rar.join("pretokenized.jsonl"), &torn).unwrap();
+    let said = ok(&[
+        "export",
+        "rar-tokens",
+        &f,
+        "--model",
+        &pt,
+        "--size",
+        "32",
+        "-o",
+        &s(&rar),
+    ]);
+    assert!(
+        said.contains("2 encoded now") && said.contains("1 done before"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(rar.join("pretokenized.jsonl")).unwrap(),
+        whole
+    );
+    // Other settings in the same folder are refused.
+    let e = fails(&[
+        "export",
+        "rar-tokens",
+        &f,
+        "--model",
+        &pt,
+        "--size",
+        "32",
+        "--ten-crop",
+        "-o",
+        &s(&rar),
+    ]);
+    assert!(e.contains("other settings"), "{e}");
+}
