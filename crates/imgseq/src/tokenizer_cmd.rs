@@ -221,13 +221,19 @@ pub fn roundtrip(a: &RoundtripArgs) -> Result<()> {
     outs.write(&sbs, |p| save_picture(p, &pair, gray(&t)))?;
     outs.finish();
     let (h, w) = (tokens.h, tokens.w);
-    let f = imgseq_core::tokenizer::downsample_factor(&t);
-    println!("model: {} (f{f}, {n_codes} codes)", t.source.display());
+    // A 2-D grid's downsampling factor (`f16`); a 1-D sequence (TiTok) or scale list (VAR)
+    // has none to speak of.
+    let factor = match (h, t.describe().output.scales.is_some()) {
+        (1, _) | (_, true) => String::new(),
+        _ => format!("f{}, ", imgseq_core::tokenizer::downsample_factor(&t)),
+    };
+    println!("model: {} ({factor}{n_codes} codes)", t.source.display());
     if let Some(c) = &t.precision {
         println!("precision: {c}");
     }
     match t.describe().output.scales {
         Some(s) => println!("tokens: {} (scales {s:?}, smallest first)", h * w),
+        None if h == 1 => println!("tokens: {w} (one sequence)"),
         None => println!("tokens: {} ({h}x{w} grid, raster order)", h * w),
     }
     println!("PSNR: {psnr:.2} dB");
