@@ -606,8 +606,11 @@ class VQTokenizer(Tokenizer):
 
     @property
     def crop(self) -> str:
-        """How images become the square input: ``"shorter_side"``, ``"adm_center_crop"`` or
-        ``"pad_to_square"``."""
+        """How images become the square input: ``"shorter_side"`` (imgseq's),
+        ``"adm_center_crop"`` (LlamaGen, the VAEs), ``"pad_to_square"`` (Janus),
+        ``"letterbox"`` (the shipped ViT), ``"shortest_edge_crop"`` (CLIP, DINOv2: their image
+        processors' shortest-edge resize and centre crop) or ``"resize_square"`` (SigLIP); the
+        description's ``input`` holds the resize side and filter of the last two."""
         return self.description["input"]["crop"]
 
     def grid(self, size: Optional[int] = None) -> Tuple[int, int]:
