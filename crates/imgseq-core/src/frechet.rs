@@ -5,8 +5,9 @@
 //!
 //! with μ, Σ the mean and the sample covariance (divisor n − 1, as `numpy.cov` and
 //! pytorch-fid use) of each set. `Tr((Σ₁ Σ₂)^½)` is computed without a non-symmetric matrix
-//! square root: with `S = Σ₁^½` (symmetric), `Σ₁ Σ₂` is similar to the symmetric positive
-//! semi-definite `S Σ₂ S`, so the trace is the sum of the square roots of that matrix's
+//! square root: `Σ₁ Σ₂` is similar to a symmetric positive semi-definite matrix — `Lᵀ Σ₂ L`
+//! where `Σ₁ = L Lᵀ` is positive definite (Cholesky), else `S Σ₂ S` with `S = Σ₁^½` from
+//! `Σ₁`'s eigenvectors — so the trace is the sum of the square roots of that matrix's
 //! eigenvalues (tiny negative ones from rounding are clamped to 0). Eigenvalues come from a
 //! Householder tridiagonalisation and the implicit QL method, in `f64` ([`symmetric_eigen`]).
 //! Checked against `scipy.linalg.sqrtm` and pytorch-fid's `calculate_frechet_distance` in the
@@ -250,8 +251,32 @@ pub fn frechet_distance(a: &GaussianStats, b: &GaussianStats) -> Result<f64> {
         .map(|(x, y)| (x - y).powi(2))
         .sum();
     let trace = |m: &[f64]| (0..d).map(|i| m[i * d + i]).sum::<f64>();
+    let tr_sqrt = match cholesky(&a.cov, d) {
+        Some(l) => trace_sqrt_by_cholesky(&l, &b.cov, d)?,
+        None => trace_sqrt_by_eigenvectors(&a.cov, &b.cov, d)?,
+    };
+    Ok(mean_term + trace(&a.cov) + trace(&b.cov) - 2.0 * tr_sqrt)
+}
+
+/// `Tr((Σa Σb)^½)` for a positive definite `Σa = L Lᵀ`: `Σa Σb` is similar to the symmetric
+/// positive semi-definite `Lᵀ Σb L`, whose eigenvalues alone give the trace — a third of the
+/// work of [`trace_sqrt_by_eigenvectors`] (no eigenvectors).
+fn trace_sqrt_by_cholesky(l: &[f64], cov_b: &[f64], d: usize) -> Result<f64> {
+    let mut lt = vec![0f64; d * d];
+    for i in 0..d {
+        for j in 0..=i {
+            lt[j * d + i] = l[i * d + j];
+        }
+    }
+    let m = gemm(&lt, &gemm(cov_b, l, d, false)?, d, false)?;
+    Ok(eigen_trace_sqrt(&m, d))
+}
+
+/// `Tr((Σa Σb)^½)` for any positive semi-definite `Σa`: `S = Σa^½` from its eigenvectors,
+/// then the eigenvalues of `S Σb S`.
+fn trace_sqrt_by_eigenvectors(cov_a: &[f64], cov_b: &[f64], d: usize) -> Result<f64> {
     // S = Σa^½ = (V diag(√λ)) Vᵀ from Σa = V diag(λ) Vᵀ.
-    let (lam, v) = symmetric_eigen(&a.cov, d);
+    let (lam, v) = symmetric_eigen(cov_a, d);
     let mut vs = v.clone();
     for row in vs.chunks_exact_mut(d) {
         for (x, l) in row.iter_mut().zip(&lam) {
@@ -259,16 +284,48 @@ pub fn frechet_distance(a: &GaussianStats, b: &GaussianStats) -> Result<f64> {
         }
     }
     let s = gemm(&vs, &v, d, true)?;
-    let m = gemm(&gemm(&s, &b.cov, d, false)?, &s, d, false)?; // S Σb S, symmetric PSD
-    let mut m_sym = m.clone();
+    let m = gemm(&gemm(&s, cov_b, d, false)?, &s, d, false)?; // S Σb S, symmetric PSD
+    Ok(eigen_trace_sqrt(&m, d))
+}
+
+/// `Σ √max(μ, 0)` over the eigenvalues μ of the symmetric part of `m`.
+fn eigen_trace_sqrt(m: &[f64], d: usize) -> f64 {
+    let mut m_sym = m.to_vec();
     for i in 0..d {
         for j in 0..d {
             m_sym[i * d + j] = 0.5 * (m[i * d + j] + m[j * d + i]);
         }
     }
-    let mu = symmetric_eigenvalues(&m_sym, d);
-    let tr_sqrt: f64 = mu.iter().map(|x| x.max(0.0).sqrt()).sum();
-    Ok(mean_term + trace(&a.cov) + trace(&b.cov) - 2.0 * tr_sqrt)
+    symmetric_eigenvalues(&m_sym, d)
+        .iter()
+        .map(|x| x.max(0.0).sqrt())
+        .sum()
+}
+
+/// The lower-triangular `L` (row-major) with `m = L Lᵀ`, or `None` when a pivot falls below
+/// 1e-9 of the largest diagonal entry (a singular or nearly singular covariance: fewer
+/// vectors than dimensions, constant features), where the eigenvector route is used.
+fn cholesky(m: &[f64], d: usize) -> Option<Vec<f64>> {
+    let top = (0..d).map(|i| m[i * d + i]).fold(0f64, f64::max);
+    if top.is_nan() || top <= 0.0 {
+        return None;
+    }
+    let mut l = vec![0f64; d * d];
+    for j in 0..d {
+        let row_j = l[j * d..j * d + j].to_vec();
+        let s = m[j * d + j] - row_j.iter().map(|x| x * x).sum::<f64>();
+        if s.is_nan() || s <= 1e-9 * top {
+            return None;
+        }
+        let pivot = s.sqrt();
+        l[j * d + j] = pivot;
+        for i in j + 1..d {
+            let row_i = &l[i * d..i * d + j];
+            let dot: f64 = row_i.iter().zip(&row_j).map(|(a, b)| a * b).sum();
+            l[i * d + j] = (m[i * d + j] - dot) / pivot;
+        }
+    }
+    Some(l)
 }
 
 /// `a · b` (`a · bᵀ` with `transpose_b`) of row-major `d × d` matrices, in f64 through
@@ -584,6 +641,32 @@ mod tests {
             assert!((x - c).abs() <= 1e-13 * c.abs().max(1e-3), "{x} vs {c}");
         }
         assert!(Moments::empty(3).merge(&whole).is_err());
+    }
+
+    #[test]
+    fn cholesky_and_eigenvector_routes_agree_and_singular_sets_take_the_second() {
+        let (d, n) = (24, 60);
+        let mut seed = 9;
+        let mut set = |n: usize| -> Vec<f32> {
+            (0..n * d)
+                .map(|_| (lcg(&mut seed) * 2.0 - 0.3) as f32)
+                .collect()
+        };
+        let (a, b) = (
+            GaussianStats::from_features(&set(n), d).unwrap(),
+            GaussianStats::from_features(&set(n), d).unwrap(),
+        );
+        let l = cholesky(&a.cov, d).expect("a full-rank covariance factors");
+        let (x, y) = (
+            trace_sqrt_by_cholesky(&l, &b.cov, d).unwrap(),
+            trace_sqrt_by_eigenvectors(&a.cov, &b.cov, d).unwrap(),
+        );
+        assert!((x - y).abs() <= 1e-12 * y, "{x} vs {y}");
+        let few = GaussianStats::from_features(&set(10), d).unwrap();
+        assert!(
+            cholesky(&few.cov, d).is_none(),
+            "10 vectors in 24-d are rank 9"
+        );
     }
 
     #[test]
