@@ -179,6 +179,7 @@ pub async fn tokenize(
     let g = match run(&state, &served, Task::Encode(pic), deadline).await? {
         Output::Tokens(g) => g,
         Output::Embedding(e) => return Ok(embeddings_answer(&served.info.name, &e, &headers)),
+        Output::Latents(l) => return Ok(latents_answer(&served.info.name, &l, &headers)),
         _ => return Err(unexpected()),
     };
     if wants_npy(&headers) {
@@ -348,6 +349,25 @@ fn embeddings_answer(
         "embeddings": tokens,
     }))
     .into_response()
+}
+
+/// A VAE's latent map: JSON `{"model", "shape": [C, h, w], "latents": [[[...]]]}` (C maps of
+/// h rows), or a float32 (1, C, h, w) `.npy`.
+fn latents_answer(
+    model: &str,
+    l: &imgseq_core::tokenizer::Latents,
+    headers: &HeaderMap,
+) -> Response {
+    let mut shape = vec![1];
+    shape.extend(&l.shape);
+    if wants_npy(headers) {
+        return npy_response("<f4", &shape, f32_le(&l.data));
+    }
+    let row = l.shape.last().copied().unwrap_or(1).max(1);
+    let rows: Vec<&[f32]> = l.data.chunks(row).collect();
+    let per_map = l.shape.get(1).copied().unwrap_or(1).max(1);
+    let maps: Vec<&[&[f32]]> = rows.chunks(per_map).collect();
+    Json(json!({"model": model, "shape": l.shape, "latents": maps})).into_response()
 }
 
 /// `POST /v1/classify`: image → the k most probable classes.

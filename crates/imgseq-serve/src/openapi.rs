@@ -119,7 +119,7 @@ fn base_spec() -> Value {
             "/v1/models": {"get": {"summary": "the served models", "responses": {"200": json_ok(json!({"type": "object",
                 "properties": {"models": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}}))}}},
             "/v1/openapi.json": {"get": {"summary": "this description", "responses": {"200": json_ok(json!({"type": "object"}))}}},
-            "/v1/tokenize": image_op("image -> VQ tokens (Accept: application/x-npy for an int64 (h, w) .npy); a model whose outputs are embeddings (a vision tower) -> its (tokens, dim) embeddings, answered as /v1/embed answers (float32 (1, tokens, dim) .npy)",
+            "/v1/tokenize": image_op("image -> VQ tokens (Accept: application/x-npy for an int64 (h, w) .npy); a model whose outputs are embeddings (a vision tower, a VAE opened with patch tokens) -> its (tokens, dim) embeddings, answered as /v1/embed answers (float32 (1, tokens, dim) .npy); a VAE -> its latent map (float32 (1, C, h, w) .npy)",
                 vec![model.clone(), upscale.clone()],
                 json!({"description": "success", "content": {
                     "application/json": {"schema": {"oneOf": [
@@ -128,7 +128,10 @@ fn base_spec() -> Value {
                             "codebook_size": {"type": "integer"}, "tokens": grid()}},
                         {"type": "object", "properties": {
                             "model": {"type": "string"}, "tokens": {"type": "integer"}, "dim": {"type": "integer"},
-                            "embeddings": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}}]}},
+                            "embeddings": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}},
+                        {"type": "object", "properties": {
+                            "model": {"type": "string"}, "shape": {"type": "array", "items": {"type": "integer"}},
+                            "latents": {"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}}}}]}},
                     "application/x-npy": npy.clone()}})),
             "/v1/roundtrip": image_op("image -> tokens -> image, with PSNR and SSIM (pictures as base64 PNG)",
                 vec![model.clone(), upscale.clone()],

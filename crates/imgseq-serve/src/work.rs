@@ -6,7 +6,7 @@
 use crate::models::Engine;
 use crate::stream::RowSink;
 use image::RgbImage;
-use imgseq_core::tokenizer::{admit, Embeddings, Encoded, Tokenizer, Work};
+use imgseq_core::tokenizer::{admit, Embeddings, Encoded, Latents, Tokenizer, Work};
 use imgseq_core::tokens::TokenGrid;
 use imgseq_core::{Error, Result};
 use imgseq_gpt::sample::{generate, Request, SampleOptions};
@@ -69,6 +69,8 @@ pub enum Output {
     },
     Image(RgbImage),
     Embedding(Embeddings),
+    /// One picture's continuous latent map (a VAE), as its tokenizer gives it: (C, h, w).
+    Latents(Latents),
     TopK(Vec<(usize, f32)>),
     Samples {
         tokens: TokenGrid,
@@ -190,10 +192,22 @@ fn nth_grid(g: &TokenGrid, i: usize) -> TokenGrid {
 }
 
 /// Each picture's tokens, or, for a model whose outputs are (tokens, dim) embeddings (a
-/// vision tower), its embeddings.
+/// vision tower, a VAE's patch tokens), its embeddings, or for a VAE its latent map.
 fn encode(t: &impl Tokenizer, pics: &[RgbImage]) -> Result<Vec<Output>> {
     let g = match t.encode_pictures(pics)? {
         Encoded::Embeddings(e) => return Ok(split_embeddings(&e)),
+        Encoded::Latents(l) => {
+            let per: usize = l.shape.iter().product();
+            return Ok((0..l.n)
+                .map(|i| {
+                    Output::Latents(Latents {
+                        n: 1,
+                        shape: l.shape.clone(),
+                        data: l.data[i * per..(i + 1) * per].to_vec(),
+                    })
+                })
+                .collect());
+        }
         other => other.into_tokens()?,
     };
     Ok((0..pics.len())

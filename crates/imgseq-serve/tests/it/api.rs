@@ -575,3 +575,64 @@ fn a_vision_tower_is_served_through_tokenize_as_its_embeddings() {
     let r = s.post("/v1/roundtrip?model=clip", &[], &pic);
     assert!(r.status >= 400 && r.status < 500, "{}", r.status);
 }
+
+#[test]
+fn a_vaes_latent_map_is_served_through_tokenize() {
+    // The SD-like VAE (f4, 4 channels) and the SANA-like DC-AE (f4, 4 channels) at 32².
+    for (name, dir) in [
+        ("sd", "tests/fixtures/kl/sd"),
+        ("dcae", "tests/fixtures/dcae/sana"),
+    ] {
+        let vae = repo().join(dir);
+        let pic = png(50, 40);
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("a.png");
+        std::fs::write(&img, &pic).unwrap();
+        let o = imgseq_models::OpenOptions {
+            size: Some(32),
+            ..Default::default()
+        };
+        let t = imgseq_models::open(&vae, &o).unwrap();
+        let spec = imgseq_core::tokenizer::Tokenizer::input(&t);
+        let x = spec.load_all(std::slice::from_ref(&img), false).unwrap();
+        let want = match imgseq_core::tokenizer::Tokenizer::encode_pictures(&t, &x).unwrap() {
+            imgseq_core::tokenizer::Encoded::Latents(l) => l,
+            other => panic!("{name}: the VAE gave {other:?}"),
+        };
+        let cfg = ServeConfig {
+            models: vec![ModelSpec {
+                name: name.into(),
+                path: vae,
+            }],
+            vq_size: Some(32),
+            ..config()
+        };
+        let s = Server::start(cfg);
+        let r = s.post(&format!("/v1/tokenize?model={name}"), &[], &pic);
+        assert_eq!(
+            r.status,
+            200,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let j = r.json();
+        assert_eq!(j["shape"], serde_json::json!([4, 8, 8]), "{name}: {j}");
+        let got: Vec<f32> = j["latents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.as_array().unwrap().iter())
+            .flat_map(|r| r.as_array().unwrap().iter())
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(got, want.data, "{name}");
+        let r = s.post(
+            &format!("/v1/tokenize?model={name}"),
+            &[("Accept", "application/x-npy")],
+            &pic,
+        );
+        let a = imgseq_core::npy::parse_npy("answer", &r.body).unwrap();
+        assert_eq!(a.shape, vec![1, 4, 8, 8], "{name}");
+        assert_eq!(a.as_f32().unwrap(), &want.data[..], "{name}");
+    }
+}
