@@ -67,3 +67,39 @@ fn chameleon_without_decoder_encodes_under_auto_and_refuses_to_decode_in_one_lin
     assert_eq!(e.lines().count(), 1, "{e}");
     assert_eq!(t.describe().family, "chameleon");
 }
+
+/// Chameleon's tokens decode with the release's original image tokenizer
+/// (`tokenizer/vqgan.ckpt` + `vqgan.yaml`: taming's VQModel as Chameleon's own
+/// `chameleon/inference/vqgan.py` builds it; `scripts/make_chameleon_vqgan_fixtures.py`):
+/// the same tokens as Chameleon's module, and its decode within 40 dB.
+#[test]
+fn chameleon_original_vqgan_ckpt_encodes_and_decodes_as_chameleons_module() {
+    let io = crate::common::io_of("chameleon/vqgan");
+    let m = load_model(
+        fx("vqgan/vqgan.ckpt"),
+        Some(&fx("vqgan/vqgan.yaml")),
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert!(m.has_decoder());
+    let want: Vec<i64> = io["tokens"]
+        .flatten_all()
+        .unwrap()
+        .to_dtype(DType::I64)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let q = m.encode(&io["x"]).unwrap();
+    let got: Vec<i64> = q
+        .indices
+        .to_dtype(DType::I64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(got, want);
+    let rec = m.decode_indices(&q.indices).unwrap();
+    let db = crate::common::psnr(&rec, &io["recon"]);
+    assert!(db >= 40.0, "decode {db:.1} dB against Chameleon's");
+}
