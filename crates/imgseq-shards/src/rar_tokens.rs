@@ -76,36 +76,7 @@ pub fn export(
         "ten_crop": ten_crop,
         "images": images.len(),
     });
-    let mut done = Progress {
-        settings: settings.clone(),
-        images_done: 0,
-        bytes: 0,
-    };
-    if record.exists() {
-        let before: Progress = read_json(&record, "an export's progress record")?;
-        if before.settings != settings {
-            return Err(Error::invalid(format!(
-                "{}: an export with other settings (model, size, augmentation or image count) \
-                 is there; use another folder",
-                out.display()
-            )));
-        }
-        done = before;
-    } else if file.exists() {
-        return Err(Error::invalid(format!(
-            "{}: exists without its progress record ({PROGRESS}); remove it or use another \
-             folder",
-            file.display()
-        )));
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(&file)
-        .map_err(|e| Error::io(&file, e))?;
-    f.set_len(done.bytes).map_err(|e| Error::io(&file, e))?;
-    drop(f);
+    let mut done = resume_point(&file, &record, settings)?;
     // ADM's centre crop, as the script makes every picture.
     let input = InputSpec {
         crop: Crop::AdmCenterCrop,
@@ -154,6 +125,41 @@ pub fn export(
         classes: classes.len(),
         file,
     })
+}
+
+/// Where a run starts: a fresh record, or the folder's record (same settings only) with the
+/// file cut back to the length it recorded.
+fn resume_point(file: &Path, record: &Path, settings: serde_json::Value) -> Result<Progress> {
+    let mut done = Progress {
+        settings,
+        images_done: 0,
+        bytes: 0,
+    };
+    if record.exists() {
+        let before: Progress = read_json(record, "an export's progress record")?;
+        if before.settings != done.settings {
+            return Err(Error::invalid(format!(
+                "{}: an export with other settings (model, size, augmentation or image count) \
+                 is there; use another folder",
+                file.parent().unwrap_or(Path::new(".")).display()
+            )));
+        }
+        done = before;
+    } else if file.exists() {
+        return Err(Error::invalid(format!(
+            "{}: exists without its progress record ({PROGRESS}); remove it or use another \
+             folder",
+            file.display()
+        )));
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(file)
+        .map_err(|e| Error::io(file, e))?;
+    f.set_len(done.bytes).map_err(|e| Error::io(file, e))?;
+    Ok(done)
 }
 
 /// Appends `bytes` to `path` and waits for the disk.
