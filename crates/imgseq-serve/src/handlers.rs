@@ -315,7 +315,8 @@ pub async fn detokenize(
     Ok(([(header::CONTENT_TYPE, "image/png")], png_bytes(&img)?).into_response())
 }
 
-/// `POST /v1/embed`: image → the ViT's CLS + patch tokens.
+/// `POST /v1/embed`: image → the ViT's CLS + patch tokens, or a named vision tower's
+/// (CLIP, SigLIP, DINOv2) hidden states.
 pub async fn embed(
     State(state): State<Arc<AppState>>,
     Q(q): Q<ImageQuery>,
@@ -323,9 +324,25 @@ pub async fn embed(
     body: Body,
 ) -> Answer {
     let deadline = deadline_of(&state);
-    let served = state.model(q.model.as_deref(), Kind::Vit)?;
+    let tower = q.model.as_deref().and_then(|n| {
+        state.models.iter().find(|m| {
+            m.info.name == n
+                && m.info.kind == Kind::Vq
+                && m.info.description.as_ref().is_some_and(|d| {
+                    d.output.kind == imgseq_core::tokenizer::OutputKind::Embeddings
+                })
+        })
+    });
+    let served = match tower {
+        Some(m) => m.clone(),
+        None => state.model(q.model.as_deref(), Kind::Vit)?,
+    };
     let pic = image_task(&state, &served, &headers, body, q.upscale, deadline).await?;
-    let Output::Embedding(e) = run(&state, &served, Task::Embed(pic), deadline).await? else {
+    let task = match tower {
+        Some(_) => Task::Encode(pic),
+        None => Task::Embed(pic),
+    };
+    let Output::Embedding(e) = run(&state, &served, task, deadline).await? else {
         return Err(unexpected());
     };
     Ok(embeddings_answer(&served.info.name, &e, &headers))

@@ -146,7 +146,7 @@ fn base_spec() -> Value {
                     "application/json": {"schema": {"type": "object", "required": ["tokens"], "properties": {"tokens": grid()}}},
                     "application/x-npy": npy.clone()}},
                 "responses": with_errors(json!({"description": "the picture", "content": {"image/png": npy.clone()}}))}},
-            "/v1/embed": image_op("image -> ViT tokens: CLS + patches, positions added (Accept: application/x-npy for float32 (1, tokens, dim))",
+            "/v1/embed": image_op("image -> ViT tokens: CLS + patches, positions added, or a named vision tower's (CLIP, SigLIP, DINOv2) hidden states, as /v1/tokenize gives them (Accept: application/x-npy for float32 (1, tokens, dim))",
                 vec![model.clone(), upscale.clone()],
                 json!({"description": "success", "content": {
                     "application/json": {"schema": {"type": "object", "properties": {

@@ -571,6 +571,15 @@ fn a_vision_tower_is_served_through_tokenize_as_its_embeddings() {
     let a = imgseq_core::npy::parse_npy("answer", &r.body).unwrap();
     assert_eq!(a.shape, vec![1, 17, 32]);
     assert_eq!(a.as_f32().unwrap(), &want.data[..]);
+    // /v1/embed names the tower and answers the same.
+    let r = s.post(
+        "/v1/embed?model=clip",
+        &[("Accept", "application/x-npy")],
+        &pic,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let a = imgseq_core::npy::parse_npy("answer", &r.body).unwrap();
+    assert_eq!(a.as_f32().unwrap(), &want.data[..]);
     // The picture round trip needs codebook tokens: refused with one line.
     let r = s.post("/v1/roundtrip?model=clip", &[], &pic);
     assert!(r.status >= 400 && r.status < 500, "{}", r.status);
