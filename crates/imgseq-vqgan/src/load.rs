@@ -94,6 +94,22 @@ pub fn config_beside(source: &Path) -> PathBuf {
     }
 }
 
+/// A config file parsed: JSON, or YAML for `.yaml`/`.yml`.
+pub fn read_config(path: &Path) -> Result<serde_json::Value> {
+    let text = crate::config::read_text(path)?;
+    let yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    if yaml {
+        serde_yaml::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not valid YAML ({e})")))
+    } else {
+        serde_json::from_str(&text)
+            .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))
+    }
+}
+
 /// The config that belongs to a weights file `DIR/NAME.ext` when none is given, the first of
 /// `DIR/NAME_config.json`, `DIR/config.json`, `DIR/NAME_model.yaml`, `DIR/model.yaml`.
 pub fn default_config_path(weights: &Path) -> Result<PathBuf> {

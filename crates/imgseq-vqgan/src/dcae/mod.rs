@@ -19,7 +19,7 @@ pub use tokenizer::DcaeTokenizer;
 
 use candle_core::{DType, Device};
 use imgseq_core::weights::AuditedWeights;
-use imgseq_core::{Error, Result};
+use imgseq_core::Result;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -33,10 +33,8 @@ pub use crate::load::config_beside;
 /// Whether `path` is a JSON config whose `_class_name` is `AutoencoderDC`.
 pub fn is_dcae_config_file(path: &Path) -> bool {
     path.is_file()
-        && std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-            .is_some_and(|v| v.get("_class_name").and_then(Value::as_str) == Some(config::CLASS))
+        && crate::load::read_config(path)
+            .is_ok_and(|v| v.get("_class_name").and_then(Value::as_str) == Some(config::CLASS))
 }
 
 /// A model read from files: the model, its weights file and its config file.
@@ -52,9 +50,7 @@ pub struct Loaded {
 pub fn load(source: &Path, config: Option<&Path>, device: &Device) -> Result<Loaded> {
     let weights = crate::load::resolve_weights(source)?;
     let config = config.map_or_else(|| config_beside(source), Path::to_path_buf);
-    let text = std::fs::read_to_string(&config).map_err(|e| Error::io(&config, e))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::format(&config, format!("not valid JSON ({e})")))?;
+    let v = crate::load::read_config(&config)?;
     let cfg = DcaeConfig::from_json(&v, &config)?;
     let map = crate::load::read_all_tensors(&weights, device)?;
     let w = AuditedWeights::new(&weights, map);

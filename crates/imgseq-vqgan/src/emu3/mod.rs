@@ -93,11 +93,7 @@ fn is_original(v: &Value) -> bool {
 
 /// Whether the file at `path` is an Emu3 `config.json`.
 pub fn is_emu3_config_file(path: &Path) -> bool {
-    path.is_file()
-        && std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-            .is_some_and(|v| is_emu3_config(&v))
+    path.is_file() && crate::load::read_config(path).is_ok_and(|v| is_emu3_config(&v))
 }
 
 pub use crate::load::config_beside;
@@ -340,9 +336,7 @@ pub struct Loaded {
 pub fn load(source: &Path, config: Option<&Path>, device: &Device) -> Result<Loaded> {
     let weights = crate::load::resolve_weights(source)?;
     let config = config.map_or_else(|| config_beside(source), Path::to_path_buf);
-    let text = std::fs::read_to_string(&config).map_err(|e| Error::io(&config, e))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::format(&config, format!("not valid JSON ({e})")))?;
+    let v = crate::load::read_config(&config)?;
     if !is_emu3_config(&v) {
         return Err(Error::format(
             &config,

@@ -215,34 +215,11 @@ pub fn is_titok_config(v: &Value) -> bool {
     v.pointer("/model/vq_model/vit_enc_model_size").is_some()
 }
 
-/// A config file parsed: JSON, or YAML for `.yaml`/`.yml`.
-pub fn read_config(path: &Path) -> Result<Value> {
-    let text = crate::config::read_text(path)?;
-    let yaml = matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    );
-    if yaml {
-        serde_yaml::from_str(&text)
-            .map_err(|e| Error::format(path, format!("not valid YAML ({e})")))
-    } else {
-        serde_json::from_str(&text)
-            .map_err(|e| Error::format(path, format!("not valid JSON ({e})")))
-    }
-}
+pub use crate::load::{config_beside, read_config};
 
 /// Whether the file at `path` is a TiTok config.
 pub fn is_titok_config_file(path: &Path) -> bool {
     path.is_file() && read_config(path).is_ok_and(|v| is_titok_config(&v))
-}
-
-/// The `config.json` of a source: inside a folder, beside a file.
-pub fn config_beside(source: &Path) -> PathBuf {
-    if source.is_dir() {
-        source.join("config.json")
-    } else {
-        source.with_file_name("config.json")
-    }
 }
 
 /// The weights file of a source: the file, or a folder's first of [`FOLDER_WEIGHTS`].
