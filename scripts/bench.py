@@ -36,6 +36,13 @@ Workloads (issue #4):
      tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up), against the
      repository's own code f32 eager (needs a snapshot of bytedance/1d-tokenizer: `--titok`, or
      $TITOK_REPO, read as scripts/make_titok_fixtures.py reads it); prints the tokens' agreement
+  k  Emu3's VQ (transformers `Emu3VQVAE`, the released `Emu3VQVAEConfig`, random weights with
+     the codebook drawn from its latents, saved with `save_pretrained`): encode 256² → 32×32 =
+     1,024 tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up),
+     against transformers' `encode` + `decode` f32 eager; prints the tokens' agreement
+  l  DC-AE (diffusers `AutoencoderDC`, the released dc-ae-f32c32-sana-1.0 layout, random
+     weights): encode 512² → (32, 16, 16) latent, and decode a latent → 512², batch 1, one pass
+     each (no warm-up), against diffusers' AutoencoderDC f32 eager; peak RSS per process
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -203,6 +210,18 @@ def child(workload, d, *args):
                 else:
                     model.decode(inp["z"]).sample
         ms = timeit(run, 0, 1)
+    elif workload in ("dcae-encode", "dcae-decode"):
+        from diffusers import AutoencoderDC
+        model = AutoencoderDC.from_pretrained(d).eval()
+        inp = load_file(os.path.join(d, "inputs.safetensors"))
+
+        def run():
+            with torch.no_grad():
+                if workload == "dcae-encode":
+                    model.encode(inp["x"]).latent
+                else:
+                    model.decode(inp["z"]).sample
+        ms = timeit(run, 0, 1)
     elif workload == "chameleon-encode":
         from transformers import ChameleonVQVAE
         model = ChameleonVQVAE.from_pretrained(d).eval()
@@ -247,6 +266,21 @@ def child(workload, d, *args):
                 res["tokens"] = tokens.contiguous()
         ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
         save_file(res, os.path.join(d, f"torch_titok_{batch}.safetensors"))
+    elif workload == "emu3":
+        from transformers import Emu3VQVAE
+        model = Emu3VQVAE.from_pretrained(d).eval()
+        batch = int(args[0])
+        x = load_file(os.path.join(d, "inputs.safetensors"))[f"x{batch}"]
+        sizes = torch.tensor([list(x.shape[-2:])] * batch)
+        res = {}
+
+        def roundtrip():
+            with torch.no_grad():
+                tokens = torch.stack(model.encode(x, image_sizes=sizes).image_tokens)
+                model.decode(tokens)
+                res["tokens"] = tokens.contiguous()
+        ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
+        save_file(res, os.path.join(d, f"torch_emu3_{batch}.safetensors"))
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -320,6 +354,25 @@ def setup_chameleon(d, size):
     save_file({"x": x}, os.path.join(d, "inputs.safetensors"))
 
 
+def setup_emu3(d, size):
+    """transformers' Emu3VQVAE at its released config, random weights, inputs of batch 1 and
+    8; the codebook drawn from the latents so that the tokens spread over it."""
+    from transformers import Emu3VQVAE, Emu3VQVAEConfig
+    torch.manual_seed(0)
+    model = Emu3VQVAE(Emu3VQVAEConfig()).eval()
+    x8 = (torch.rand(8, 3, size, size) * 2 - 1).contiguous()
+    cfg = model.config
+    with torch.no_grad():
+        v = x8[:2].unsqueeze(1).repeat(1, cfg.temporal_downsample_factor, 1, 1, 1)
+        h = model.quant_conv(model.encoder(v).permute(0, 2, 1, 3, 4)).permute(0, 2, 1, 3, 4)
+        h = h[:, 0].permute(0, 2, 3, 1).reshape(-1, cfg.embed_dim)
+        n = cfg.codebook_size
+        pick = torch.randint(0, h.shape[0], (n,))
+        model.quantize.embedding.weight.copy_(h[pick] * (0.7 + 0.6 * torch.rand(n, 1)))
+    model.save_pretrained(d)
+    save_file({"x1": x8[:1].clone(), "x8": x8}, os.path.join(d, "inputs.safetensors"))
+
+
 def setup_var(d, var_root):
     """VAR's VQVAE in its released layout with random weights (as `torch.save(state_dict)`),
     256² inputs of batch 1 and 8."""
@@ -376,6 +429,28 @@ def setup_kl(d, size):
               os.path.join(d, "inputs.safetensors"))
 
 
+def setup_dcae(d, size):
+    """dc-ae-f32c32-sana-1.0's layout (as scripts/make_dcae_fixtures.py --released) with
+    diffusers' default initialisation, an image and a latent."""
+    from diffusers import AutoencoderDC
+    torch.manual_seed(0)
+    cfg = dict(
+        encoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+        decoder_block_types=("ResBlock",) * 3 + ("EfficientViTBlock",) * 3,
+        encoder_layers_per_block=(2, 2, 2, 3, 3, 3),
+        decoder_layers_per_block=(3, 3, 3, 3, 3, 3),
+        downsample_block_type="Conv",
+        upsample_block_type="interpolate",
+        decoder_norm_types=("batch_norm",) * 3 + ("rms_norm",) * 3,
+        decoder_act_fns=("relu",) * 3 + ("silu",) * 3,
+        scaling_factor=0.41407,
+    )
+    AutoencoderDC(**cfg).eval().save_pretrained(d)
+    save_file({"x": torch.rand(1, 3, size, size) * 2 - 1,
+               "z": torch.randn(1, 32, size // 32, size // 32)},
+              os.path.join(d, "inputs.safetensors"))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(*sys.argv[2:])
@@ -385,7 +460,7 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l")
     ap.add_argument("--markdown", help="append the result table to this file")
     ap.add_argument("--titok", default=os.environ.get("TITOK_REPO"),
                     help="a snapshot of bytedance/1d-tokenizer, git dir or checkout (workload j)")
@@ -515,6 +590,13 @@ def main():
         for w in ("kl-encode", "kl-decode"):
             row(f"f SD VAE {w[3:]} 512²", "batch 1", None, torch_child(w, d), rust(a.bin, w, d))
 
+    if "l" in only:
+        d = os.path.join(tmp, "dcae")
+        os.makedirs(d)
+        setup_dcae(d, 512)
+        for w in ("dcae-encode", "dcae-decode"):
+            row(f"l DC-AE f32c32 {w[5:]} 512²", "batch 1", None, torch_child(w, d), rust(a.bin, w, d))
+
     if "i" in only:
         d = os.path.join(tmp, "chameleon")
         os.makedirs(d)
@@ -563,6 +645,20 @@ def main():
                 ro = load_file(os.path.join(d, f"rust_titok_{batch}.safetensors"))["tokens"]
                 to = load_file(os.path.join(d, f"torch_titok_{batch}.safetensors"))["tokens"]
                 print(f"   tokens equal to TiTok's: {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
+
+    if "k" in only:
+        d = os.path.join(tmp, "emu3")
+        os.makedirs(d)
+        setup_emu3(d, 256)
+        from safetensors.torch import load_file
+        for batch in (1, 8):
+            r = rust(a.bin, "emu3", d, batch)
+            t = torch_child("emu3", d, batch)
+            row(f"k Emu3 VQ enc+dec 256² (1,024 tokens)", f"batch {batch}", None, t, r,
+                unit_imgs=batch)
+            ro = load_file(os.path.join(d, f"rust_emu3_{batch}.safetensors"))["tokens"]
+            to = load_file(os.path.join(d, f"torch_emu3_{batch}.safetensors"))["tokens"]
+            print(f"   tokens equal to transformers': {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
 
     print()
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M')} on {cpu_model()}, {a.threads} threads, "

@@ -8,6 +8,7 @@
 //! [`reference`] keeps the plain candle composites: they are the non-CPU path and the
 //! numerical reference the kernels are tested against.
 
+pub mod check_cache;
 pub mod cpu;
 pub mod custom;
 mod fused;

@@ -5,6 +5,7 @@
 //! ([`crate::cpu::bf16`]): the ViT's patch projection and linear layers, the VQGAN's decoding
 //! convs. Norms, softmax, attention products and the codebook search stay f32.
 
+use crate::check_cache::CheckCache;
 use crate::cpu::bf16::Kernel;
 use std::fmt;
 use std::str::FromStr;
@@ -264,11 +265,35 @@ pub trait Bf16Model {
         &mut self,
         request: PrecisionRequest,
     ) -> Result<PrecisionChoice, Self::Error> {
+        self.choose_precision_remembered(request, None)
+    }
+
+    /// [`Self::choose_precision`] with `auto`'s agreement check looked up in `cache` under
+    /// `key` ([`crate::check_cache::check_key`]) before it runs, and remembered there after
+    /// (a cache that cannot be written only means the next run checks again).
+    fn choose_precision_remembered(
+        &mut self,
+        request: PrecisionRequest,
+        cache: Option<(&CheckCache, &str)>,
+    ) -> Result<PrecisionChoice, Self::Error> {
         let support = self.bf16_support();
-        let choice = request.resolve_with(support, || {
-            self.set_precision(Precision::F32)?;
-            self.agreement_ending_in_bf16()
+        let known = cache.and_then(|(c, k)| c.get(k));
+        let mut ran = None;
+        let choice = request.resolve_with(support, || match known {
+            Some(a) => Ok(Agreement {
+                summary: format!("{} (checked on an earlier run)", a.summary),
+                ..a
+            }),
+            None => {
+                self.set_precision(Precision::F32)?;
+                let a = self.agreement_ending_in_bf16()?;
+                ran = Some(a.clone());
+                Ok(a)
+            }
         })?;
+        if let (Some(a), Some((c, k))) = (&ran, cache) {
+            let _ = c.put(k, a);
+        }
         self.set_precision(choice.precision)?;
         Ok(choice)
     }
@@ -392,5 +417,52 @@ mod tests {
         let mut m = log(true);
         m.choose_precision(PrecisionRequest::F32).unwrap();
         assert_eq!(m.sets, [F32]);
+    }
+
+    #[test]
+    fn a_remembered_agreement_check_is_not_run_again() {
+        use Precision::{Bf16, F32};
+        let dir = std::env::temp_dir().join(format!("imgseq-remembered-{}", std::process::id()));
+        let cache = CheckCache::at(dir.join("checks.tsv"));
+        let log = |passes| Log {
+            now: F32,
+            sets: vec![],
+            passes,
+        };
+        // First run: the check runs (f32, bf16) and is written down.
+        let mut m = log(true);
+        let c = m
+            .choose_precision_remembered(PrecisionRequest::Auto, Some((&cache, "model-a")))
+            .unwrap();
+        assert_eq!(
+            (c.precision, m.sets.as_slice()),
+            (Bf16, &[F32, F32, Bf16, Bf16][..])
+        );
+        // Second run: no check, the weights packed once, the reason says so.
+        let mut m = log(true);
+        let c = m
+            .choose_precision_remembered(PrecisionRequest::Auto, Some((&cache, "model-a")))
+            .unwrap();
+        assert_eq!((c.precision, m.sets.as_slice()), (Bf16, &[Bf16][..]));
+        assert!(
+            c.reason.contains("checked on an earlier run"),
+            "{}",
+            c.reason
+        );
+        // A failed check is remembered as failed: f32 without running it.
+        let mut m = log(false);
+        m.choose_precision_remembered(PrecisionRequest::Auto, Some((&cache, "model-b")))
+            .unwrap();
+        let mut m = log(true);
+        let c = m
+            .choose_precision_remembered(PrecisionRequest::Auto, Some((&cache, "model-b")))
+            .unwrap();
+        assert_eq!((c.precision, m.sets.as_slice()), (F32, &[F32][..]));
+        // An explicit precision neither reads nor writes it.
+        let mut m = log(true);
+        m.choose_precision_remembered(PrecisionRequest::F32, Some((&cache, "model-c")))
+            .unwrap();
+        assert_eq!(cache.get("model-c"), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

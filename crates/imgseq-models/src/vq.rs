@@ -6,6 +6,8 @@ use crate::family::{Family, OpenOptions, Probe};
 use crate::Opened;
 use candle_core::Device;
 use imgseq_core::{Error, Result};
+use imgseq_kernels::check_cache::{check_key, CheckCache};
+use imgseq_kernels::precision::Bf16Model;
 use imgseq_kernels::PrecisionChoice;
 use imgseq_lfq::WeightSet;
 use imgseq_vqgan::load::default_config_path;
@@ -98,8 +100,14 @@ pub fn load(p: &Probe, o: &OpenOptions) -> Result<LoadedVq> {
         let f = file.display().to_string();
         move |e: Error| Error::invalid(format!("{f}: cannot {what}: {e}"))
     };
+    // `auto`'s agreement check, remembered per model files and CPU kind across runs.
+    let cache = CheckCache::user();
+    let key = check_key(
+        "vq decode check",
+        &files.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+    );
     let precision = model
-        .choose_precision(o.precision)
+        .choose_precision_remembered(o.precision, cache.as_ref().zip(key.as_deref()))
         .map_err(cannot("set precision"))?;
     let mut notes = Vec::new();
     if o.bf16_encoder {

@@ -34,6 +34,9 @@ pub struct Classifier {
     /// The f32 logits at the model's own size, by the fused engine's forward over the same
     /// weights (`None`: every forward runs `model`).
     pub fast: Option<FastForward>,
+    /// What `--precision auto` remembers its agreement check under (the model's files and
+    /// the CPU kind: [`imgseq_kernels::check_cache::check_key`]); `None`: not remembered.
+    pub check_key: Option<String>,
 }
 
 /// The fused engine's forward ([`FusedViT::logits`]) over a loaded model's weights: the same
@@ -96,12 +99,17 @@ impl Classifier {
             (cfg.image_size, Normalize::hf_default(cfg.num_channels))
         };
         let fast = Some(FastForward::load(&cfg, &files.weights)?);
+        let check_key = imgseq_kernels::check_cache::check_key(
+            "vit classes check",
+            &[files.weights.as_path(), files.config.as_path()],
+        );
         Ok(Self {
             cfg,
             model,
             input_size,
             normalize,
             fast,
+            check_key,
         })
     }
 
@@ -431,6 +439,7 @@ mod tests {
             cfg,
             model,
             fast: None,
+            check_key: None,
         }
     }
 

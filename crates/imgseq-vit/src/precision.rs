@@ -9,6 +9,7 @@ use crate::inference::Classifier;
 use candle_core::{Tensor, D};
 use image::{DynamicImage, GrayImage, RgbImage};
 use imgseq_core::Result;
+use imgseq_kernels::check_cache::CheckCache;
 use imgseq_kernels::precision::{Agreement, Bf16Model, PrecisionChoice, PrecisionRequest};
 use imgseq_kernels::Precision;
 
@@ -74,8 +75,13 @@ impl Classifier {
     /// Resolves `--precision` for this model on this CPU and sets it: `f32` and `bf16` as
     /// asked; `auto` as [`PrecisionRequest::resolve`] decides, with [`Self::bf16_agreement`]
     /// as the model's check. Says which precision runs and why.
+    ///
+    /// `auto`'s check is remembered across runs under [`Classifier::check_key`] in the user's
+    /// [`CheckCache`].
     pub fn choose_precision(&mut self, request: PrecisionRequest) -> Result<PrecisionChoice> {
-        Bf16Model::choose_precision(self, request)
+        let cache = CheckCache::user();
+        let key = self.check_key.clone();
+        Bf16Model::choose_precision_remembered(self, request, cache.as_ref().zip(key.as_deref()))
     }
 }
 

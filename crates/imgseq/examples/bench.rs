@@ -167,6 +167,19 @@ fn main() -> anyhow::Result<()> {
                 time(0, 1, || m.decode_raw(&z, None).map(|_| ()).map_err(wrap))?
             }
         }
+        "dcae-encode" | "dcae-decode" => {
+            // diffusers AutoencoderDC (dc-ae-f32c32): image → latent, or latent → image, one
+            // pass (no warm-up), as the script's PyTorch side.
+            let m = imgseq_vqgan::dcae::load(dir, None, &dev)?.model;
+            let inp = load_tensors(dir.join("inputs.safetensors"), &dev)?;
+            if what == "dcae-encode" {
+                let x = inp["x"].clone();
+                time(0, 1, || m.encode_raw(&x).map(|_| ()))?
+            } else {
+                let z = inp["z"].clone();
+                time(0, 1, || m.decode_raw(&z).map(|_| ()))?
+            }
+        }
         "chameleon-encode" => {
             // transformers' ChameleonVQVAE (encoder only): 512² → 1,024 tokens, the tokens
             // saved for the agreement.
@@ -226,6 +239,26 @@ fn main() -> anyhow::Result<()> {
             )?;
             ms
         }
+        "emu3" => {
+            // Emu3's VQ: 256² → 1,024 tokens → 256², one pass (batch 1 after a warm-up), as
+            // the script's PyTorch side; the tokens saved for the agreement.
+            let batch = num(2, 1);
+            let m = imgseq_vqgan::emu3::load(dir, None, &dev)?.model;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
+            let mut tokens = None;
+            let ms = time(usize::from(batch == 1), 1, || {
+                let t = m.encode(&x)?;
+                m.decode_indices(&t)?;
+                tokens = Some(t);
+                Ok(())
+            })?;
+            let t = tokens.expect("encoded").to_dtype(DType::I64)?;
+            candle_core::safetensors::save(
+                &std::collections::HashMap::from([("tokens".to_string(), t)]),
+                dir.join(format!("rust_emu3_{batch}.safetensors")),
+            )?;
+            ms
+        }
         "conv" => {
             let reps = num(2, 10);
             let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
@@ -234,7 +267,7 @@ fn main() -> anyhow::Result<()> {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
             })?
         }
-        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, chameleon-encode, var, conv)"),
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, dcae-encode, dcae-decode, chameleon-encode, var, titok, emu3, conv)"),
     };
     let _ = Tensor::zeros(1, DType::F32, &dev)?;
     println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());
