@@ -76,7 +76,8 @@ impl Checkpoint {
             true => pickle::Flavor::TorchScript,
             false => pickle::Flavor::TorchSave,
         };
-        let root = pickle::load(&bytes, flavor).map_err(|e| TorchError::format(archive.path(), e))?;
+        let root =
+            pickle::load(&bytes, flavor).map_err(|e| TorchError::format(archive.path(), e))?;
         Ok(Self {
             archive,
             root,

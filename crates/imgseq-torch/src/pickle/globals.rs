@@ -23,9 +23,9 @@
 
 use super::value::{ScriptObject, StorageInfo, Value};
 use super::Flavor;
-use std::cell::RefCell;
 use crate::error::PickleError;
 use crate::tensor::{StorageDType, TensorRef};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 type PResult<T> = std::result::Result<T, PickleError>;

@@ -28,7 +28,10 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     let b = b.to_dtype(DType::F32).unwrap().flatten_all().unwrap();
     let (a, b) = (a.to_vec1::<f32>().unwrap(), b.to_vec1::<f32>().unwrap());
     assert_eq!(a.len(), b.len());
-    a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -102,7 +105,8 @@ fn script_zip(pickle: &[u8], storages: &[(&str, &[u8])], code: bool) -> Vec<u8> 
         z.start_file("archive/constants.pkl", o).unwrap();
         z.write_all(b"\x80\x02).").unwrap();
         z.start_file("archive/code/__torch__/m.py", o).unwrap();
-        z.write_all(b"import os\nos.system('echo pwned')\n").unwrap();
+        z.write_all(b"import os\nos.system('echo pwned')\n")
+            .unwrap();
     }
     for (k, b) in storages {
         z.start_file(format!("archive/data/{k}"), o).unwrap();
