@@ -94,151 +94,218 @@ impl CosmosConfig {
     /// The config of the tokenizer whose encoder and decoder tensors are `enc` and `dec`
     /// (shapes only; the wavelets and FSQ levels are read, and marked used).
     pub fn from_weights(enc: &AuditedWeights, dec: &AuditedWeights) -> Result<Self> {
-        let es = enc.shapes();
-        let ds = dec.shapes();
-        let bad = |w: &AuditedWeights, m: String| Error::weights(w.path(), m);
-        let dims = |w: &AuditedWeights, s: &BTreeMap<String, Vec<usize>>, name: &str| {
-            s.get(name).cloned().ok_or_else(|| {
-                bad(
-                    w,
-                    format!("missing tensor `{name}` (not a Cosmos image tokenizer)"),
-                )
-            })
-        };
-        let conv_in = dims(enc, &es, "encoder.conv_in.weight")?;
-        let [channels, c_in_p2, _, _] = four(enc, "encoder.conv_in.weight", &conv_in)?;
-        let in_channels = 3;
-        let p2 = c_in_p2 / in_channels;
-        let patch_size = (1..=64).find(|p| p * p == p2 && c_in_p2 % in_channels == 0);
-        let patch_size = patch_size.filter(|p| p.is_power_of_two()).ok_or_else(|| {
-            bad(enc, format!("`encoder.conv_in.weight` takes {c_in_p2} channels, not 3·patch² for a power-of-two patch"))
-        })?;
-        if channels == 0 || channels > MAX_WIDTH || channels % 32 != 0 {
-            return Err(bad(
-                enc,
-                format!("{channels} base channels (GroupNorm's 32 groups need a multiple of 32)"),
-            ));
-        }
-        let levels = count(&ds, "decoder.up.");
-        if levels == 0 || levels > MAX_LEVELS {
-            return Err(bad(
-                dec,
-                format!("{levels} decoder levels (1..={MAX_LEVELS} expected)"),
-            ));
-        }
-        if count(&es, "encoder.down.") != levels {
-            return Err(bad(
-                enc,
-                format!("encoder levels differ from the decoder's {levels}"),
-            ));
-        }
-        let mut channels_mult = Vec::with_capacity(levels);
-        for i in 0..levels {
-            let name = format!("decoder.up.{i}.block.0.conv2.weight");
-            let c = dims(dec, &ds, &name)?[0];
-            if c % channels != 0 || c > MAX_WIDTH {
-                return Err(bad(
-                    dec,
-                    format!("`{name}` has {c} channels, not a multiple of {channels}"),
-                ));
-            }
-            channels_mult.push(c / channels);
-        }
-        let num_res_blocks = count(&es, "encoder.down.0.block.");
-        let dec_blocks = count(&ds, "decoder.up.0.block.");
-        if dec_blocks != num_res_blocks + 1 {
-            return Err(bad(dec, format!("{dec_blocks} blocks per decoder level for an encoder of {num_res_blocks} (one more expected)")));
-        }
-        let has = |s: &BTreeMap<String, Vec<usize>>, p: String| s.keys().any(|k| k.starts_with(&p));
-        let downs: Vec<usize> = (0..levels)
-            .filter(|i| has(&es, format!("encoder.down.{i}.downsample.")))
-            .collect();
-        let ups: Vec<usize> = (0..levels)
-            .filter(|i| has(&ds, format!("decoder.up.{i}.upsample.")))
-            .collect();
-        let (nd, nu) = (downs.len(), ups.len());
-        if downs != (0..nd).collect::<Vec<_>>()
-            || ups != (levels - nu..levels).collect::<Vec<_>>()
-            || nd != nu
-        {
-            return Err(bad(dec, format!("downsampling levels {downs:?} and upsampling levels {ups:?} are not Cosmos' (the first n and the last n)")));
-        }
-        let encoder_attn_levels = (0..levels)
-            .filter(|i| has(&es, format!("encoder.down.{i}.attn.")))
-            .collect();
-        let decoder_attn_levels = (0..levels)
-            .filter(|i| has(&ds, format!("decoder.up.{i}.attn.")))
-            .collect();
-        let z_channels = dims(enc, &es, "encoder.conv_out.weight")?[0];
+        let (e, d) = (Shapes::new(enc), Shapes::new(dec));
+        let w = widths(&e, &d)?;
+        let r = resampling(&e, &d, w.channels_mult.len())?;
+        let z_channels = e.dims("encoder.conv_out.weight")?[0];
         let patch_method = patch_method(enc, "encoder.patcher.wavelets")?;
         if patch_method != self::patch_method(dec, "decoder.unpatcher.wavelets")? {
-            return Err(bad(
-                dec,
-                "the unpatcher's wavelets differ from the encoder's patcher's".into(),
-            ));
+            return Err(d.bad("the unpatcher's wavelets differ from the encoder's patcher's"));
         }
-        let q_out = dims(enc, &es, "quant_conv.weight")?[0];
-        let pq = dims(dec, &ds, "post_quant_conv.weight")?;
-        let (kind, name) = if es.contains_key("quantizer._levels") {
-            let levels = fsq_levels(enc, "quantizer._levels")?;
-            if fsq_levels(dec, "inv_quant.quantizer._levels")? != levels {
-                return Err(bad(dec, "FSQ levels differ from the encoder's".into()));
-            }
-            if levels.len() != q_out || pq[1] != q_out {
-                return Err(bad(enc, format!("FSQ of {} levels behind a {q_out}-channel quant_conv (projections are not supported)", levels.len())));
-            }
-            (Kind::Discrete { levels }, "DI")
-        } else {
-            if pq[1] != q_out {
-                return Err(bad(enc, format!("quant_conv gives {q_out} channels, post_quant_conv takes {} (a VAE formulation, which samples; imgseq reads the released AE tokenizers)", pq[1])));
-            }
-            (
-                Kind::Continuous {
-                    latent_channels: q_out,
-                },
-                "CI",
-            )
-        };
+        let (kind, name) = bottleneck(&e, &d)?;
         // The patchers' `_arange` buffers ([0, 1]: the sign pattern of the high-pass tap).
-        for (w, a) in [
-            (enc, "encoder.patcher._arange"),
-            (dec, "decoder.unpatcher._arange"),
+        for (s, a) in [
+            (&e, "encoder.patcher._arange"),
+            (&d, "decoder.unpatcher._arange"),
         ] {
-            if w.shapes().contains_key(a) {
-                w.get(a)?;
+            if s.shapes.contains_key(a) {
+                s.w.get(a)?;
             }
         }
         Ok(Self {
             name: name.into(),
             kind,
-            in_channels,
-            out_channels: 3,
-            channels,
-            channels_mult,
-            num_res_blocks,
+            in_channels: IN_CHANNELS,
+            out_channels: IN_CHANNELS,
+            channels: w.channels,
+            channels_mult: w.channels_mult,
+            num_res_blocks: w.num_res_blocks,
             z_channels,
-            patch_size,
+            patch_size: w.patch_size,
             patch_method,
-            spatial_compression: patch_size << nd,
-            num_downsamples: nd,
-            num_upsamples: nu,
-            encoder_attn_levels,
-            decoder_attn_levels,
+            spatial_compression: w.patch_size << r.num_downsamples,
+            num_downsamples: r.num_downsamples,
+            num_upsamples: r.num_downsamples,
+            encoder_attn_levels: r.encoder_attn_levels,
+            decoder_attn_levels: r.decoder_attn_levels,
         })
     }
 }
 
-/// The four dimensions of a conv weight.
-fn four(w: &AuditedWeights, name: &str, d: &[usize]) -> Result<[usize; 4]> {
-    <[usize; 4]>::try_from(d)
-        .map_err(|_| Error::weights(w.path(), format!("`{name}` has shape {d:?}, not a conv's")))
+/// Pictures are RGB.
+const IN_CHANNELS: usize = 3;
+
+/// One archive's tensor shapes, for reading the config off them.
+struct Shapes<'a> {
+    w: &'a AuditedWeights,
+    shapes: BTreeMap<String, Vec<usize>>,
 }
 
-/// How many numbered children `prefix<i>.` has (0, 1, ... without gaps).
-fn count(s: &BTreeMap<String, Vec<usize>>, prefix: &str) -> usize {
-    (0..)
-        .take_while(|i| s.keys().any(|k| k.starts_with(&format!("{prefix}{i}."))))
-        .count()
+impl<'a> Shapes<'a> {
+    fn new(w: &'a AuditedWeights) -> Self {
+        Self {
+            w,
+            shapes: w.shapes(),
+        }
+    }
+
+    fn bad(&self, m: impl Into<String>) -> Error {
+        Error::weights(self.w.path(), m.into())
+    }
+
+    fn dims(&self, name: &str) -> Result<Vec<usize>> {
+        self.shapes.get(name).cloned().ok_or_else(|| {
+            self.bad(format!(
+                "missing tensor `{name}` (not a Cosmos image tokenizer)"
+            ))
+        })
+    }
+
+    /// Whether a tensor's name starts with `prefix`.
+    fn has(&self, prefix: &str) -> bool {
+        self.shapes.keys().any(|k| k.starts_with(prefix))
+    }
+
+    /// How many numbered children `prefix<i>.` has (0, 1, ... without gaps).
+    fn count(&self, prefix: &str) -> usize {
+        (0..)
+            .take_while(|i| self.has(&format!("{prefix}{i}.")))
+            .count()
+    }
+}
+
+/// Base channels, patch size, channel multipliers and blocks per level.
+struct Widths {
+    channels: usize,
+    patch_size: usize,
+    channels_mult: Vec<usize>,
+    num_res_blocks: usize,
+}
+
+fn widths(e: &Shapes, d: &Shapes) -> Result<Widths> {
+    let conv_in = e.dims("encoder.conv_in.weight")?;
+    let [channels, c_in_p2, _, _] = four(e, "encoder.conv_in.weight", &conv_in)?;
+    let patch_size = (1..=64usize)
+        .find(|p| p * p * IN_CHANNELS == c_in_p2)
+        .filter(|p| p.is_power_of_two())
+        .ok_or_else(|| {
+            e.bad(format!(
+                "`encoder.conv_in.weight` takes {c_in_p2} channels, not 3·patch² for a \
+                 power-of-two patch"
+            ))
+        })?;
+    if channels == 0 || channels > MAX_WIDTH || channels % 32 != 0 {
+        return Err(e.bad(format!(
+            "{channels} base channels (GroupNorm's 32 groups need a multiple of 32)"
+        )));
+    }
+    let levels = d.count("decoder.up.");
+    if levels == 0 || levels > MAX_LEVELS {
+        return Err(d.bad(format!(
+            "{levels} decoder levels (1..={MAX_LEVELS} expected)"
+        )));
+    }
+    if e.count("encoder.down.") != levels {
+        return Err(e.bad(format!("encoder levels differ from the decoder's {levels}")));
+    }
+    let mut channels_mult = Vec::with_capacity(levels);
+    for i in 0..levels {
+        let name = format!("decoder.up.{i}.block.0.conv2.weight");
+        let c = d.dims(&name)?[0];
+        if c == 0 || c % channels != 0 || c > MAX_WIDTH {
+            return Err(d.bad(format!(
+                "`{name}` has {c} channels, not a multiple of {channels}"
+            )));
+        }
+        channels_mult.push(c / channels);
+    }
+    let num_res_blocks = e.count("encoder.down.0.block.");
+    let dec_blocks = d.count("decoder.up.0.block.");
+    if dec_blocks != num_res_blocks + 1 {
+        return Err(d.bad(format!(
+            "{dec_blocks} blocks per decoder level for an encoder of {num_res_blocks} (one \
+             more expected)"
+        )));
+    }
+    Ok(Widths {
+        channels,
+        patch_size,
+        channels_mult,
+        num_res_blocks,
+    })
+}
+
+/// Which levels resample and which attend.
+struct Resampling {
+    num_downsamples: usize,
+    encoder_attn_levels: Vec<usize>,
+    decoder_attn_levels: Vec<usize>,
+}
+
+/// Upstream downsamples the first n levels and upsamples the last n.
+fn resampling(e: &Shapes, d: &Shapes, levels: usize) -> Result<Resampling> {
+    let downs: Vec<usize> = (0..levels)
+        .filter(|i| e.has(&format!("encoder.down.{i}.downsample.")))
+        .collect();
+    let ups: Vec<usize> = (0..levels)
+        .filter(|i| d.has(&format!("decoder.up.{i}.upsample.")))
+        .collect();
+    let n = downs.len();
+    if downs != (0..n).collect::<Vec<_>>() || ups != (levels - n..levels).collect::<Vec<_>>() {
+        return Err(d.bad(format!(
+            "downsampling levels {downs:?} and upsampling levels {ups:?} are not Cosmos' (the \
+             first n and the last n)"
+        )));
+    }
+    let attn = |s: &Shapes, side: &str| -> Vec<usize> {
+        (0..levels)
+            .filter(|i| s.has(&format!("{side}.{i}.attn.")))
+            .collect()
+    };
+    Ok(Resampling {
+        num_downsamples: n,
+        encoder_attn_levels: attn(e, "encoder.down"),
+        decoder_attn_levels: attn(d, "decoder.up"),
+    })
+}
+
+/// DI (FSQ levels) or CI (latent channels), from the quantizer's presence and the 1×1 convs.
+fn bottleneck(e: &Shapes, d: &Shapes) -> Result<(Kind, &'static str)> {
+    let q_out = e.dims("quant_conv.weight")?[0];
+    let pq_in = d
+        .dims("post_quant_conv.weight")?
+        .get(1)
+        .copied()
+        .unwrap_or(0);
+    if !e.shapes.contains_key("quantizer._levels") {
+        if pq_in != q_out {
+            return Err(e.bad(format!(
+                "quant_conv gives {q_out} channels, post_quant_conv takes {pq_in} (a VAE \
+                 formulation, which samples; imgseq reads the released AE tokenizers)"
+            )));
+        }
+        let kind = Kind::Continuous {
+            latent_channels: q_out,
+        };
+        return Ok((kind, "CI"));
+    }
+    let levels = fsq_levels(e.w, "quantizer._levels")?;
+    if fsq_levels(d.w, "inv_quant.quantizer._levels")? != levels {
+        return Err(d.bad("FSQ levels differ from the encoder's"));
+    }
+    if levels.len() != q_out || pq_in != q_out {
+        return Err(e.bad(format!(
+            "FSQ of {} levels behind a {q_out}-channel quant_conv (projections are not \
+             supported)",
+            levels.len()
+        )));
+    }
+    Ok((Kind::Discrete { levels }, "DI"))
+}
+
+/// The four dimensions of a conv weight.
+fn four(s: &Shapes, name: &str, d: &[usize]) -> Result<[usize; 4]> {
+    <[usize; 4]>::try_from(d).map_err(|_| s.bad(format!("`{name}` has shape {d:?}, not a conv's")))
 }
 
 /// The patch method the wavelets buffer `name` says.
