@@ -379,7 +379,7 @@ fn values(w: &AuditedWeights, name: &str, t: &Tensor) -> Result<Vec<f32>> {
 /// compression, at most 16384.
 pub fn check_side(cfg: &CosmosConfig, setting: &'static str, side: usize) -> Result<()> {
     let f = cfg.spatial_compression;
-    if side == 0 || side % f != 0 || side > 1 << 14 {
+    if side == 0 || !side.is_multiple_of(f) || side > 1 << 14 {
         return Err(Error::setting(
             setting,
             side,

@@ -68,7 +68,7 @@ impl CosmosTokenizer {
 
     fn check_picture(&self, h: usize, w: usize) -> Result<()> {
         let f = self.model.config().spatial_compression;
-        if h % f != 0 || w % f != 0 || h == 0 || w == 0 {
+        if !h.is_multiple_of(f) || !w.is_multiple_of(f) || h == 0 || w == 0 {
             return Err(Error::invalid(format!(
                 "a {h}x{w} picture is not a multiple of the Cosmos tokenizer's compression {f}"
             )));
