@@ -278,6 +278,12 @@ fn bottleneck(e: &Shapes, d: &Shapes) -> Result<(Kind, &'static str)> {
         .copied()
         .unwrap_or(0);
     if !e.shapes.contains_key("quantizer._levels") {
+        if d.shapes.contains_key("inv_quant.quantizer._levels") {
+            return Err(d.bad(
+                "a DI decoder (with FSQ) beside a CI encoder: the archives are of different \
+                 tokenizers",
+            ));
+        }
         if pq_in != q_out {
             return Err(e.bad(format!(
                 "quant_conv gives {q_out} channels, post_quant_conv takes {pq_in} (a VAE \
@@ -290,6 +296,12 @@ fn bottleneck(e: &Shapes, d: &Shapes) -> Result<(Kind, &'static str)> {
         return Ok((kind, "CI"));
     }
     let levels = fsq_levels(e.w, "quantizer._levels")?;
+    if !d.shapes.contains_key("inv_quant.quantizer._levels") {
+        return Err(d.bad(
+            "a decoder without FSQ (`inv_quant.quantizer._levels`) beside a DI encoder: the \
+             archives are of different tokenizers",
+        ));
+    }
     if fsq_levels(d.w, "inv_quant.quantizer._levels")? != levels {
         return Err(d.bad("FSQ levels differ from the encoder's"));
     }

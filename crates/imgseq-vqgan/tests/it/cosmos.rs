@@ -144,6 +144,7 @@ fn cosmos_sources_without_a_decoder_or_with_foreign_archives_are_refused_in_one_
         .unwrap()
         .to_string();
     assert!(e.lines().count() == 1 && e.contains("decoder.jit"), "{e}");
+    assert!(e.contains("different tokenizers"), "{e}");
     // A truncated encoder.
     let b = std::fs::read(fx("di/encoder.jit")).unwrap();
     std::fs::write(dir.path().join("encoder.jit"), &b[..b.len() / 3]).unwrap();
@@ -152,6 +153,17 @@ fn cosmos_sources_without_a_decoder_or_with_foreign_archives_are_refused_in_one_
         .unwrap()
         .to_string();
     assert!(e.contains("encoder.jit") && e.lines().count() == 1, "{e}");
+    // A DI decoder beside a CI encoder.
+    std::fs::copy(fx("ci/encoder.jit"), dir.path().join("encoder.jit")).unwrap();
+    std::fs::copy(fx("di/decoder.jit"), dir.path().join("decoder.jit")).unwrap();
+    let e = cosmos::load(dir.path(), &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.lines().count() == 1 && e.contains("different tokenizers"),
+        "{e}"
+    );
 }
 
 /// The released DI16x16 network (configs.py `discrete_image`: channels 128, mult [2, 4, 4],
