@@ -21,6 +21,8 @@ for p in ["tests/fixtures/vqgan/evil.ckpt", "tests/fixtures/vqgan/missing_storag
     copy("torch_ckpt", p)
 for p in glob.glob("crates/imgseq-torch/tests/fixtures/*.ckpt"):
     copy("torch_ckpt", p)
+# A TorchScript archive (torch.jit.save; module objects, code/ beside data.pkl).
+copy("torch_ckpt", "tests/fixtures/cosmos/reader/tiny_bf16.jit")
 
 # npy
 for p in glob.glob("tests/fixtures/metrics/*.npy")[:3]:

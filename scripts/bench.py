@@ -36,13 +36,19 @@ Workloads (issue #4):
      tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up), against the
      repository's own code f32 eager (needs a snapshot of bytedance/1d-tokenizer: `--titok`, or
      $TITOK_REPO, read as scripts/make_titok_fixtures.py reads it); prints the tokens' agreement
-  k  Emu3's VQ (transformers `Emu3VQVAE`, the released `Emu3VQVAEConfig`, random weights with
-     the codebook drawn from its latents, saved with `save_pretrained`): encode 256² → 32×32 =
-     1,024 tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up),
-     against transformers' `encode` + `decode` f32 eager; prints the tokens' agreement
+  k  Cosmos DI16x16 (NVIDIA Cosmos-Tokenizer `DiscreteImageTokenizer`, the released
+     `discrete_image` config, upstream's random init, traced and saved as `encoder.jit` /
+     `decoder.jit` in f32 as the release exports them): encode 256² → 256 FSQ codes and decode
+     them, batch 1, one pass after a warm-up, against the family's own code f32 eager (needs a
+     checkout of NVIDIA/Cosmos-Tokenizer: `--cosmos`, or $COSMOS_REPO); prints the codes'
+     agreement
   l  DC-AE (diffusers `AutoencoderDC`, the released dc-ae-f32c32-sana-1.0 layout, random
      weights): encode 512² → (32, 16, 16) latent, and decode a latent → 512², batch 1, one pass
      each (no warm-up), against diffusers' AutoencoderDC f32 eager; peak RSS per process
+  m  Emu3's VQ (transformers `Emu3VQVAE`, the released `Emu3VQVAEConfig`, random weights with
+     the codebook drawn from its latents, saved with `save_pretrained`): encode 256² → 32×32 =
+     1,024 tokens and decode them, batch 1 and 8, one pass each (batch 1 after a warm-up),
+     against transformers' `encode` + `decode` f32 eager; prints the tokens' agreement
 
 Each side runs in its own process (so peak RSS is per workload). Times are means over
 repetitions after warm-up; compare the ratios, not absolute times (shared machines are noisy).
@@ -281,6 +287,20 @@ def child(workload, d, *args):
                 res["tokens"] = tokens.contiguous()
         ms = timeit(roundtrip, 1 if batch == 1 else 0, 1)
         save_file(res, os.path.join(d, f"torch_emu3_{batch}.safetensors"))
+    elif workload == "cosmos":
+        model = cosmos_model(os.environ["COSMOS_REPO"])
+        model.load_state_dict(torch.load(os.path.join(d, "state.pth"), map_location="cpu"))
+        batch = int(args[0])
+        x = load_file(os.path.join(d, "inputs.safetensors"))[f"x{batch}"]
+        res = {}
+
+        def roundtrip():
+            with torch.no_grad():
+                idx = model.encode(x)[0]
+                model.decode_code(idx)
+                res["tokens"] = idx.long().contiguous()
+        ms = timeit(roundtrip, 1, 1)
+        save_file(res, os.path.join(d, f"torch_cosmos_{batch}.safetensors"))
     elif workload == "conv":
         t = load_file(os.path.join(d, "conv.safetensors"))
         x, w, b = t["x"], t["weight"], t["bias"]
@@ -417,6 +437,31 @@ def setup_titok(d):
     save_file({"x1": x8[:1].clone(), "x8": x8}, os.path.join(d, "inputs.safetensors"))
 
 
+def cosmos_model(repo):
+    """Cosmos-Tokenizer's DI16x16 (`networks/configs.py` `discrete_image`) in f32, eval."""
+    sys.path.insert(0, repo)
+    from cosmos_tokenizer.networks import TokenizerConfigs, TokenizerModels
+    model = TokenizerModels.DI.value(**TokenizerConfigs.DI.value).eval()
+    model.to(dtype=torch.float32)  # also the quantizer's output dtype (bfloat16 by default)
+    return model
+
+
+def setup_cosmos(d, repo):
+    """The DI16x16 with upstream's random init: its state dict for the PyTorch side, and
+    `encoder.jit` / `decoder.jit` traced as the release exports them for imgseq; a 256² input."""
+    torch.manual_seed(0)
+    model = cosmos_model(repo)
+    torch.save(model.state_dict(), os.path.join(d, "state.pth"))
+    x1 = (torch.rand(1, 3, 256, 256) * 2 - 1).contiguous()
+    with torch.no_grad():
+        enc = torch.jit.trace(model.encoder_jit(), x1, check_trace=False)
+        idx = enc(x1)[0]
+        dec = torch.jit.trace(model.decoder_jit(), idx, check_trace=False)
+    torch.jit.save(enc, os.path.join(d, "encoder.jit"))
+    torch.jit.save(dec, os.path.join(d, "decoder.jit"))
+    save_file({"x1": x1}, os.path.join(d, "inputs.safetensors"))
+
+
 def setup_kl(d, size):
     """The SD VAE's released config with random weights, an image and a latent."""
     from diffusers import AutoencoderKL
@@ -460,10 +505,12 @@ def main():
     ap.add_argument("--vit-bin", default=os.path.join(ROOT, "target", "release", "examples", "vit_train_bench"),
                     help="the ViT training-step bench (workload b)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m")
     ap.add_argument("--markdown", help="append the result table to this file")
     ap.add_argument("--titok", default=os.environ.get("TITOK_REPO"),
                     help="a snapshot of bytedance/1d-tokenizer, git dir or checkout (workload j)")
+    ap.add_argument("--cosmos", default=os.environ.get("COSMOS_REPO"),
+                    help="a checkout of NVIDIA/Cosmos-Tokenizer (workload k)")
     ap.add_argument("--var", default=os.environ.get("VAR_ROOT"),
                     help="a checkout of FoundationVision/VAR (workload h)")
     a = ap.parse_args()
@@ -647,6 +694,22 @@ def main():
                 print(f"   tokens equal to TiTok's: {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
 
     if "k" in only:
+        if not a.cosmos:
+            print("k skipped: Cosmos needs --cosmos CHECKOUT (NVIDIA/Cosmos-Tokenizer) or $COSMOS_REPO")
+        else:
+            os.environ["COSMOS_REPO"] = os.path.abspath(a.cosmos)
+            d = os.path.join(tmp, "cosmos")
+            os.makedirs(d)
+            setup_cosmos(d, os.environ["COSMOS_REPO"])
+            from safetensors.torch import load_file
+            r = rust(a.bin, "cosmos", d, 1)
+            t = torch_child("cosmos", d, 1)
+            row("k Cosmos DI16x16 enc+dec 256² (256 FSQ codes)", "batch 1", None, t, r, unit_imgs=1)
+            ro = load_file(os.path.join(d, "rust_cosmos_1.safetensors"))["tokens"]
+            to = load_file(os.path.join(d, "torch_cosmos_1.safetensors"))["tokens"]
+            print(f"   codes equal to Cosmos': {100 * (ro.long() == to.long()).float().mean().item():.2f}%")
+
+    if "m" in only:
         d = os.path.join(tmp, "emu3")
         os.makedirs(d)
         setup_emu3(d, 256)
@@ -654,7 +717,7 @@ def main():
         for batch in (1, 8):
             r = rust(a.bin, "emu3", d, batch)
             t = torch_child("emu3", d, batch)
-            row(f"k Emu3 VQ enc+dec 256² (1,024 tokens)", f"batch {batch}", None, t, r,
+            row(f"m Emu3 VQ enc+dec 256² (1,024 tokens)", f"batch {batch}", None, t, r,
                 unit_imgs=batch)
             ro = load_file(os.path.join(d, f"rust_emu3_{batch}.safetensors"))["tokens"]
             to = load_file(os.path.join(d, f"torch_emu3_{batch}.safetensors"))["tokens"]

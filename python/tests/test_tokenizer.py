@@ -134,6 +134,29 @@ def test_chameleon_encodes_as_the_cli_and_says_it_has_no_decoder(tmp_path, cli):
         t.decode(got)
 
 
+def test_cosmos_tokens_and_latents_equal_the_cli(tmp_path, cli):
+    # NVIDIA's Cosmos tokenizers: TorchScript encoder.jit + decoder.jit, read weights-only.
+    fx = REPO / "tests/fixtures/cosmos"
+    img = make_image(9, 70, 64)
+    write_png(tmp_path / "c.png", img)
+    di = imgseq.Tokenizer.from_pretrained(fx / "di", size=64)
+    assert di.description["family"] == "cosmos" and di.kind == "tokens"
+    got = di.encode(img[None])
+    run_cli(cli, "encode", tmp_path / "c.png", "--model", fx / "di", "--size", 64,
+            "-o", tmp_path / "c.npy")
+    np.testing.assert_array_equal(got[0], np.load(tmp_path / "c.npy"))
+    assert got.shape == (1, 8, 8) and got.max() < 64000
+    assert di.decode(got).shape == (1, 64, 64, 3)
+    ci = imgseq.Tokenizer.from_pretrained(fx / "ci" / "encoder.jit", size=64)
+    assert ci.kind == "latents"
+    z = ci.encode(img[None])
+    run_cli(cli, "encode", tmp_path / "c.png", "--model", fx / "ci", "--size", 64,
+            "-o", tmp_path / "z.npy")
+    np.testing.assert_array_equal(z[0], np.load(tmp_path / "z.npy"))
+    assert z.shape == (1, 16, 8, 8)
+    assert ci.decode(z).shape == (1, 64, 64, 3)
+
+
 @pytest.mark.parametrize("kind", ["420", "444", "progressive", "gray", "cmyk", "committed"])
 def test_jpeg_tokens_from_pillow_arrays_equal_the_cli(tmp_path, cli, kind):
     """The reference pipelines decode JPEG with Pillow: imgseq decodes as Pillow does, so the

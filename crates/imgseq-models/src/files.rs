@@ -20,7 +20,9 @@ pub fn inspect(path: &Path) -> Result<(WeightsSummary, Option<String>)> {
     );
     // Open-MAGVIT2's names overlap taming's (`encoder.conv_in`): its own marker comes first.
     let dcae_config = imgseq_vqgan::dcae::config_beside(path);
-    let family = if imgseq_vqgan::dcae::is_dcae_config_file(&dcae_config) {
+    let family = if imgseq_vqgan::cosmos::is_cosmos_source(path) {
+        Some(imgseq_vqgan::cosmos::LABEL.to_string())
+    } else if imgseq_vqgan::dcae::is_dcae_config_file(&dcae_config) {
         Some(imgseq_vqgan::dcae::LABEL.to_string())
     } else if imgseq_lfq::load::names_are_lfq(names()) {
         Some(imgseq_lfq::FAMILY.to_string())

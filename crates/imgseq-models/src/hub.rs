@@ -5,7 +5,9 @@
 //! Which files: a source naming a file takes it (and the configs beside it); a folder takes
 //! its configs (`config.json`, `*_config.json`, `*.yaml`) and its weights — the diffusers or
 //! transformers file name when there is one, else its one safetensors, `.ckpt`, `.pt` or
-//! `.pth` file — and asks for a file name when it holds several.
+//! `.pth` file — and asks for a file name when it holds several. A folder of paired
+//! TorchScript archives (`encoder.jit` + `decoder.jit`, NVIDIA's Cosmos releases) takes both,
+//! also when the source names one of them.
 
 use imgseq_core::{Error, Result};
 use imgseq_hub::{Hub, HubSource};
@@ -16,6 +18,10 @@ const WEIGHTS: [&str; 4] = [".safetensors", ".ckpt", ".pt", ".pth"];
 
 /// Weights file names that a folder's own weights go by (diffusers, transformers, imgseq).
 const KNOWN_WEIGHTS: [&str; 2] = ["diffusion_pytorch_model.safetensors", "model.safetensors"];
+
+/// TorchScript archives released as a pair: the encoder's and the decoder's (their
+/// `autoencoder.jit` holds the same weights and is left out).
+const PAIRED: [&str; 2] = ["encoder.jit", "decoder.jit"];
 
 /// Config files the loaders look for beside weights (`config.json`, `NAME_config.json`,
 /// `model.yaml`, `NAME_model.yaml`, any yaml).
@@ -39,6 +45,11 @@ pub fn wanted(
         .filter(|n| is_config(n))
         .map(|n| n.to_string())
         .collect();
+    let paired = PAIRED.iter().all(|p| top.iter().any(|n| n == p));
+    if paired && file.is_none_or(|f| PAIRED.contains(&f)) {
+        out.extend(PAIRED.iter().map(|p| p.to_string()));
+        return Ok(out);
+    }
     if let Some(f) = file {
         if !out.iter().any(|o| o == f) {
             out.push(f.to_string());
@@ -121,6 +132,18 @@ mod tests {
 
     fn v(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_folder_of_paired_torchscript_archives_gives_both() {
+        let names = v(&["autoencoder.jit", "decoder.jit", "encoder.jit", "README.md"]);
+        let both = Ok(v(&["encoder.jit", "decoder.jit"]));
+        assert_eq!(wanted_dir(&names), both);
+        assert_eq!(wanted(&names, Some("encoder.jit")), both);
+        assert_eq!(
+            wanted(&names, Some("autoencoder.jit")),
+            Ok(v(&["autoencoder.jit"]))
+        );
     }
 
     #[test]

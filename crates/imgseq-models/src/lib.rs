@@ -16,6 +16,8 @@
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs) and `AutoencoderKLFlux2`
 //!   (FLUX.2's); continuous latents.
 //! * [`dcae`]: DC-AE, diffusers' `AutoencoderDC` (SANA's); continuous latents.
+//! * [`cosmos`]: NVIDIA's Cosmos image tokenizers (DI: FSQ tokens; CI: latents) from their
+//!   TorchScript `encoder.jit` / `decoder.jit`.
 //! * [`opened`]: [`Opened`], a loaded tokenizer with the files it came from.
 //! * [`files`]: weights files as files (`imgseq weights inspect | convert`).
 //! * [`catalogue`]: released tokenizers by short name (`--model llamagen-vq16`).
@@ -24,6 +26,7 @@
 
 pub mod catalogue;
 pub mod clip;
+pub mod cosmos;
 pub mod dcae;
 pub mod dinov2;
 pub mod emu3;

@@ -18,6 +18,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &crate::maskgit::MaskGit,
     &crate::titok::Titok,
     &crate::dcae::AutoencoderDc,
+    &crate::cosmos::Cosmos,
     &crate::kl::AutoencoderKl,
     &crate::vq::Vq,
 ];

@@ -70,6 +70,7 @@ fn discrete() -> Vec<(PathBuf, Option<PathBuf>, &'static str, Crop)> {
             Crop::ShorterSide,
         ),
         (fx("emu3/vq"), None, "emu3", Crop::ShorterSide),
+        (fx("cosmos/di"), None, "cosmos", Crop::ShorterSide),
         (fx("emu3/orig"), None, "emu3", Crop::ShorterSide),
         (
             fx("emu3/full/model.safetensors"),
@@ -343,6 +344,7 @@ fn tokens_do_not_depend_on_the_batch_or_the_threads() {
     cases.push((fx("kl/sd"), None, "autoencoder_kl"));
     cases.push((fx("kl/flux2"), None, "autoencoder_kl"));
     cases.push((fx("dcae/dc"), None, "autoencoder_dc"));
+    cases.push((fx("cosmos/ci"), None, "cosmos"));
     cases.push((fx("clip/vision"), None, "clip"));
     cases.push((fx("siglip/vision"), None, "siglip"));
     cases.push((fx("dinov2/plain"), None, "dinov2"));

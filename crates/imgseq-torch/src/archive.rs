@@ -142,6 +142,17 @@ impl Archive {
         Ok(buf)
     }
 
+    /// Whether the archive is a TorchScript one (`torch.jit.save`): it has `constants.pkl` or
+    /// `code/` beside its `data.pkl` (neither is ever read).
+    pub fn is_torchscript(&self) -> bool {
+        let constants = format!("{}constants.pkl", self.prefix);
+        let code = format!("{}code/", self.prefix);
+        self.zip
+            .file_names()
+            .filter_map(|n| n.ok())
+            .any(|n| *n == constants || n.starts_with(&code))
+    }
+
     /// The archive entry name of storage `key`.
     pub fn storage_entry(&self, key: &str) -> String {
         format!("{}data/{key}", self.prefix)

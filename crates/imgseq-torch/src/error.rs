@@ -105,6 +105,24 @@ pub enum FormatError {
     /// The pickle's root object is not a dict.
     #[error("checkpoint holds a {found}, not a dict of tensors")]
     NotADict { found: &'static str },
+    /// A TorchScript archive whose `data.pkl` root is not a module object.
+    #[error("TorchScript archive's data.pkl holds a {found}, not a module")]
+    NotAModule { found: &'static str },
+    /// A TorchScript module object that was never given its attributes.
+    #[error("TorchScript module {path} (`{class}`) has no attributes (never built)")]
+    UnbuiltModule { path: String, class: String },
+    /// A TorchScript attribute that is neither a tensor, a module nor plain data.
+    #[error(
+        "TorchScript attribute `{path}` is {found}; imgseq reads module parameters and \
+         buffers only"
+    )]
+    ScriptAttribute { path: String, found: &'static str },
+    /// A module tree nested or shared beyond what any model needs.
+    #[error(
+        "TorchScript module tree deeper than {depth} levels or larger than {nodes} modules; \
+         refused"
+    )]
+    ModuleTreeTooLarge { depth: usize, nodes: usize },
     /// Neither the root dict nor its `state_dict` holds a tensor.
     #[error("checkpoint holds no tensors")]
     NoTensors,
@@ -231,6 +249,14 @@ pub enum PickleError {
     UnsupportedPersistentId,
     #[error("unsupported storage type `{module}.{name}`")]
     UnsupportedStorage { module: String, name: String },
+
+    // TorchScript archives.
+    /// `BUILD` of a TorchScript object with something other than an attribute dict (a
+    /// custom class's `__setstate__` state).
+    #[error("TorchScript object `{class}` is built from a {found}, not an attribute dict")]
+    ObjectState { class: String, found: &'static str },
+    #[error("TorchScript object `{class}` is built twice")]
+    ObjectBuiltTwice { class: String },
 }
 
 fn opcode_name(name: Option<&'static str>) -> String {

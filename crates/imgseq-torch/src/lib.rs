@@ -1,5 +1,7 @@
 //! A restricted, non-executing reader for PyTorch `torch.save` files (zip format, torch ≥ 1.6),
-//! such as taming's PyTorch-Lightning `last.ckpt`.
+//! such as taming's PyTorch-Lightning `last.ckpt`, and for the weights of TorchScript archives
+//! (`torch.jit.save`, such as NVIDIA's Cosmos tokenizers' `encoder.jit`): their module tree,
+//! flattened to `state_dict` names; their code is never read.
 //!
 //! Python's `pickle.load` would import and call whatever a checkpoint's pickle names, so a
 //! checkpoint can run arbitrary code. This crate instead interprets the pickle on a small
@@ -10,6 +12,7 @@
 //! * [`opcodes`]: the pickle opcodes by name.
 //! * `pickle`: the stack machine and the allowlist of globals.
 //! * `archive`: the zip layout (`data.pkl`, `data/<key>`).
+//! * [`script`]: a TorchScript archive's module objects → `state_dict` names.
 //! * `tensor`: storage types and views → candle tensors (any strides; floats become f32,
 //!   integers i64, bytes and bools u8).
 //! * [`error`]: [`TorchError`], convertible into [`imgseq_core::Error`].
@@ -29,6 +32,7 @@ pub mod error;
 pub mod lightning;
 pub mod opcodes;
 mod pickle;
+pub mod script;
 mod tensor;
 
 pub use archive::{inflate_budget, MAX_PICKLE_BYTES};
@@ -48,6 +52,8 @@ use tensor::TensorRef;
 pub struct Checkpoint {
     archive: Archive,
     root: Value,
+    /// A TorchScript archive (module objects instead of a dict).
+    script: bool,
     /// Storage bytes still needed by a tensor not yet materialised.
     cache: HashMap<String, Rc<Vec<u8>>>,
 }
@@ -65,18 +71,44 @@ impl Checkpoint {
 
     fn with_archive(mut archive: Archive) -> Result<Self> {
         let bytes = archive.read_pickle()?;
-        let root = pickle::load(&bytes).map_err(|e| TorchError::format(archive.path(), e))?;
+        let script = archive.is_torchscript();
+        let flavor = match script {
+            true => pickle::Flavor::TorchScript,
+            false => pickle::Flavor::TorchSave,
+        };
+        let root =
+            pickle::load(&bytes, flavor).map_err(|e| TorchError::format(archive.path(), e))?;
         Ok(Self {
             archive,
             root,
+            script,
             cache: HashMap::new(),
         })
     }
 
-    /// Names of the top-level keys (e.g. `state_dict`, `epoch`, `global_step`).
-    pub fn top_level_keys(&self) -> Vec<String> {
+    /// Whether the file is a TorchScript archive (`torch.jit.save`), whose weights
+    /// [`Self::state_dict`] reads off its module tree ([`script`]).
+    pub fn is_torchscript(&self) -> bool {
+        self.script
+    }
+
+    /// The root dict: the checkpoint's, or a TorchScript root module's attributes.
+    fn root_dict(&self) -> Option<Rc<std::cell::RefCell<pickle::Pairs>>> {
         match &self.root {
-            Value::Dict(d) => d
+            Value::Dict(d) => Some(d.clone()),
+            Value::Object(o) => match &*o.state.borrow() {
+                Some(Value::Dict(d)) => Some(d.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Names of the top-level keys (e.g. `state_dict`, `epoch`, `global_step`; a TorchScript
+    /// root module's attributes).
+    pub fn top_level_keys(&self) -> Vec<String> {
+        match self.root_dict() {
+            Some(d) => d
                 .borrow()
                 .iter()
                 .filter_map(|(k, _)| match k {
@@ -113,11 +145,11 @@ impl Checkpoint {
 
     /// Top-level entries that are plain scalars (`epoch: 3`, `global_step: 10`, ...).
     pub fn scalars(&self) -> Vec<(String, String)> {
-        let Value::Dict(d) = &self.root else {
+        let Some(d) = self.root_dict() else {
             return Vec::new();
         };
-        d.borrow()
-            .iter()
+        let d = d.borrow();
+        d.iter()
             .filter_map(|(k, v)| {
                 let Value::Str(k) = k else { return None };
                 let v = match v {
@@ -141,6 +173,9 @@ impl Checkpoint {
         let Value::Dict(d) = &self.root else {
             return None;
         };
+        if self.script {
+            return None;
+        }
         let d = d.borrow();
         let dict_at = |name: &str| {
             d.iter()
@@ -161,6 +196,13 @@ impl Checkpoint {
     /// The tensor entries of [`Self::state_dict_key`]'s entry, or of the root dict.
     fn state_dict_refs(&self) -> Result<Vec<(String, Rc<TensorRef>)>> {
         let path = self.archive.path();
+        if self.script {
+            let entries = script::flatten(&self.root).map_err(|e| TorchError::format(path, e))?;
+            if entries.is_empty() {
+                return Err(TorchError::format(path, F::NoTensors));
+            }
+            return Ok(entries);
+        }
         let key = self.state_dict_key();
         let dict = match &self.root {
             Value::Dict(d) => {
@@ -196,9 +238,10 @@ impl Checkpoint {
     }
 
     /// The tensors of the model: the `state_dict` entry of a Lightning checkpoint, the
-    /// top-level dict itself for a plain `torch.save(model.state_dict())`, or LlamaGen's
-    /// `ema` / `model` entry ([`Self::state_dict_key`]). Entries in file order; non-tensor
-    /// values are skipped.
+    /// top-level dict itself for a plain `torch.save(model.state_dict())`, LlamaGen's
+    /// `ema` / `model` entry ([`Self::state_dict_key`]), or a TorchScript archive's module
+    /// tree by `state_dict` names ([`script`]). Entries in file order; non-tensor values are
+    /// skipped.
     pub fn state_dict(&mut self, device: &Device) -> Result<Vec<(String, CkptTensor)>> {
         let entries = self.state_dict_refs()?;
         // Storage bytes are kept only while a later tensor still needs them, so the peak is

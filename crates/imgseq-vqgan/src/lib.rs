@@ -18,6 +18,8 @@
 //!   and decoder.
 //! * [`emu3`]: Emu3's VQVAE (transformers' `Emu3VQVAE`): Conv3d temporal layers around
 //!   taming's blocks, a MoVQ decoder conditioned on the quantized latents.
+//! * [`cosmos`]: NVIDIA's Cosmos image tokenizers (DI: FSQ codes, CI: latents), read from their
+//!   TorchScript `encoder.jit` / `decoder.jit`.
 //! * [`kl`]: diffusers' `AutoencoderKL` (SD, SDXL, SD3, FLUX VAEs) and `AutoencoderKLFlux2`: continuous latents as
 //!   patch sequences, on the same encoder and decoder.
 //!
@@ -35,6 +37,7 @@ pub mod chameleon;
 pub mod config;
 pub mod config_file;
 pub mod convert;
+pub mod cosmos;
 pub mod data;
 pub mod dcae;
 pub mod emu3;

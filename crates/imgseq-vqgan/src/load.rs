@@ -431,7 +431,10 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<WeightsSummary> {
     let mut s = if is_torch_checkpoint(path) {
         let c = imgseq_torch::Checkpoint::open(path)?;
         WeightsSummary {
-            format: "PyTorch checkpoint (zip)",
+            format: match c.is_torchscript() {
+                true => "TorchScript archive (zip; weights only, its code not read)",
+                false => "PyTorch checkpoint (zip)",
+            },
             family: None,
             tensors: c
                 .tensor_infos()?

@@ -8,6 +8,7 @@
 //!   bench chameleon-encode DIR REPS   DIR: a ChameleonVQVAE save_pretrained folder, inputs.safetensors (x)
 //!   bench var DIR BATCH                DIR: vae.pth (VAR's state dict), inputs.safetensors (x1, x8)
 //!   bench titok DIR BATCH              DIR: a TiTok save_pretrained folder, inputs.safetensors (x1, x8)
+//!   bench cosmos DIR BATCH             DIR: encoder.jit + decoder.jit (a Cosmos DI), inputs.safetensors (x1)
 //!
 //! Not a test: timings are only meaningful as ratios against PyTorch measured in the same run.
 
@@ -259,6 +260,26 @@ fn main() -> anyhow::Result<()> {
             )?;
             ms
         }
+        "cosmos" => {
+            // A Cosmos DI tokenizer from its TorchScript archives: 256² → FSQ codes → 256², one
+            // pass after a warm-up, as the script's PyTorch side; the codes are saved.
+            let batch = num(2, 1);
+            let m = imgseq_vqgan::cosmos::load(dir, &dev)?.model;
+            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
+            let mut tokens = None;
+            let ms = time(1, 1, || {
+                let t = m.encode_indices(&x)?;
+                m.decode_indices(&t)?;
+                tokens = Some(t);
+                Ok(())
+            })?;
+            let t = tokens.expect("encoded");
+            candle_core::safetensors::save(
+                &std::collections::HashMap::from([("tokens".to_string(), t)]),
+                dir.join(format!("rust_cosmos_{batch}.safetensors")),
+            )?;
+            ms
+        }
         "conv" => {
             let reps = num(2, 10);
             let t = load_tensors(dir.join("conv.safetensors"), &dev)?;
@@ -267,7 +288,7 @@ fn main() -> anyhow::Result<()> {
                 ops::conv2d(x, w, Some(b), 1, ops::Padding::same(1)).map(|_| ())
             })?
         }
-        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, dcae-encode, dcae-decode, chameleon-encode, var, titok, emu3, conv)"),
+        other => anyhow::bail!("unknown workload `{other}` (vit-train, vit-infer, vq, vq-encode, kl-encode, kl-decode, dcae-encode, dcae-decode, chameleon-encode, var, titok, cosmos, emu3, conv)"),
     };
     let _ = Tensor::zeros(1, DType::F32, &dev)?;
     println!("{{\"ms\": {ms:.3}, \"peak_rss_mb\": {:.1}}}", peak_rss_mb());

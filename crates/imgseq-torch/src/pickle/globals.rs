@@ -17,10 +17,15 @@
 //!   exist at all.
 //! * torch's persistent id `('storage', torch.FloatStorage, key, location, numel)` becomes a
 //!   storage reference.
+//! * In a TorchScript archive's `data.pkl` ([`Flavor::TorchScript`]) only, `__torch__.*`
+//!   classes may be named: `NEWOBJ` of one without arguments is a [`ScriptObject`] whose
+//!   `BUILD` state (a dict of attributes) is kept; calling one (`REDUCE`) stays refused.
 
-use super::value::{StorageInfo, Value};
+use super::value::{ScriptObject, StorageInfo, Value};
+use super::Flavor;
 use crate::error::PickleError;
 use crate::tensor::{StorageDType, TensorRef};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 type PResult<T> = std::result::Result<T, PickleError>;
@@ -58,12 +63,42 @@ pub(super) fn refused(module: &str, name: &str) -> PickleError {
     }
 }
 
-/// `GLOBAL` / `STACK_GLOBAL`: an inert name if it is allowed at all.
-pub(super) fn global(module: String, name: String) -> PResult<Value> {
-    if !((module == "_codecs" && name == "encode") || is_inert(&module, &name)) {
+/// The module prefix of TorchScript's classes (`__torch__.torch.nn.modules.conv.Conv2d`).
+const SCRIPT_MODULE: &str = "__torch__";
+
+/// Whether `module` is a TorchScript class's module (`__torch__` or below it).
+fn is_script_module(module: &str) -> bool {
+    module == SCRIPT_MODULE || module.starts_with("__torch__.")
+}
+
+/// `GLOBAL` / `STACK_GLOBAL`: an inert name if it is allowed at all (TorchScript classes in
+/// a TorchScript archive only).
+pub(super) fn global(module: String, name: String, flavor: Flavor) -> PResult<Value> {
+    let script = flavor == Flavor::TorchScript && is_script_module(&module);
+    if !(script || (module == "_codecs" && name == "encode") || is_inert(&module, &name)) {
         return Err(refused(&module, &name));
     }
     Ok(Value::Global(Rc::new((module, name))))
+}
+
+/// `BUILD` on a TorchScript object: its state must be a dict of attributes, set once.
+pub(super) fn build_object(o: &ScriptObject, state: Value) -> PResult<()> {
+    let class = || format!("{}.{}", o.class.0, o.class.1);
+    if !matches!(state, Value::Dict(_)) {
+        return Err(PickleError::ObjectState {
+            class: class(),
+            found: state.describe(),
+        });
+    }
+    let mut slot = o
+        .state
+        .try_borrow_mut()
+        .map_err(|_| PickleError::ObjectBuiltTwice { class: class() })?;
+    if slot.is_some() {
+        return Err(PickleError::ObjectBuiltTwice { class: class() });
+    }
+    *slot = Some(state);
+    Ok(())
 }
 
 /// `REDUCE`: `callable(*args)` for the few callables modelled; a placeholder for other
@@ -170,9 +205,24 @@ fn rebuild_tensor_v2(args: &[Value]) -> PResult<Value> {
     })))
 }
 
-/// `NEWOBJ` / `NEWOBJ_EX`: `cls.__new__(cls, ...)`, only as an opaque placeholder.
-pub(super) fn new_object(cls: Value) -> PResult<Value> {
+/// `NEWOBJ` / `NEWOBJ_EX`: `cls.__new__(cls, *args, **kwargs)`: a TorchScript object (no
+/// arguments; its class was only nameable in a TorchScript archive), else an opaque
+/// placeholder.
+pub(super) fn new_object(cls: Value, args: &Value, kwargs: Option<&Value>) -> PResult<Value> {
     match cls {
+        Value::Global(g) if is_script_module(&g.0) => {
+            let no_args = matches!(args, Value::Tuple(t) if t.is_empty())
+                && kwargs.is_none_or(|k| matches!(k, Value::Dict(d) if d.borrow().is_empty()));
+            if !no_args {
+                return Err(PickleError::UnexpectedArguments {
+                    call: "a TorchScript class",
+                });
+            }
+            Ok(Value::Object(Rc::new(ScriptObject {
+                class: (g.0.clone(), g.1.clone()),
+                state: RefCell::new(None),
+            })))
+        }
         Value::Global(g) if is_inert(&g.0, &g.1) => Ok(Value::Opaque(g)),
         Value::Global(g) => Err(refused(&g.0, &g.1)),
         other => Err(PickleError::InstantiatesNonGlobal {

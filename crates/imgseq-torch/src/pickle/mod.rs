@@ -1,7 +1,8 @@
 //! The pickle machine: interprets the opcodes that `torch.save` emits on a stack of plain
 //! [`Value`]s and never imports or calls anything (see [`globals`] for the allowlist).
 //!
-//! `BUILD` only discards the state it would set (e.g. a state dict's `_metadata`);
+//! `BUILD` only discards the state it would set (e.g. a state dict's `_metadata`), except on a
+//! TorchScript module object ([`Flavor::TorchScript`]), whose attribute dict it keeps;
 //! `INST`, `OBJ`, `EXT*` and `PERSID` are refused, and so is every opcode not handled here.
 
 mod globals;
@@ -10,7 +11,7 @@ mod value;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use value::Value;
+pub(crate) use value::{Pairs, ScriptObject, Value};
 
 use crate::error::PickleError;
 use crate::opcodes as op;
@@ -18,9 +19,20 @@ use std::collections::HashMap;
 
 type PResult<T> = std::result::Result<T, PickleError>;
 
+/// What wrote the pickle, which decides what it may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// `torch.save`: plain containers and tensors.
+    TorchSave,
+    /// `torch.jit.save`'s `data.pkl`: also module objects of `__torch__.*` classes, made by
+    /// `NEWOBJ` without arguments and given their attribute dict by `BUILD` (never imported,
+    /// never run; the archive's `code/` is not read).
+    TorchScript,
+}
+
 /// Interprets the pickle `data` and returns the object it describes.
-pub(crate) fn load(data: &[u8]) -> PResult<Value> {
-    Machine::new(data).run()
+pub(crate) fn load(data: &[u8], flavor: Flavor) -> PResult<Value> {
+    Machine::new(data, flavor).run()
 }
 
 struct Machine<'a> {
@@ -28,15 +40,17 @@ struct Machine<'a> {
     pos: usize,
     stack: Vec<Value>,
     memo: HashMap<u32, Value>,
+    flavor: Flavor,
 }
 
 impl<'a> Machine<'a> {
-    fn new(data: &'a [u8]) -> Self {
+    fn new(data: &'a [u8], flavor: Flavor) -> Self {
         Self {
             data,
             pos: 0,
             stack: Vec::new(),
             memo: HashMap::new(),
+            flavor,
         }
     }
 
@@ -386,14 +400,14 @@ impl<'a> Machine<'a> {
             op::GLOBAL => {
                 let module = self.line()?;
                 let name = self.line()?;
-                globals::global(module, name)?
+                globals::global(module, name, self.flavor)?
             }
             op::STACK_GLOBAL => {
                 let name = self.pop()?;
                 let module = self.pop()?;
                 match (module, name) {
                     (Value::Str(m), Value::Str(n)) => {
-                        globals::global(m.to_string(), n.to_string())?
+                        globals::global(m.to_string(), n.to_string(), self.flavor)?
                     }
                     _ => return Err(PickleError::StackGlobalWithoutStrings),
                 }
@@ -404,9 +418,13 @@ impl<'a> Machine<'a> {
                 globals::reduce(callable, args)?
             }
             op::BUILD => {
-                // Would set attributes / call __setstate__; the state is dropped.
-                self.pop()?;
-                self.top()?;
+                let state = self.pop()?;
+                match self.top()? {
+                    // A TorchScript module's attributes.
+                    Value::Object(o) => globals::build_object(o, state)?,
+                    // Would set attributes / call __setstate__; the state is dropped.
+                    _ => drop(state),
+                }
                 return Ok(None);
             }
             op::BINPERSID => {
@@ -414,15 +432,15 @@ impl<'a> Machine<'a> {
                 globals::persistent_load(pid)?
             }
             op::NEWOBJ => {
-                self.pop()?; // args
+                let args = self.pop()?;
                 let cls = self.pop()?;
-                globals::new_object(cls)?
+                globals::new_object(cls, &args, None)?
             }
             op::NEWOBJ_EX => {
-                self.pop()?; // kwargs
-                self.pop()?; // args
+                let kwargs = self.pop()?;
+                let args = self.pop()?;
                 let cls = self.pop()?;
-                globals::new_object(cls)?
+                globals::new_object(cls, &args, Some(&kwargs))?
             }
             _ => return Err(self.refused(code)),
         }))

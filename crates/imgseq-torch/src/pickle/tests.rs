@@ -3,7 +3,7 @@ use crate::archive::Archive;
 use std::path::Path;
 
 fn run(bytes: &[u8]) -> PResult<Value> {
-    load(bytes)
+    load(bytes, super::Flavor::TorchSave)
 }
 
 fn refused(module: &str, name: &str) -> PickleError {

@@ -38,6 +38,9 @@ pub(crate) enum Value {
     Opaque(Rc<(String, String)>),
     Storage(Rc<StorageInfo>),
     Tensor(Rc<TensorRef>),
+    /// A TorchScript module object (`__torch__.<path>.<Class>`, made by `NEWOBJ` in a
+    /// TorchScript archive only) with the attribute dict its `BUILD` gave it.
+    Object(Rc<ScriptObject>),
     /// Marker pushed by MARK.
     Mark,
 }
@@ -48,6 +51,20 @@ pub(crate) struct StorageInfo {
     pub key: String,
     pub dtype: StorageDType,
     pub numel: usize,
+}
+
+/// A TorchScript object: its class (never imported) and its state, set once by `BUILD`.
+pub(crate) struct ScriptObject {
+    pub class: (String, String),
+    pub state: RefCell<Option<Value>>,
+}
+
+impl Drop for ScriptObject {
+    fn drop(&mut self) {
+        if let Some(v) = self.state.get_mut().take() {
+            drop_iteratively(vec![v]);
+        }
+    }
 }
 
 /// The items of a tuple or list, with the nesting depth they reach.
@@ -153,6 +170,11 @@ fn drop_iteratively(mut work: Vec<Value>) {
                     }
                 }
             }
+            Value::Object(rc) => {
+                if let Ok(mut o) = Rc::try_unwrap(rc) {
+                    work.extend(o.state.get_mut().take());
+                }
+            }
             _ => {}
         }
     }
@@ -175,6 +197,7 @@ impl std::fmt::Debug for Value {
             }
             Value::Storage(s) => write!(f, "{s:?}"),
             Value::Tensor(t) => write!(f, "{t:?}"),
+            Value::Object(o) => write!(f, "Object({}.{})", o.class.0, o.class.1),
             Value::None | Value::Mark => f.write_str(self.describe()),
         }
     }
@@ -234,6 +257,7 @@ impl Value {
             Value::Opaque(_) => "object",
             Value::Storage(_) => "storage",
             Value::Tensor(_) => "tensor",
+            Value::Object(_) => "module object",
             Value::Mark => "mark",
         }
     }

@@ -4,3 +4,4 @@
 mod checkpoint;
 mod fuzz_corpus_replay;
 mod hostile_checkpoints;
+mod torchscript;

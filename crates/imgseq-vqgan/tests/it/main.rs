@@ -4,6 +4,7 @@
 mod bf16;
 mod chameleon;
 mod common;
+mod cosmos;
 mod dcae;
 mod diffusers;
 mod emu3;

@@ -368,6 +368,7 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
         ("Open-MAGVIT2", weights("lfq/tiny.ckpt"), Some(262144)),
         ("VAR", weights("var/tiny.pth"), Some(64)),
         ("Emu3", weights("emu3/vq"), Some(64)),
+        ("Cosmos DI", weights("cosmos/di"), Some(64000)),
         ("TiTok", weights("titok/l"), Some(32)),
         (
             "MaskGIT-VQGAN",
@@ -377,6 +378,7 @@ fn eval_scores_every_family_fixture_and_skips_the_corrupt_file() {
         ("SD VAE", weights("kl/sd"), None),
         ("FLUX.2 VAE", weights("kl/flux2"), None),
         ("DC-AE", weights("dcae/dc"), None),
+        ("Cosmos CI", weights("cosmos/ci"), None),
     ];
     for (name, w, n_embed) in &families {
         let args: Vec<&str> = w.iter().map(String::as_str).collect();
