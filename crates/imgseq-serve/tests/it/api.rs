@@ -413,6 +413,8 @@ fn every_family_fixture_is_served_through_the_loader_and_described_without_paths
             "maskgit-vqgan",
             fx("maskgit/maskgit-vqgan-imagenet-f16-256.bin"),
         ),
+        ("emu3", fx("emu3/vq")),
+        ("cosmos", fx("cosmos/di")),
     ];
     let mut cfg = config();
     cfg.models = families
