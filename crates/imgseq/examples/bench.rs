@@ -48,6 +48,41 @@ fn time<F: FnMut() -> candle_core::Result<()>>(
     Ok(t0.elapsed().as_secs_f64() * 1e3 / reps as f64)
 }
 
+/// A tokenizer's round trip as the script's PyTorch side runs it: the inputs' `x{batch}`
+/// encoded and the tokens decoded, one pass (batch 1 after a warm-up); the tokens are saved as
+/// `rust_{name}_{batch}.safetensors` for the agreement.
+fn roundtrip(
+    dir: &Path,
+    name: &str,
+    batch: usize,
+    encode: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+    decode: impl Fn(&Tensor) -> candle_core::Result<()>,
+) -> anyhow::Result<f64> {
+    let x =
+        load_tensors(dir.join("inputs.safetensors"), &Device::Cpu)?[&format!("x{batch}")].clone();
+    let mut tokens = None;
+    let ms = time(usize::from(batch == 1), 1, || {
+        let t = encode(&x)?;
+        decode(&t)?;
+        tokens = Some(t);
+        Ok(())
+    })?;
+    save_tokens(
+        tokens.expect("encoded"),
+        &dir.join(format!("rust_{name}_{batch}.safetensors")),
+    )?;
+    Ok(ms)
+}
+
+/// Tokens as i64 under the name `tokens`.
+fn save_tokens(t: Tensor, path: &Path) -> candle_core::Result<()> {
+    let t = t.to_dtype(DType::I64)?;
+    candle_core::safetensors::save(
+        &std::collections::HashMap::from([("tokens".to_string(), t)]),
+        path,
+    )
+}
+
 fn main() -> anyhow::Result<()> {
     imgseq_kernels::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -192,11 +227,7 @@ fn main() -> anyhow::Result<()> {
                 idx = Some(model.encode(&x)?.indices);
                 Ok(())
             })?;
-            let t = idx.expect("encoded").to_dtype(DType::I64)?;
-            candle_core::safetensors::save(
-                &std::collections::HashMap::from([("tokens".to_string(), t)]),
-                dir.join("rust_tokens.safetensors"),
-            )?;
+            save_tokens(idx.expect("encoded"), &dir.join("rust_tokens.safetensors"))?;
             ms
         }
         "var" => {
@@ -214,71 +245,25 @@ fn main() -> anyhow::Result<()> {
                 m.decode(&rows, &patch).map(|_| ()).map_err(wrap)
             })?;
             let t = Tensor::from_vec(codes.concat(), (batch, 680), &dev)?;
-            candle_core::safetensors::save(
-                &std::collections::HashMap::from([("tokens".to_string(), t)]),
-                dir.join(format!("rust_var_{batch}.safetensors")),
-            )?;
+            save_tokens(t, &dir.join(format!("rust_var_{batch}.safetensors")))?;
             ms
         }
         "titok" => {
-            // TiTok-L-32: 256² → 32 tokens → 256² through the MaskGIT-VQGAN pixel decoder, one
-            // pass (batch 1 after a warm-up), as the script's PyTorch side; tokens saved.
-            let batch = num(2, 1);
+            // TiTok-L-32: 256² → 32 tokens → 256² through the MaskGIT-VQGAN pixel decoder.
             let m = imgseq_vqgan::titok::load(dir, None, &dev)?.model;
-            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
-            let mut tokens = None;
-            let ms = time(usize::from(batch == 1), 1, || {
-                let t = m.encode(&x)?;
-                m.decode_tokens(&t)?;
-                tokens = Some(t);
-                Ok(())
-            })?;
-            let t = tokens.expect("encoded").to_dtype(DType::I64)?;
-            candle_core::safetensors::save(
-                &std::collections::HashMap::from([("tokens".to_string(), t)]),
-                dir.join(format!("rust_titok_{batch}.safetensors")),
-            )?;
-            ms
+            roundtrip(dir, "titok", num(2, 1), |x| m.encode(x), |t| m.decode_tokens(t).map(|_| ()))?
         }
         "emu3" => {
-            // Emu3's VQ: 256² → 1,024 tokens → 256², one pass (batch 1 after a warm-up), as
-            // the script's PyTorch side; the tokens saved for the agreement.
-            let batch = num(2, 1);
+            // Emu3's VQ: 256² → 1,024 tokens → 256².
             let m = imgseq_vqgan::emu3::load(dir, None, &dev)?.model;
-            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
-            let mut tokens = None;
-            let ms = time(usize::from(batch == 1), 1, || {
-                let t = m.encode(&x)?;
-                m.decode_indices(&t)?;
-                tokens = Some(t);
-                Ok(())
-            })?;
-            let t = tokens.expect("encoded").to_dtype(DType::I64)?;
-            candle_core::safetensors::save(
-                &std::collections::HashMap::from([("tokens".to_string(), t)]),
-                dir.join(format!("rust_emu3_{batch}.safetensors")),
-            )?;
-            ms
+            roundtrip(dir, "emu3", num(2, 1), |x| m.encode(x), |t| m.decode_indices(t).map(|_| ()))?
         }
         "cosmos" => {
-            // A Cosmos DI tokenizer from its TorchScript archives: 256² → FSQ codes → 256², one
-            // pass after a warm-up, as the script's PyTorch side; the codes are saved.
-            let batch = num(2, 1);
+            // A Cosmos DI tokenizer from its TorchScript archives: 256² → FSQ codes → 256².
             let m = imgseq_vqgan::cosmos::load(dir, &dev)?.model;
-            let x = load_tensors(dir.join("inputs.safetensors"), &dev)?[&format!("x{batch}")].clone();
-            let mut tokens = None;
-            let ms = time(1, 1, || {
-                let t = m.encode_indices(&x)?;
-                m.decode_indices(&t)?;
-                tokens = Some(t);
-                Ok(())
-            })?;
-            let t = tokens.expect("encoded");
-            candle_core::safetensors::save(
-                &std::collections::HashMap::from([("tokens".to_string(), t)]),
-                dir.join(format!("rust_cosmos_{batch}.safetensors")),
-            )?;
-            ms
+            roundtrip(dir, "cosmos", num(2, 1), |x| m.encode_indices(x), |t| {
+                m.decode_indices(t).map(|_| ())
+            })?
         }
         "conv" => {
             let reps = num(2, 10);
