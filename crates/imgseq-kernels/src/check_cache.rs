@@ -13,7 +13,6 @@
 //! and a write replaces the file atomically (a temporary file renamed over it).
 
 use crate::cpu::bf16::Kernel;
-use crate::precision::Agreement;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::UNIX_EPOCH;
@@ -22,6 +21,14 @@ use std::time::UNIX_EPOCH;
 const FORMAT: &str = "1";
 /// At most this many lines are kept (the newest).
 const MAX_LINES: usize = 512;
+
+/// A check's outcome as remembered: whether it passed and what it measured (the fields of
+/// [`crate::precision::Agreement`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remembered {
+    pub passed: bool,
+    pub summary: String,
+}
 
 /// The remembered agreement checks in one file.
 #[derive(Debug, Clone)]
@@ -57,12 +64,12 @@ impl CheckCache {
         &self.path
     }
 
-    /// The agreement remembered for `key`, if any (an unreadable file is an empty cache).
-    pub fn get(&self, key: &str) -> Option<Agreement> {
+    /// The outcome remembered for `key`, if any (an unreadable file is an empty cache).
+    pub fn get(&self, key: &str) -> Option<Remembered> {
         let text = std::fs::read_to_string(&self.path).ok()?;
         text.lines().rev().find_map(|line| {
             let (k, passed, summary) = parse(line)?;
-            (k == key).then(|| Agreement {
+            (k == key).then(|| Remembered {
                 passed,
                 summary: summary.to_string(),
             })
@@ -71,7 +78,7 @@ impl CheckCache {
 
     /// Remembers `a` for `key` (replacing an older line for it). Best effort for the caller:
     /// an error means only that the next run checks again.
-    pub fn put(&self, key: &str, a: &Agreement) -> std::io::Result<()> {
+    pub fn put(&self, key: &str, a: &Remembered) -> std::io::Result<()> {
         let old = std::fs::read_to_string(&self.path).unwrap_or_default();
         let mut lines: Vec<&str> = old
             .lines()
@@ -175,14 +182,14 @@ mod tests {
         let d = tmp("roundtrip");
         let c = CheckCache::at(d.join("sub").join("checks.tsv"));
         assert_eq!(c.get("k"), None, "an absent file is an empty cache");
-        let pass = Agreement {
+        let pass = Remembered {
             passed: true,
             summary: "40.0 dB\twith a tab".into(),
         };
         c.put("k", &pass).unwrap();
         c.put(
             "other",
-            &Agreement {
+            &Remembered {
                 passed: false,
                 summary: "no".into(),
             },
@@ -193,7 +200,7 @@ mod tests {
         assert_eq!(got.summary, "40.0 dB with a tab");
         c.put(
             "k",
-            &Agreement {
+            &Remembered {
                 passed: false,
                 summary: "later".into(),
             },
@@ -216,7 +223,7 @@ mod tests {
         assert_eq!(c.get("k").unwrap().summary, "good");
         c.put(
             "j",
-            &Agreement {
+            &Remembered {
                 passed: true,
                 summary: "s".into(),
             },
