@@ -5,13 +5,18 @@
 //! tokens in front of the patches).
 //!
 //! Every block runs on the project's kernels (`ops::linear`, `ops::attention`, `ops::gelu`,
-//! the layer-norm kernel).
+//! the layer-norm kernel). The linear layers and the patch projection are the shared
+//! [`Linear`]: f32, or bf16 weights packed once with f32 sums (`ops::linear_bf16`,
+//! [`set_precision`], [`pack_bf16_only`]); layer norms, softmax, the attention products,
+//! activations and residuals stay f32.
 
-use crate::model::{layer_norm, LayerNorm, Linear};
+use crate::model::{layer_norm, LayerNorm, Linear, LinearVisitor};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use imgseq_core::input::Crop;
-use imgseq_kernels::ops;
+use imgseq_kernels::ops::{self, Bf16Kernel};
+use imgseq_kernels::precision::{Agreement, Bf16Model, PrecisionChoice, PrecisionRequest};
+use imgseq_kernels::Precision;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -100,6 +105,14 @@ impl Attention {
         })
     }
 
+    /// The q, k, v and output projections.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(&mut self.q)?;
+        f(&mut self.k)?;
+        f(&mut self.v)?;
+        f(&mut self.out)
+    }
+
     /// Self-attention.
     ///
     /// # Shapes
@@ -144,6 +157,12 @@ impl Mlp {
         })
     }
 
+    /// fc1 and fc2.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(&mut self.fc1)?;
+        f(&mut self.fc2)
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.fc2.forward(&self.act.forward(&self.fc1.forward(x)?)?)
     }
@@ -181,6 +200,12 @@ impl EncoderLayer {
         })
     }
 
+    /// The attention's projections, then fc1 and fc2.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        self.self_attn.for_each_linear(f)?;
+        self.mlp.for_each_linear(f)
+    }
+
     /// # Shapes
     /// (b, n, D) → (b, n, D)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -190,11 +215,10 @@ impl EncoderLayer {
 }
 
 /// A conv whose kernel and stride are the patch side (`padding="valid"`), computed as a
-/// linear map of each flattened patch.
+/// linear map of each flattened patch (a [`Linear`] of (D, C·p·p): f32 or bf16 as the rest).
 #[derive(Debug, Clone)]
 pub struct PatchEmbed {
-    weight: Tensor, // (D, C·p·p)
-    bias: Option<Tensor>,
+    proj: Linear,
     channels: usize,
     patch: usize,
 }
@@ -209,18 +233,29 @@ impl PatchEmbed {
         vb: &VarBuilder,
     ) -> Result<Self> {
         let (c, p) = (channels, patch);
+        let weight = vb
+            .get((dim, c, p, p), "weight")?
+            .reshape((dim, c * p * p))?;
+        let bias = if bias {
+            Some(vb.get(dim, "bias")?)
+        } else {
+            None
+        };
         Ok(Self {
-            weight: vb
-                .get((dim, c, p, p), "weight")?
-                .reshape((dim, c * p * p))?,
-            bias: if bias {
-                Some(vb.get(dim, "bias")?)
-            } else {
-                None
-            },
+            proj: Linear::from_weights(weight, bias),
             channels,
             patch,
         })
+    }
+
+    /// The projection, as a linear layer of the flattened patches.
+    pub fn projection(&self) -> &Linear {
+        &self.proj
+    }
+
+    /// The projection, for [`VisionModel::for_each_linear`].
+    pub fn projection_mut(&mut self) -> &mut Linear {
+        &mut self.proj
     }
 
     /// The patches in raster order and the grid (rows, columns); rows and columns past the
@@ -244,10 +279,7 @@ impl PatchEmbed {
             .permute((0, 2, 4, 1, 3, 5))? // (b, gh, gw, c, p, p)
             .contiguous()?
             .reshape((b, gh * gw, c * p * p))?;
-        Ok((
-            ops::linear(&patches, &self.weight, self.bias.as_ref())?,
-            (gh, gw),
-        ))
+        Ok((self.proj.forward(&patches)?, (gh, gw)))
     }
 }
 
@@ -324,10 +356,57 @@ pub fn load_model<C, M>(
     Ok(model)
 }
 
+/// Which of transformers' `hidden_states` a forward pass keeps; the others are let go as
+/// soon as the next block has read them (a tower asked for one state holds two at a time,
+/// not `num_hidden_layers + 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every one: [`TowerOutput::hidden_states`] has `num_hidden_layers + 1`.
+    All,
+    /// State `i` only (0: the first block's input): `hidden_states` has that one.
+    One(usize),
+    /// None: `hidden_states` is empty (the last hidden state and the pooled output are
+    /// still given).
+    Nothing,
+}
+
+impl Keep {
+    fn keeps(self, i: usize) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::One(k) => k == i,
+            Keep::Nothing => false,
+        }
+    }
+}
+
+/// Runs `blocks` in turn from `first` (state 0), each by `forward`: the states `keep` asks
+/// for, and the last state.
+pub fn run_blocks<B>(
+    first: Tensor,
+    blocks: &[B],
+    keep: Keep,
+    forward: impl Fn(&B, &Tensor) -> Result<Tensor>,
+) -> Result<(Vec<Tensor>, Tensor)> {
+    let mut kept = Vec::new();
+    let mut h = first;
+    for (i, block) in blocks.iter().enumerate() {
+        if keep.keeps(i) {
+            kept.push(h.clone());
+        }
+        h = forward(block, &h)?;
+    }
+    if keep.keeps(blocks.len()) {
+        kept.push(h.clone());
+    }
+    Ok((kept, h))
+}
+
 /// What a forward pass of a tower gives.
 pub struct TowerOutput {
-    /// transformers' `hidden_states`: the input of the first block and every block's
-    /// output, `num_hidden_layers + 1` tensors (b, tokens, D).
+    /// transformers' `hidden_states`, as many as [`Keep`] asked for: all of them are the
+    /// input of the first block and every block's output, `num_hidden_layers + 1` tensors
+    /// (b, tokens, D).
     pub hidden_states: Vec<Tensor>,
     /// transformers' `last_hidden_state` (for SigLIP and DINOv2 the last state through the
     /// final layer norm; for CLIP the last state itself).
@@ -402,10 +481,109 @@ pub trait VisionModel: Send + Sync {
     fn has_pooled(&self) -> bool {
         true
     }
-    /// The hidden states, the last (normed) state and the pooled output of normalised
-    /// pixels (b, C, S, S).
-    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput>;
+    /// The hidden states `keep` asks for, the last (normed) state and the pooled output of
+    /// normalised pixels (b, C, S, S).
+    fn forward_kept(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput>;
+    /// [`Self::forward_kept`] keeping every hidden state.
+    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
+        self.forward_kept(x, Keep::All)
+    }
+    /// The patch projection: its precision is the model's ([`set_precision`] sets every
+    /// linear layer alike).
+    fn patch_projection(&self) -> &Linear;
+    /// Every linear layer, the patch projection first.
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()>;
 }
+
+/// The arithmetic of a tower's linear layers.
+pub fn precision_of<M: VisionModel + ?Sized>(m: &M) -> Precision {
+    m.patch_projection().precision()
+}
+
+/// Runs every linear layer of `m` (and the patch projection) in `precision` (bf16: packed
+/// once, on `kernel`; the f32 weights kept, so it can go back).
+pub fn set_precision<M: VisionModel + ?Sized>(
+    m: &mut M,
+    precision: Precision,
+    kernel: Bf16Kernel,
+) -> Result<()> {
+    m.for_each_linear(&mut |l: &mut Linear| l.set_precision(precision, kernel))
+}
+
+/// Runs `m` in bf16 for good: each linear layer packed (on `kernel`) and its f32 weights let
+/// go before the next is packed, so loading in bf16 never holds both copies of the model.
+pub fn pack_bf16_only<M: VisionModel + ?Sized>(m: &mut M, kernel: Bf16Kernel) -> Result<()> {
+    m.for_each_linear(&mut |l: &mut Linear| {
+        l.set_precision(Precision::Bf16, kernel)?;
+        l.release_f32()
+    })
+}
+
+/// How closely two hidden states (b, tokens, D) agree: the least cosine similarity of a
+/// token's two vectors, and the largest difference of a value relative to the reference's
+/// largest magnitude.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StateAgreement {
+    pub min_cosine: f64,
+    pub max_rel: f64,
+}
+
+impl StateAgreement {
+    /// `got` against `want` (the same shape, last axis the token's vector).
+    pub fn of(got: &Tensor, want: &Tensor) -> Result<Self> {
+        if got.dims() != want.dims() {
+            candle_core::bail!("states of {:?} and {:?} compared", got.dims(), want.dims());
+        }
+        let d = want.dims().last().copied().unwrap_or(1).max(1);
+        let a = got.flatten_all()?.to_vec1::<f32>()?;
+        let b = want.flatten_all()?.to_vec1::<f32>()?;
+        let mut min_cosine = 1f64;
+        for (x, y) in a.chunks(d).zip(b.chunks(d)) {
+            let (mut xy, mut xx, mut yy) = (0f64, 0f64, 0f64);
+            for (&p, &q) in x.iter().zip(y) {
+                let (p, q) = (p as f64, q as f64);
+                xy += p * q;
+                xx += p * p;
+                yy += q * q;
+            }
+            let c = if xx == 0.0 && yy == 0.0 {
+                1.0
+            } else {
+                xy / (xx.sqrt() * yy.sqrt()).max(f64::MIN_POSITIVE)
+            };
+            // NaN compares false: a NaN token makes the agreement NaN, which fails any bar.
+            if c < min_cosine || c.is_nan() {
+                min_cosine = c;
+            }
+        }
+        let scale = b.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0f64, |m, (p, q)| m.max((*p as f64 - *q as f64).abs()));
+        Ok(Self {
+            min_cosine,
+            max_rel: diff / scale.max(f64::MIN_POSITIVE),
+        })
+    }
+}
+
+impl std::fmt::Display for StateAgreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "least token cosine {:.6}, largest difference {:.2e} of the largest value",
+            self.min_cosine, self.max_rel
+        )
+    }
+}
+
+/// The least token cosine between a tower's bf16 and f32 last hidden states for `auto` to
+/// take bf16 ([`Tower::choose_precision`]).
+pub const MIN_BF16_COSINE: f64 = 0.999;
+
+/// Pictures in `auto`'s agreement check.
+pub const CHECK_PICTURES: usize = 2;
 
 /// A tower as a tokenizer: pictures (its processor's normalisation) → one hidden state.
 pub struct Tower<M> {
@@ -459,8 +637,20 @@ impl<M: VisionModel> Tower<M> {
             }
     }
 
-    /// The chosen state of a forward pass, with or without the tokens in front (the pooled
-    /// output as one token).
+    /// The hidden states a forward pass must keep for [`Self::pick`]: the chosen layer's
+    /// only.
+    pub fn keep(&self) -> imgseq_core::Result<Keep> {
+        Ok(match self.layer {
+            Some(l) if !self.pooled => Keep::One(hidden_state_index(
+                l,
+                self.model.num_hidden_layers() + 1,
+            )?),
+            _ => Keep::Nothing,
+        })
+    }
+
+    /// The chosen state of a forward pass that kept [`Self::keep`]'s states, with or without
+    /// the tokens in front (the pooled output as one token).
     pub fn pick(&self, out: &TowerOutput) -> imgseq_core::Result<Tensor> {
         if self.pooled {
             let p = out.pooled.as_ref().ok_or_else(|| {
@@ -469,7 +659,9 @@ impl<M: VisionModel> Tower<M> {
             return Ok(p.unsqueeze(1)?);
         }
         let h = match self.layer {
-            Some(l) => &out.hidden_states[hidden_state_index(l, out.hidden_states.len())?],
+            Some(_) => out.hidden_states.first().ok_or_else(|| {
+                imgseq_core::Error::invalid("the tower kept no hidden state for the layer asked")
+            })?,
             None => &out.last_hidden_state,
         };
         let (skip, n) = (self.model.prefix_tokens(), h.dim(1)?);
@@ -477,6 +669,71 @@ impl<M: VisionModel> Tower<M> {
             h.narrow(1, skip, n - skip)?
         } else {
             h.clone()
+        })
+    }
+}
+
+impl<M: VisionModel> Tower<M> {
+    /// Resolves `--precision` for this tower on this CPU and sets it, for inference: `f32`
+    /// and `bf16` as asked; `auto` as [`PrecisionRequest::resolve`] decides for linear layers
+    /// (bf16 only where the CPU kind runs `vdpbf16ps` faster than its f32 FMA, and then only
+    /// when [`Bf16Model::bf16_agreement`]'s check passes). bf16 runs on the best code path of
+    /// this CPU, and the f32 weights are let go ([`pack_bf16_only`]): the tower then runs in
+    /// bf16 only. Says which precision runs and why.
+    pub fn choose_precision(
+        &mut self,
+        request: PrecisionRequest,
+    ) -> imgseq_core::Result<PrecisionChoice> {
+        let support = Bf16Model::bf16_support(self);
+        let choice = request.resolve_with(support, || {
+            Bf16Model::set_precision(self, Precision::F32)?;
+            self.agreement_ending_in_bf16()
+        })?;
+        match choice.precision {
+            Precision::F32 => Bf16Model::set_precision(self, Precision::F32)?,
+            Precision::Bf16 => pack_bf16_only(&mut self.model, Bf16Kernel::best())?,
+        }
+        Ok(choice)
+    }
+
+    /// The last hidden states of `auto`'s check pictures ([`CHECK_PICTURES`] of the
+    /// classifier's built-in ones at the tower's side) in the tower's current precision.
+    fn check_state(&self) -> imgseq_core::Result<Tensor> {
+        let side = self.pixels.size;
+        let imgs: Vec<image::RgbImage> = crate::precision::check_images(CHECK_PICTURES, side, 3)
+            .into_iter()
+            .map(|i| i.to_rgb8())
+            .collect();
+        let x = self.pixels.tensor(&imgs)?;
+        Ok(self.model.forward_kept(&x, Keep::Nothing)?.last_hidden_state)
+    }
+}
+
+impl<M: VisionModel> Bf16Model for Tower<M> {
+    type Error = imgseq_core::Error;
+
+    fn precision(&self) -> Precision {
+        precision_of(&self.model)
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> imgseq_core::Result<()> {
+        Ok(set_precision(&mut self.model, precision, Bf16Kernel::best())?)
+    }
+
+    /// The check pictures' last hidden states in f32 and in bf16: bf16 passes when every
+    /// token's cosine with f32's is at least [`MIN_BF16_COSINE`].
+    fn agreement_ending_in_bf16(&mut self) -> imgseq_core::Result<Agreement> {
+        Bf16Model::set_precision(self, Precision::F32)?;
+        let h32 = self.check_state()?;
+        Bf16Model::set_precision(self, Precision::Bf16)?;
+        let h16 = self.check_state()?;
+        let a = StateAgreement::of(&h16, &h32)?;
+        Ok(Agreement {
+            passed: a.min_cosine >= MIN_BF16_COSINE,
+            summary: format!(
+                "{CHECK_PICTURES} check pictures' last hidden states against f32: {a} (bar: \
+                 cosine {MIN_BF16_COSINE})"
+            ),
         })
     }
 }
@@ -527,6 +784,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
             },
         );
         d.config = config;
+        d.precision = precision_of(&self.model).name().into();
         d
     }
 
@@ -544,7 +802,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
     }
 
     fn encode(&self, x: &Tensor) -> imgseq_core::Result<imgseq_core::tokenizer::Encoded> {
-        let out = self.model.forward_tower(x)?;
+        let out = self.model.forward_kept(x, self.keep()?)?;
         let h = self.pick(&out)?;
         let (n, tokens, dim) = h.dims3()?;
         Ok(imgseq_core::tokenizer::Encoded::Embeddings(
