@@ -654,6 +654,69 @@ fn a_tower_gives_its_pooled_output_as_one_token() {
     assert!(e.contains("pooled") && e.lines().count() == 1, "{e}");
 }
 
+/// `--precision` for the towers: bf16 when asked (the description and the loader's choice say
+/// it; the state within the bar of f32's, not f32's bits), f32 as asked, and `auto` as every
+/// family's linear layers: bf16 only where the CPU kind runs `vdpbf16ps` faster than f32 (then
+/// after its agreement check), else f32's very bits.
+#[test]
+fn a_tower_runs_in_the_precision_asked_and_auto_follows_the_cpu_rule() {
+    use imgseq_kernels::precision::{bf16_support, Bf16Support};
+    use imgseq_kernels::{Precision, PrecisionRequest};
+    use imgseq_vit::tower::{StateAgreement, MIN_BF16_COSINE};
+    let pic = RgbImage::from_fn(40, 40, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
+    for src in ["clip/vision", "siglip/vision", "dinov2/plain"] {
+        let at = |precision| {
+            let o = OpenOptions {
+                precision,
+                ..OpenOptions::default()
+            };
+            open(&fx(src), &o).unwrap_or_else(|e| panic!("{src}: {e}"))
+        };
+        let (t32, t16, auto) = (
+            at(PrecisionRequest::F32),
+            at(PrecisionRequest::Bf16),
+            at(PrecisionRequest::Auto),
+        );
+        let chosen = |t: &imgseq_models::Opened| t.precision.as_ref().map(|c| c.precision);
+        assert_eq!(t32.describe().precision, "f32", "{src}");
+        assert_eq!(t16.describe().precision, "bf16", "{src}");
+        assert_eq!(chosen(&t16), Some(Precision::Bf16), "{src}");
+        let x = t32.input().square(&pic).unwrap();
+        let state = |t: &imgseq_models::Opened| {
+            let imgseq_core::tokenizer::Encoded::Embeddings(e) =
+                t.encode_pictures(std::slice::from_ref(&x)).unwrap()
+            else {
+                panic!("{src}: embeddings expected")
+            };
+            candle_core::Tensor::from_vec(e.data, (e.n, e.tokens, e.dim), &candle_core::Device::Cpu)
+                .unwrap()
+        };
+        let (s32, s16, sauto) = (state(&t32), state(&t16), state(&auto));
+        let a = StateAgreement::of(&s16, &s32).unwrap();
+        assert!(a.min_cosine >= MIN_BF16_COSINE, "{src}: {a}");
+        let bits = |t: &candle_core::Tensor| {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_ne!(bits(&s16), bits(&s32), "{src}: bf16 gave f32's bits");
+        let want = if bf16_support() == Bf16Support::FasterThanF32 {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        };
+        let c = auto.precision.clone().unwrap();
+        assert_eq!(c.precision, want, "{src}: {c}");
+        assert_eq!(auto.describe().precision, want.name(), "{src}");
+        let same = if want == Precision::F32 { &s32 } else { &s16 };
+        assert_eq!(bits(&sauto), bits(same), "{src}: auto ({c})");
+    }
+}
+
 /// The vision towers' speed row: `scripts/bench_towers.py --out DIR` saves CLIP ViT-L/14-336
 /// and SigLIP so400m-384 with random weights and transformers' outputs, times transformers,
 /// then runs this (`IMGSEQ_TOWER_BENCH=DIR`, `IMGSEQ_TOWER_BATCHES=1,16`,
