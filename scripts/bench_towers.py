@@ -5,10 +5,10 @@ and `sdpa`, its best simple setting) on the same weights, inputs and threads, in
 bf16, with each side's peak resident set.
 
   bench_towers.py --out DIR [--batch 1,16] [--precision f32,bf16] [--threads 2]
-                  [--only clip,siglip] [--reps 2]
+                  [--only clip,siglip] [--reps 2] [--warmup 1]
 
 One command prints, per tower, batch and precision: the seconds of one forward (best of
---reps after a warm-up) of imgseq, transformers eager and transformers sdpa; imgseq's time
+--reps after --warmup untimed ones) of imgseq, transformers eager and transformers sdpa; imgseq's time
 over sdpa's; each side's peak resident set (`VmHWM`, MiB); and how imgseq's (and
 transformers' bf16) last hidden state agrees with transformers' f32 one (the least cosine of
 a token's two vectors, the largest difference relative to the largest value). First the CPU
@@ -124,11 +124,12 @@ def row(a):
         io = None
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if prec == "bf16" else contextlib.nullcontext()
     with torch.inference_mode(), ctx:
-        y = m(pixel_values=x).last_hidden_state  # warm-up
+        for _ in range(a.warmup):
+            m(pixel_values=x)
         best = float("inf")
         for _ in range(a.reps):
             t = time.perf_counter()
-            m(pixel_values=x)
+            y = m(pixel_values=x).last_hidden_state
             best = min(best, time.perf_counter() - t)
     y = y.float()
     if io is None:
@@ -173,6 +174,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="clip,siglip")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--make", action="store_true", help=argparse.SUPPRESS)
@@ -187,14 +189,14 @@ def main():
     import transformers
     print(f"CPU: {cpu()}")
     print(f"{a.threads} threads each side; torch {torch.__version__}, transformers "
-          f"{transformers.__version__}; best of {a.reps} after a warm-up")
+          f"{transformers.__version__}; best of {a.reps} after {a.warmup} untimed")
     os.makedirs(a.out, exist_ok=True)
     batches = [int(b) for b in a.batch.split(",")]
     precisions = a.precision.split(",")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), RAYON_NUM_THREADS=str(a.threads),
                RUST_BACKTRACE="0")
     me = [sys.executable, os.path.abspath(__file__), "--out", a.out, "--threads", str(a.threads),
-          "--reps", str(a.reps)]
+          "--reps", str(a.reps), "--warmup", str(a.warmup)]
     binary = test_binary()
     rows = []
     names = a.only.split(",")
@@ -212,7 +214,7 @@ def main():
                           f"peak {rows[-1]['peak_mib']:.0f} MiB", flush=True)
                 renv = dict(env, IMGSEQ_TOWER_BENCH=os.path.abspath(a.out), IMGSEQ_TOWER_ONLY=name,
                             IMGSEQ_TOWER_BATCHES=str(b), IMGSEQ_TOWER_PRECISION=prec,
-                            IMGSEQ_TOWER_REPS=str(a.reps))
+                            IMGSEQ_TOWER_REPS=str(a.reps), IMGSEQ_TOWER_WARMUP=str(a.warmup))
                 for r in run_rows([binary, "released_tower_speed", "--exact", "--ignored",
                                    "--nocapture", "--test-threads", "1"], renv):
                     rows.append(dict(r, side="imgseq"))

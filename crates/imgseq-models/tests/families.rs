@@ -729,8 +729,8 @@ fn status_mib(key: &str) -> Option<f64> {
 /// and SigLIP so400m-384 with random weights and transformers' f32 outputs, times
 /// transformers, then runs this once per row (`IMGSEQ_TOWER_BENCH=DIR`,
 /// `IMGSEQ_TOWER_ONLY=clip`, `IMGSEQ_TOWER_BATCHES=16`, `IMGSEQ_TOWER_PRECISION=f32|bf16`,
-/// `IMGSEQ_TOWER_REPS=2`): imgseq's forward through the loader on the same pixel values, best
-/// of the repetitions after a warm-up, its agreement with transformers' f32 last hidden state
+/// `IMGSEQ_TOWER_REPS=2`, `IMGSEQ_TOWER_WARMUP=1`): imgseq's forward through the loader on the
+/// same pixel values, best of the repetitions after the untimed ones, its agreement with transformers' f32 last hidden state
 /// (each token's cosine, the largest difference relative to the largest value) and this
 /// process's peak resident set (`VmHWM`), printed as a `ROW {json}` line the script reads.
 #[test]
@@ -751,6 +751,7 @@ fn released_tower_speed() {
     let reps: usize = std::env::var("IMGSEQ_TOWER_REPS")
         .map_or(2, |r| r.parse().unwrap())
         .max(1);
+    let warmup: usize = std::env::var("IMGSEQ_TOWER_WARMUP").map_or(1, |r| r.parse().unwrap());
     for name in var("IMGSEQ_TOWER_ONLY").split(',') {
         let o = OpenOptions {
             precision,
@@ -760,7 +761,11 @@ fn released_tower_speed() {
         let t = open(&dir.join(name), &o).unwrap();
         let load_s = start.elapsed().as_secs_f64();
         let loaded_mib = status_mib("VmRSS:").unwrap_or(f64::NAN);
-        let chosen = t.precision.as_ref().map(|c| c.to_string()).unwrap_or_default();
+        let chosen = t
+            .precision
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
         eprintln!("imgseq {name}: precision {chosen}; loaded in {load_s:.1} s, {loaded_mib:.0} MiB resident");
         for &b in &batches {
             let io = candle_core::safetensors::load(
@@ -773,8 +778,14 @@ fn released_tower_speed() {
                 let e = t.encode(&io["pixel_values"]).unwrap();
                 (start.elapsed().as_secs_f64(), e)
             };
-            let (_, e) = run(); // warm-up
-            let secs = (0..reps).map(|_| run().0).fold(f64::INFINITY, f64::min);
+            for _ in 0..warmup {
+                run();
+            }
+            let (mut secs, mut e) = run();
+            for _ in 1..reps {
+                let (s, again) = run();
+                (secs, e) = (secs.min(s), again);
+            }
             let imgseq_core::tokenizer::Encoded::Embeddings(e) = e else {
                 panic!("{name}: embeddings expected")
             };

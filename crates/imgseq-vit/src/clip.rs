@@ -294,6 +294,8 @@ impl tower::VisionModel for ClipVisionModel {
 
     fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
         f(self.patch_embedding.projection_mut())?;
-        self.layers.iter_mut().try_for_each(|l| l.for_each_linear(f))
+        self.layers
+            .iter_mut()
+            .try_for_each(|l| l.for_each_linear(f))
     }
 }

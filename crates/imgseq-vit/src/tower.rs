@@ -392,7 +392,9 @@ pub fn read_safetensors(
             .map_err(|_| bad(format!("tensor `{name}`: its data_offsets")))?;
         let bytes = shape
             .iter()
-            .try_fold(dtype.size_in_bytes() as u64, |a, &d| a.checked_mul(d as u64));
+            .try_fold(dtype.size_in_bytes() as u64, |a, &d| {
+                a.checked_mul(d as u64)
+            });
         let [begin, end] = offsets;
         if begin > end
             || Some(end - begin) != bytes
@@ -732,10 +734,9 @@ impl<M: VisionModel> Tower<M> {
     /// only.
     pub fn keep(&self) -> imgseq_core::Result<Keep> {
         Ok(match self.layer {
-            Some(l) if !self.pooled => Keep::One(hidden_state_index(
-                l,
-                self.model.num_hidden_layers() + 1,
-            )?),
+            Some(l) if !self.pooled => {
+                Keep::One(hidden_state_index(l, self.model.num_hidden_layers() + 1)?)
+            }
             _ => Keep::Nothing,
         })
     }
@@ -796,7 +797,10 @@ impl<M: VisionModel> Tower<M> {
             .map(|i| i.to_rgb8())
             .collect();
         let x = self.pixels.tensor(&imgs)?;
-        Ok(self.model.forward_kept(&x, Keep::Nothing)?.last_hidden_state)
+        Ok(self
+            .model
+            .forward_kept(&x, Keep::Nothing)?
+            .last_hidden_state)
     }
 }
 
@@ -808,7 +812,11 @@ impl<M: VisionModel> Bf16Model for Tower<M> {
     }
 
     fn set_precision(&mut self, precision: Precision) -> imgseq_core::Result<()> {
-        Ok(set_precision(&mut self.model, precision, Bf16Kernel::best())?)
+        Ok(set_precision(
+            &mut self.model,
+            precision,
+            Bf16Kernel::best(),
+        )?)
     }
 
     /// The check pictures' last hidden states in f32 and in bf16: bf16 passes when every
@@ -919,7 +927,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.safetensors");
         let dev = Device::Cpu;
-        let a = Tensor::arange(0f32, 12., &dev).unwrap().reshape((3, 4)).unwrap();
+        let a = Tensor::arange(0f32, 12., &dev)
+            .unwrap()
+            .reshape((3, 4))
+            .unwrap();
         let b = Tensor::new(&[1.5f32, -2.0], &dev)
             .unwrap()
             .to_dtype(candle_core::DType::BF16)
