@@ -3,9 +3,9 @@
 //! [`Opened`] of a tower.
 //!
 //! `--precision` for a tower: `f32`; `bf16` (every linear layer and the patch projection on
-//! bf16 weights packed once, f32 sums; the f32 weights let go); `auto` (the default) as for
-//! every family's linear layers: bf16 only where the CPU kind runs `vdpbf16ps` faster than
-//! f32 and the tower's agreement check passes, else f32 ([`Tower::choose_precision`]).
+//! bf16 weights packed once, f32 sums; the f32 weights let go); `auto` (the default) keeps
+//! f32, on every CPU: a tower's output is the features users store, which bf16 changes
+//! ([`Tower::choose_precision`]).
 
 use crate::family::{OpenOptions, Probe};
 use crate::Opened;

@@ -655,12 +655,10 @@ fn a_tower_gives_its_pooled_output_as_one_token() {
 }
 
 /// `--precision` for the towers: bf16 when asked (the description and the loader's choice say
-/// it; the state within the bar of f32's, not f32's bits), f32 as asked, and `auto` as every
-/// family's linear layers: bf16 only where the CPU kind runs `vdpbf16ps` faster than f32 (then
-/// after its agreement check), else f32's very bits.
+/// it; the state within the bar of f32's, not f32's bits), f32 as asked, and `auto` f32 on
+/// every CPU (a tower's features never depend on the machine), to the bit.
 #[test]
-fn a_tower_runs_in_the_precision_asked_and_auto_follows_the_cpu_rule() {
-    use imgseq_kernels::precision::{bf16_support, Bf16Support};
+fn a_tower_runs_in_the_precision_asked_and_auto_keeps_f32() {
     use imgseq_kernels::{Precision, PrecisionRequest};
     use imgseq_vit::tower::{StateAgreement, MIN_BF16_COSINE};
     let pic = RgbImage::from_fn(40, 40, |x, y| Rgb([(x * 5) as u8, (y * 7) as u8, 90]));
@@ -704,16 +702,10 @@ fn a_tower_runs_in_the_precision_asked_and_auto_follows_the_cpu_rule() {
                 .collect::<Vec<_>>()
         };
         assert_ne!(bits(&s16), bits(&s32), "{src}: bf16 gave f32's bits");
-        let want = if bf16_support() == Bf16Support::FasterThanF32 {
-            Precision::Bf16
-        } else {
-            Precision::F32
-        };
         let c = auto.precision.clone().unwrap();
-        assert_eq!(c.precision, want, "{src}: {c}");
-        assert_eq!(auto.describe().precision, want.name(), "{src}");
-        let same = if want == Precision::F32 { &s32 } else { &s16 };
-        assert_eq!(bits(&sauto), bits(same), "{src}: auto ({c})");
+        assert_eq!(c.precision, Precision::F32, "{src}: {c}");
+        assert_eq!(auto.describe().precision, "f32", "{src}");
+        assert_eq!(bits(&sauto), bits(&s32), "{src}: auto ({c})");
     }
 }
 
