@@ -459,6 +459,11 @@ impl Bf16Linear {
             kernel,
         })
     }
+
+    /// The code path the weights were packed for.
+    pub fn kernel(&self) -> Bf16Kernel {
+        self.kernel
+    }
 }
 
 /// Linear layer (as [`linear`]) in bf16 with f32 accumulation, on the CPU.

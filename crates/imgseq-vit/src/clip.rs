@@ -12,9 +12,9 @@
 //! Weights: a `CLIPVisionModel.save_pretrained` folder (names as above) or a full CLIP
 //! checkpoint (`vision_model.` + name; the text tower's tensors are left out).
 
-use crate::model::{layer_norm, LayerNorm};
+use crate::model::{layer_norm, LayerNorm, Linear, LinearVisitor};
 use crate::processor;
-use crate::tower::{self, Activation, BlockSizes, EncoderLayer, PatchEmbed, TowerOutput};
+use crate::tower::{self, Activation, BlockSizes, EncoderLayer, Keep, PatchEmbed, TowerOutput};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -160,18 +160,26 @@ impl ClipVisionModel {
 
     /// Every hidden state and the pooled output.
     pub fn forward_all(&self, x: &Tensor) -> Result<ClipOutput> {
-        let mut h = vec![self.pre_layrnorm.forward(&self.embeddings(x)?)?];
-        for layer in &self.layers {
-            let next = layer.forward(h.last().expect("non-empty"))?;
-            h.push(next);
-        }
-        let last = h.last().expect("non-empty");
+        let out = self.forward_states(x, Keep::All)?;
+        Ok(ClipOutput {
+            hidden_states: out.hidden_states,
+            pooled: out
+                .pooled
+                .ok_or_else(|| candle_core::Error::msg("the CLIP tower gave no pooled output"))?,
+        })
+    }
+
+    /// The hidden states `keep` asks for, the last one and the pooled output.
+    fn forward_states(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        let first = self.pre_layrnorm.forward(&self.embeddings(x)?)?;
+        let (kept, last) = tower::run_blocks(first, &self.layers, keep, EncoderLayer::forward)?;
         let pooled = self
             .post_layernorm
             .forward(&last.narrow(1, 0, 1)?.squeeze(1)?)?;
-        Ok(ClipOutput {
-            hidden_states: h,
-            pooled,
+        Ok(TowerOutput {
+            hidden_states: kept,
+            last_hidden_state: last,
+            pooled: Some(pooled),
         })
     }
 }
@@ -276,12 +284,18 @@ impl tower::VisionModel for ClipVisionModel {
         1
     }
 
-    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
-        let out = self.forward_all(x)?;
-        Ok(TowerOutput {
-            last_hidden_state: out.hidden_states.last().expect("non-empty").clone(),
-            hidden_states: out.hidden_states,
-            pooled: Some(out.pooled),
-        })
+    fn forward_kept(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        self.forward_states(x, keep)
+    }
+
+    fn patch_projection(&self) -> &Linear {
+        self.patch_embedding.projection()
+    }
+
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(self.patch_embedding.projection_mut())?;
+        self.layers
+            .iter_mut()
+            .try_for_each(|l| l.for_each_linear(f))
     }
 }

@@ -17,9 +17,9 @@
 //! `encoder.layer.N.attention.attention.query`, `…attention.output.dense`, `…mlp.fc1`).
 
 use crate::interpolate::{bicubic_aa_resize_grid, bicubic_resize_grid};
-use crate::model::{layer_norm, LayerNorm, Linear};
+use crate::model::{layer_norm, LayerNorm, Linear, LinearVisitor};
 use crate::processor;
-use crate::tower::{self, Activation, Attention, Mlp, PatchEmbed, TowerOutput};
+use crate::tower::{self, Activation, Attention, Keep, Mlp, PatchEmbed, TowerOutput};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
@@ -146,6 +146,19 @@ enum Ffn {
 }
 
 impl Ffn {
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        match self {
+            Ffn::Mlp(m) => m.for_each_linear(f),
+            Ffn::SwiGlu {
+                weights_in,
+                weights_out,
+            } => {
+                f(weights_in)?;
+                f(weights_out)
+            }
+        }
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Ffn::Mlp(m) => m.forward(x),
@@ -208,6 +221,11 @@ impl Dinov2Layer {
             ffn,
             lambda2: vb.pp("layer_scale2").get(d, "lambda1")?,
         })
+    }
+
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        self.attention.for_each_linear(f)?;
+        self.ffn.for_each_linear(f)
     }
 
     /// # Shapes
@@ -307,15 +325,17 @@ impl Dinov2Model {
     /// Every hidden state, the last one through `layernorm`, and the pooled output (the
     /// class token of the last).
     pub fn forward_all(&self, x: &Tensor) -> Result<TowerOutput> {
-        let mut h = vec![self.embeddings(x)?];
-        for layer in &self.layers {
-            let next = layer.forward(h.last().expect("non-empty"))?;
-            h.push(next);
-        }
-        let last = self.layernorm.forward(h.last().expect("non-empty"))?;
+        self.forward_states(x, Keep::All)
+    }
+
+    /// [`Self::forward_all`] keeping the hidden states `keep` asks for.
+    fn forward_states(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        let first = self.embeddings(x)?;
+        let (kept, last) = tower::run_blocks(first, &self.layers, keep, Dinov2Layer::forward)?;
+        let last = self.layernorm.forward(&last)?;
         let pooled = last.narrow(1, 0, 1)?.squeeze(1)?;
         Ok(TowerOutput {
-            hidden_states: h,
+            hidden_states: kept,
             last_hidden_state: last,
             pooled: Some(pooled),
         })
@@ -417,7 +437,18 @@ impl tower::VisionModel for Dinov2Model {
         1 + self.cfg.num_register_tokens
     }
 
-    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
-        self.forward_all(x)
+    fn forward_kept(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        self.forward_states(x, keep)
+    }
+
+    fn patch_projection(&self) -> &Linear {
+        self.patch_embeddings.projection()
+    }
+
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(self.patch_embeddings.projection_mut())?;
+        self.layers
+            .iter_mut()
+            .try_for_each(|l| l.for_each_linear(f))
     }
 }

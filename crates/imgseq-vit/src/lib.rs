@@ -21,6 +21,7 @@
 //! Training it (the loop on either engine, the CNN teacher, the jobs the command line starts)
 //! is the `imgseq-train` crate's (`imgseq_train::vit`).
 
+pub mod agreement;
 pub mod checkpoint;
 pub mod clip;
 pub mod config;
@@ -41,6 +42,7 @@ pub mod run;
 pub mod siglip;
 pub mod tokenizer;
 pub mod tower;
+pub mod tower_load;
 
 pub use config::ViTConfig;
 pub use inference::Classifier;

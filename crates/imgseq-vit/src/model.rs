@@ -17,11 +17,15 @@ use imgseq_kernels::Precision;
 use crate::config::{patch_grid, ViTConfig};
 use crate::interpolate::bicubic_resize_grid;
 
-/// A linear layer in PyTorch layout (weight (out, in)), computed by `ops::linear`.
+/// A linear layer in PyTorch layout (weight (out, in)), computed by `ops::linear`, or by
+/// `ops::linear_bf16` on bf16-packed weights ([`Linear::set_precision`]). Packed for bf16, it
+/// can let its f32 weights go ([`Linear::release_f32`]) so an inference-only model holds one
+/// copy of them.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
+    /// (out, in); `None` once released ([`Linear::release_f32`]).
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
     /// The weights packed for [`Precision::Bf16`] inference; `None`: f32.
     bf16: Option<Bf16Linear>,
 }
@@ -47,44 +51,85 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self {
-            weight,
-            bias,
-            bf16: None,
-        })
+        Ok(Self::from_weights(weight, bias))
     }
 
     /// A layer of weights already read (a fused projection's slice, say).
     pub(crate) fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Self {
         Self {
-            weight,
+            weight: Some(weight),
             bias,
             bf16: None,
         }
     }
 
+    /// The f32 weight (out, in); `None` once released.
+    pub fn weight(&self) -> Option<&Tensor> {
+        self.weight.as_ref()
+    }
+
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// The arithmetic the layer runs in.
+    pub fn precision(&self) -> Precision {
+        if self.bf16.is_some() {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        }
+    }
+
+    /// The bf16 code path its packed weights were made for (`None`: f32).
+    pub fn bf16_kernel(&self) -> Option<Bf16Kernel> {
+        self.bf16.as_ref().map(Bf16Linear::kernel)
+    }
+
     /// Runs the layer in `precision`: bf16 packs the weights once (on `kernel`); f32 drops
-    /// the packed copy.
+    /// the packed copy. Both need the f32 weights, unless the layer is already packed on
+    /// `kernel`.
     pub fn set_precision(&mut self, precision: Precision, kernel: Bf16Kernel) -> Result<()> {
+        if precision == Precision::Bf16 && self.bf16_kernel() == Some(kernel) {
+            return Ok(());
+        }
+        let Some(weight) = &self.weight else {
+            candle_core::bail!(
+                "this layer's f32 weights were let go after packing them for bf16; it runs in \
+                 bf16 only"
+            );
+        };
         self.bf16 = match precision {
             Precision::F32 => None,
-            Precision::Bf16 => Some(Bf16Linear::new(&self.weight, self.bias.as_ref(), kernel)?),
+            Precision::Bf16 => Some(Bf16Linear::new(weight, self.bias.as_ref(), kernel)?),
         };
+        Ok(())
+    }
+
+    /// Lets the f32 weights go, keeping the bf16-packed copy (which holds the bias too): the
+    /// layer then runs in bf16 only. An error for a layer not packed for bf16.
+    pub fn release_f32(&mut self) -> Result<()> {
+        if self.bf16.is_none() {
+            candle_core::bail!("a layer not packed for bf16 keeps its f32 weights");
+        }
+        self.weight = None;
         Ok(())
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match &self.bf16 {
-            Some(p) => ops::linear_bf16(x, p),
-            None => ops::linear(x, &self.weight, self.bias.as_ref()),
+        match (&self.bf16, &self.weight) {
+            (Some(p), _) => ops::linear_bf16(x, p),
+            (None, Some(w)) => ops::linear(x, w, self.bias.as_ref()),
+            (None, None) => candle_core::bail!("a linear layer without weights"),
         }
     }
 }
 
-/// Every linear layer of a block, for [`ViTForImageClassification::set_precision`].
-type LinearVisitor<'a> = dyn FnMut(&mut Linear) -> Result<()> + 'a;
+/// Every linear layer of a block, for [`ViTForImageClassification::set_precision`] and the
+/// towers' ([`crate::tower::set_precision`]).
+pub type LinearVisitor<'a> = dyn FnMut(&mut Linear) -> Result<()> + 'a;
 
 /// LayerNorm `vb` (`layernorm_before`, `layernorm_after`, `layernorm`) of `dim` values.
 pub(crate) fn layer_norm(dim: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {

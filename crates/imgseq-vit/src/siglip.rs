@@ -13,10 +13,10 @@
 //! Weights: a `SiglipVisionModel.save_pretrained` folder (names as above) or a full SigLIP
 //! checkpoint (`vision_model.` + name; the text tower's tensors are left out).
 
-use crate::model::{layer_norm, LayerNorm};
+use crate::model::{layer_norm, LayerNorm, Linear, LinearVisitor};
 use crate::processor;
 use crate::tower::{
-    self, Activation, Attention, BlockSizes, EncoderLayer, Mlp, PatchEmbed, TowerOutput,
+    self, Activation, Attention, BlockSizes, EncoderLayer, Keep, Mlp, PatchEmbed, TowerOutput,
 };
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
@@ -126,6 +126,11 @@ impl PoolingHead {
         })
     }
 
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        self.attention.for_each_linear(f)?;
+        self.mlp.for_each_linear(f)
+    }
+
     /// # Shapes
     /// (b, n, D) → (b, D)
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -187,18 +192,20 @@ impl SiglipVisionModel {
     /// Every hidden state, the last one through `post_layernorm`, and the pooled output
     /// (`None` for a config with `vision_use_head` false).
     pub fn forward_all(&self, x: &Tensor) -> Result<TowerOutput> {
-        let mut h = vec![self.embeddings(x)?];
-        for layer in &self.layers {
-            let next = layer.forward(h.last().expect("non-empty"))?;
-            h.push(next);
-        }
-        let last = self.post_layernorm.forward(h.last().expect("non-empty"))?;
+        self.forward_states(x, Keep::All)
+    }
+
+    /// [`Self::forward_all`] keeping the hidden states `keep` asks for.
+    fn forward_states(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        let first = self.embeddings(x)?;
+        let (kept, last) = tower::run_blocks(first, &self.layers, keep, EncoderLayer::forward)?;
+        let last = self.post_layernorm.forward(&last)?;
         let pooled = match &self.head {
             Some(head) => Some(head.forward(&last)?),
             None => None,
         };
         Ok(TowerOutput {
-            hidden_states: h,
+            hidden_states: kept,
             last_hidden_state: last,
             pooled,
         })
@@ -303,7 +310,22 @@ impl tower::VisionModel for SiglipVisionModel {
         self.head.is_some()
     }
 
-    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
-        self.forward_all(x)
+    fn forward_kept(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput> {
+        self.forward_states(x, keep)
+    }
+
+    fn patch_projection(&self) -> &Linear {
+        self.patch_embedding.projection()
+    }
+
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(self.patch_embedding.projection_mut())?;
+        self.layers
+            .iter_mut()
+            .try_for_each(|l| l.for_each_linear(f))?;
+        match &mut self.head {
+            Some(head) => head.for_each_linear(f),
+            None => Ok(()),
+        }
     }
 }

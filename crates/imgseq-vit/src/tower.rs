@@ -5,15 +5,18 @@
 //! tokens in front of the patches).
 //!
 //! Every block runs on the project's kernels (`ops::linear`, `ops::attention`, `ops::gelu`,
-//! the layer-norm kernel).
+//! the layer-norm kernel). The linear layers and the patch projection are the shared
+//! [`Linear`]: f32, or bf16 weights packed once with f32 sums (`ops::linear_bf16`,
+//! [`set_precision`], [`pack_bf16_only`]); layer norms, softmax, the attention products,
+//! activations and residuals stay f32.
 
-use crate::model::{layer_norm, LayerNorm, Linear};
+use crate::model::{layer_norm, LayerNorm, Linear, LinearVisitor};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 use imgseq_core::input::Crop;
-use imgseq_kernels::ops;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use imgseq_kernels::ops::{self, Bf16Kernel};
+use imgseq_kernels::precision::{Agreement, PrecisionChoice, PrecisionRequest};
+use imgseq_kernels::Precision;
 
 /// An MLP's activation, by transformers' `hidden_act` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +103,14 @@ impl Attention {
         })
     }
 
+    /// The q, k, v and output projections.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(&mut self.q)?;
+        f(&mut self.k)?;
+        f(&mut self.v)?;
+        f(&mut self.out)
+    }
+
     /// Self-attention.
     ///
     /// # Shapes
@@ -144,6 +155,12 @@ impl Mlp {
         })
     }
 
+    /// fc1 and fc2.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        f(&mut self.fc1)?;
+        f(&mut self.fc2)
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.fc2.forward(&self.act.forward(&self.fc1.forward(x)?)?)
     }
@@ -181,6 +198,12 @@ impl EncoderLayer {
         })
     }
 
+    /// The attention's projections, then fc1 and fc2.
+    pub fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()> {
+        self.self_attn.for_each_linear(f)?;
+        self.mlp.for_each_linear(f)
+    }
+
     /// # Shapes
     /// (b, n, D) → (b, n, D)
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -190,11 +213,10 @@ impl EncoderLayer {
 }
 
 /// A conv whose kernel and stride are the patch side (`padding="valid"`), computed as a
-/// linear map of each flattened patch.
+/// linear map of each flattened patch (a [`Linear`] of (D, C·p·p): f32 or bf16 as the rest).
 #[derive(Debug, Clone)]
 pub struct PatchEmbed {
-    weight: Tensor, // (D, C·p·p)
-    bias: Option<Tensor>,
+    proj: Linear,
     channels: usize,
     patch: usize,
 }
@@ -209,18 +231,29 @@ impl PatchEmbed {
         vb: &VarBuilder,
     ) -> Result<Self> {
         let (c, p) = (channels, patch);
+        let weight = vb
+            .get((dim, c, p, p), "weight")?
+            .reshape((dim, c * p * p))?;
+        let bias = if bias {
+            Some(vb.get(dim, "bias")?)
+        } else {
+            None
+        };
         Ok(Self {
-            weight: vb
-                .get((dim, c, p, p), "weight")?
-                .reshape((dim, c * p * p))?,
-            bias: if bias {
-                Some(vb.get(dim, "bias")?)
-            } else {
-                None
-            },
+            proj: Linear::from_weights(weight, bias),
             channels,
             patch,
         })
+    }
+
+    /// The projection, as a linear layer of the flattened patches.
+    pub fn projection(&self) -> &Linear {
+        &self.proj
+    }
+
+    /// The projection, for [`VisionModel::for_each_linear`].
+    pub fn projection_mut(&mut self) -> &mut Linear {
+        &mut self.proj
     }
 
     /// The patches in raster order and the grid (rows, columns); rows and columns past the
@@ -244,90 +277,65 @@ impl PatchEmbed {
             .permute((0, 2, 4, 1, 3, 5))? // (b, gh, gw, c, p, p)
             .contiguous()?
             .reshape((b, gh * gw, c * p * p))?;
-        Ok((
-            ops::linear(&patches, &self.weight, self.bias.as_ref())?,
-            (gh, gw),
-        ))
+        Ok((self.proj.forward(&patches)?, (gh, gw)))
     }
 }
 
-/// A model folder's or a weights file's `(weights, config.json)`: `model.safetensors` and
-/// `config.json` inside a folder; the file and the `config.json` beside it.
-pub fn files_of(source: &Path) -> (PathBuf, PathBuf) {
-    if source.is_dir() {
-        (source.join("model.safetensors"), source.join("config.json"))
-    } else {
-        (source.to_path_buf(), source.with_file_name("config.json"))
+pub use crate::tower_load::{
+    files_of, load_model, model_type_of, read_config, read_safetensors, tower_tensors,
+};
+
+/// Which of transformers' `hidden_states` a forward pass keeps; the others are let go as
+/// soon as the next block has read them (a tower asked for one state holds two at a time,
+/// not `num_hidden_layers + 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every one: [`TowerOutput::hidden_states`] has `num_hidden_layers + 1`.
+    All,
+    /// State `i` only (0: the first block's input): `hidden_states` has that one.
+    One(usize),
+    /// None: `hidden_states` is empty (the last hidden state and the pooled output are
+    /// still given).
+    Nothing,
+}
+
+impl Keep {
+    fn keeps(self, i: usize) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::One(k) => k == i,
+            Keep::Nothing => false,
+        }
     }
 }
 
-/// The `model_type` of the `config.json` at `path` (at most 1 MiB; `None` when it is no
-/// readable JSON object with one): how a family tells a tower's folder is its own.
-pub fn model_type_of(path: &Path) -> Option<String> {
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() < 1 << 20) {
-        return None;
+/// Runs `blocks` in turn from `first` (state 0), each by `forward`: the states `keep` asks
+/// for, and the last state.
+pub fn run_blocks<B>(
+    first: Tensor,
+    blocks: &[B],
+    keep: Keep,
+    forward: impl Fn(&B, &Tensor) -> Result<Tensor>,
+) -> Result<(Vec<Tensor>, Tensor)> {
+    let mut kept = Vec::new();
+    let mut h = first;
+    for (i, block) in blocks.iter().enumerate() {
+        if keep.keeps(i) {
+            kept.push(h.clone());
+        }
+        h = forward(block, &h)?;
     }
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    Some(v.get("model_type")?.as_str()?.to_string())
-}
-
-/// The JSON of the config at `path` (one-line errors naming the file).
-pub fn read_config(path: &Path) -> imgseq_core::Result<serde_json::Value> {
-    let bytes = imgseq_core::weights::read_regular_file(path, 1 << 20, "a config")?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| imgseq_core::Error::format(path, format!("not valid JSON ({e})")))
-}
-
-/// The tensors of `file`; those of a full checkpoint (names starting `prefix`, e.g. a CLIP
-/// or SigLIP model's `vision_model.`) with the prefix taken off and the others left out.
-pub fn tower_tensors(
-    file: &Path,
-    prefix: &str,
-    device: &candle_core::Device,
-) -> imgseq_core::Result<HashMap<String, Tensor>> {
-    let map = imgseq_core::weights::load_tensors(file, device)?;
-    if !map.keys().any(|k| k.starts_with(prefix)) {
-        return Ok(map);
+    if keep.keeps(blocks.len()) {
+        kept.push(h.clone());
     }
-    Ok(map
-        .into_iter()
-        .filter_map(|(k, t)| k.strip_prefix(prefix).map(|s| (s.to_string(), t)))
-        .collect())
-}
-
-/// The loading every tower shares, from a folder (`config.json` + `model.safetensors`) or a
-/// safetensors file with its `config.json` beside it: the config parsed by `parse`, the
-/// tensors (a full checkpoint's under `prefix` with it taken off, [`tower_tensors`]; `None`:
-/// the file's as they are), the model built by `build` (`what` names it in errors), and every
-/// tensor used but those in `unused`.
-pub fn load_model<C, M>(
-    source: &Path,
-    device: &candle_core::Device,
-    prefix: Option<&str>,
-    what: &str,
-    parse: impl FnOnce(&serde_json::Value) -> std::result::Result<C, String>,
-    build: impl FnOnce(&C, VarBuilder) -> Result<M>,
-    unused: &[&str],
-) -> imgseq_core::Result<M> {
-    use imgseq_core::Error;
-    let (file, cfg_path) = files_of(source);
-    let v = read_config(&cfg_path)?;
-    let cfg = parse(&v).map_err(|m| Error::format(&cfg_path, m))?;
-    let map = match prefix {
-        Some(p) => tower_tensors(&file, p, device)?,
-        None => imgseq_core::weights::load_tensors(&file, device)?,
-    };
-    let w = imgseq_core::weights::AuditedWeights::new(&file, map);
-    let model = build(&cfg, w.var_builder(candle_core::DType::F32, device))
-        .map_err(|e| Error::format(&file, format!("not the {what} its config describes: {e}")))?;
-    w.finish(unused)?;
-    Ok(model)
+    Ok((kept, h))
 }
 
 /// What a forward pass of a tower gives.
 pub struct TowerOutput {
-    /// transformers' `hidden_states`: the input of the first block and every block's
-    /// output, `num_hidden_layers + 1` tensors (b, tokens, D).
+    /// transformers' `hidden_states`, as many as [`Keep`] asked for: all of them are the
+    /// input of the first block and every block's output, `num_hidden_layers + 1` tensors
+    /// (b, tokens, D).
     pub hidden_states: Vec<Tensor>,
     /// transformers' `last_hidden_state` (for SigLIP and DINOv2 the last state through the
     /// final layer norm; for CLIP the last state itself).
@@ -402,10 +410,45 @@ pub trait VisionModel: Send + Sync {
     fn has_pooled(&self) -> bool {
         true
     }
-    /// The hidden states, the last (normed) state and the pooled output of normalised
-    /// pixels (b, C, S, S).
-    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput>;
+    /// The hidden states `keep` asks for, the last (normed) state and the pooled output of
+    /// normalised pixels (b, C, S, S).
+    fn forward_kept(&self, x: &Tensor, keep: Keep) -> Result<TowerOutput>;
+    /// [`Self::forward_kept`] keeping every hidden state.
+    fn forward_tower(&self, x: &Tensor) -> Result<TowerOutput> {
+        self.forward_kept(x, Keep::All)
+    }
+    /// The patch projection: its precision is the model's ([`set_precision`] sets every
+    /// linear layer alike).
+    fn patch_projection(&self) -> &Linear;
+    /// Every linear layer, the patch projection first.
+    fn for_each_linear(&mut self, f: &mut LinearVisitor) -> Result<()>;
 }
+
+/// The arithmetic of a tower's linear layers.
+pub fn precision_of<M: VisionModel + ?Sized>(m: &M) -> Precision {
+    m.patch_projection().precision()
+}
+
+/// Runs every linear layer of `m` (and the patch projection) in `precision` (bf16: packed
+/// once, on `kernel`; the f32 weights kept, so it can go back).
+pub fn set_precision<M: VisionModel + ?Sized>(
+    m: &mut M,
+    precision: Precision,
+    kernel: Bf16Kernel,
+) -> Result<()> {
+    m.for_each_linear(&mut |l: &mut Linear| l.set_precision(precision, kernel))
+}
+
+/// Runs `m` in bf16 for good: each linear layer packed (on `kernel`) and its f32 weights let
+/// go before the next is packed, so loading in bf16 never holds both copies of the model.
+pub fn pack_bf16_only<M: VisionModel + ?Sized>(m: &mut M, kernel: Bf16Kernel) -> Result<()> {
+    m.for_each_linear(&mut |l: &mut Linear| {
+        l.set_precision(Precision::Bf16, kernel)?;
+        l.release_f32()
+    })
+}
+
+pub use crate::agreement::{StateAgreement, MIN_BF16_COSINE};
 
 /// A tower as a tokenizer: pictures (its processor's normalisation) → one hidden state.
 pub struct Tower<M> {
@@ -459,8 +502,19 @@ impl<M: VisionModel> Tower<M> {
             }
     }
 
-    /// The chosen state of a forward pass, with or without the tokens in front (the pooled
-    /// output as one token).
+    /// The hidden states a forward pass must keep for [`Self::pick`]: the chosen layer's
+    /// only.
+    pub fn keep(&self) -> imgseq_core::Result<Keep> {
+        Ok(match self.layer {
+            Some(l) if !self.pooled => {
+                Keep::One(hidden_state_index(l, self.model.num_hidden_layers() + 1)?)
+            }
+            _ => Keep::Nothing,
+        })
+    }
+
+    /// The chosen state of a forward pass that kept [`Self::keep`]'s states, with or without
+    /// the tokens in front (the pooled output as one token).
     pub fn pick(&self, out: &TowerOutput) -> imgseq_core::Result<Tensor> {
         if self.pooled {
             let p = out.pooled.as_ref().ok_or_else(|| {
@@ -469,7 +523,9 @@ impl<M: VisionModel> Tower<M> {
             return Ok(p.unsqueeze(1)?);
         }
         let h = match self.layer {
-            Some(l) => &out.hidden_states[hidden_state_index(l, out.hidden_states.len())?],
+            Some(_) => out.hidden_states.first().ok_or_else(|| {
+                imgseq_core::Error::invalid("the tower kept no hidden state for the layer asked")
+            })?,
             None => &out.last_hidden_state,
         };
         let (skip, n) = (self.model.prefix_tokens(), h.dim(1)?);
@@ -478,6 +534,42 @@ impl<M: VisionModel> Tower<M> {
         } else {
             h.clone()
         })
+    }
+}
+
+impl<M: VisionModel> Tower<M> {
+    /// Resolves `--precision` for this tower and sets it, for inference: `f32` as asked;
+    /// `bf16` as asked (on the best code path of this CPU; the portable emulation where it
+    /// has no AVX512-BF16), the f32 weights let go ([`pack_bf16_only`]); `auto` keeps f32.
+    ///
+    /// Why `auto` never picks bf16 for a tower: a tower's output is the features users
+    /// store, and bf16 changes them (every token within cosine [`MIN_BF16_COSINE`] of
+    /// f32's, not f32's bits). Picking it by CPU kind would make the features of one dataset
+    /// depend on the machine that made each shard (and the resume check refuses a folder
+    /// whose precision differs). The VQ families' `auto` likewise never changes tokens.
+    pub fn choose_precision(
+        &mut self,
+        request: PrecisionRequest,
+    ) -> imgseq_core::Result<PrecisionChoice> {
+        let choice = match request {
+            PrecisionRequest::Auto => PrecisionChoice {
+                precision: Precision::F32,
+                native: false,
+                reason: "auto: a tower's output is its features, which bf16 changes (within \
+                         cosine 0.999 of f32's), so auto keeps f32; --precision bf16 runs it"
+                    .into(),
+            },
+            r => r.resolve(|| -> imgseq_core::Result<Agreement> {
+                Err(imgseq_core::Error::invalid(
+                    "a tower's precision runs no agreement check",
+                ))
+            })?,
+        };
+        match choice.precision {
+            Precision::F32 => set_precision(&mut self.model, Precision::F32, Bf16Kernel::best())?,
+            Precision::Bf16 => pack_bf16_only(&mut self.model, Bf16Kernel::best())?,
+        }
+        Ok(choice)
     }
 }
 
@@ -527,6 +619,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
             },
         );
         d.config = config;
+        d.precision = precision_of(&self.model).name().into();
         d
     }
 
@@ -544,7 +637,7 @@ impl<M: VisionModel> imgseq_core::tokenizer::Tokenizer for Tower<M> {
     }
 
     fn encode(&self, x: &Tensor) -> imgseq_core::Result<imgseq_core::tokenizer::Encoded> {
-        let out = self.model.forward_tower(x)?;
+        let out = self.model.forward_kept(x, self.keep()?)?;
         let h = self.pick(&out)?;
         let (n, tokens, dim) = h.dims3()?;
         Ok(imgseq_core::tokenizer::Encoded::Embeddings(

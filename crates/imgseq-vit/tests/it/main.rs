@@ -8,4 +8,5 @@ mod fused;
 mod hf_parity;
 mod processor;
 mod siglip;
+mod tower_bf16;
 mod towers_released;
