@@ -202,6 +202,8 @@ custom_op!(CustomOp3 for GroupNorm, "imgseq-group-norm";
 #[derive(Clone, Copy)]
 pub enum Act {
     Gelu,
+    GeluTanh,
+    QuickGelu,
     Silu,
 }
 
@@ -211,6 +213,8 @@ fn act_fwd<T: Real>(a: Act, s: &CpuStorage, l: &Layout) -> Fwd {
     let x = cpu::slice::<T>(s, l)?;
     let y = match a {
         Act::Gelu => act::gelu(x),
+        Act::GeluTanh => act::gelu_tanh(x),
+        Act::QuickGelu => act::quick_gelu(x),
         Act::Silu => act::silu(x),
     };
     Ok((T::to_cpu_storage_owned(y), l.shape().clone()))
@@ -222,6 +226,8 @@ fn act_bwd<T: Real>(a: Act, x: &Tensor, g: &Tensor) -> Result<Tensor> {
         with_data::<T, _>(&g, |gs| {
             Ok(match a {
                 Act::Gelu => act::gelu_bwd(xs, gs),
+                Act::GeluTanh => act::gelu_tanh_bwd(xs, gs),
+                Act::QuickGelu => act::quick_gelu_bwd(xs, gs),
                 Act::Silu => act::silu_bwd(xs, gs),
             })
         })
@@ -231,6 +237,8 @@ fn act_bwd<T: Real>(a: Act, x: &Tensor, g: &Tensor) -> Result<Tensor> {
 
 custom_op!(CustomOp1 for Activation, match op.0 {
         Act::Gelu => "imgseq-gelu",
+        Act::GeluTanh => "imgseq-gelu-tanh",
+        Act::QuickGelu => "imgseq-quick-gelu",
         Act::Silu => "imgseq-silu",
     };
     fwd(op; s, l) => act_fwd(op.0, s, l);
@@ -735,8 +743,10 @@ mod tests {
                 "imgseq-nearest-codebook"
             ]
         );
-        let names1: [&dyn CustomOp1; 4] = [
+        let names1: [&dyn CustomOp1; 6] = [
             &Activation(Act::Gelu),
+            &Activation(Act::GeluTanh),
+            &Activation(Act::QuickGelu),
             &Activation(Act::Silu),
             &Upsample2x,
             &Softmax,
@@ -746,6 +756,8 @@ mod tests {
             got,
             [
                 "imgseq-gelu",
+                "imgseq-gelu-tanh",
+                "imgseq-quick-gelu",
                 "imgseq-silu",
                 "imgseq-upsample2x",
                 "imgseq-softmax-last-dim"

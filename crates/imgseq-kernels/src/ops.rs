@@ -154,6 +154,28 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     reference::silu(x)
 }
 
+/// GELU in its tanh form (PyTorch's `gelu(approximate="tanh")`, transformers'
+/// `gelu_pytorch_tanh`), differentiable, multi-threaded.
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    if fast(&[x]) {
+        return x
+            .contiguous()?
+            .apply_op1(custom::Activation(custom::Act::GeluTanh));
+    }
+    reference::gelu_tanh(x)
+}
+
+/// Quick GELU, x·σ(1.702·x) (OpenAI's CLIP, transformers' `quick_gelu`), differentiable,
+/// multi-threaded.
+pub fn quick_gelu(x: &Tensor) -> Result<Tensor> {
+    if fast(&[x]) {
+        return x
+            .contiguous()?
+            .apply_op1(custom::Activation(custom::Act::QuickGelu));
+    }
+    reference::quick_gelu(x)
+}
+
 /// Nearest-neighbour 2× upsampling (taming's `Upsample` before its conv), differentiable.
 ///
 /// # Shapes

@@ -73,6 +73,21 @@ pub fn silu(x: &Tensor) -> Result<Tensor> {
     x.silu()
 }
 
+/// GELU-tanh (candle's `gelu`).
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    x.gelu()
+}
+
+/// Quick GELU: x·σ(1.702·x) of candle's ops.
+pub fn quick_gelu(x: &Tensor) -> Result<Tensor> {
+    x * sigmoid(&(x * 1.702)?)?
+}
+
+/// σ(x) = 1 / (1 + e^−x) of candle's element-wise ops.
+fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    (x.neg()?.exp()? + 1.0)?.recip()
+}
+
 /// Nearest-neighbour 2× upsampling (candle's, whose backward is a grouped conv of ones).
 ///
 /// # Shapes

@@ -45,9 +45,9 @@ impl Activation {
 
     pub fn forward(self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Self::QuickGelu => x * candle_nn::ops::sigmoid(&(x * 1.702)?)?,
+            Self::QuickGelu => ops::quick_gelu(x),
             Self::Gelu => ops::gelu(x),
-            Self::GeluTanh => x.gelu(),
+            Self::GeluTanh => ops::gelu_tanh(x),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Element-wise activations (GELU-erf, SiLU) and the row softmax, forward and backward.
+//! Element-wise activations (GELU-erf, GELU-tanh, quick GELU, SiLU) and the row softmax,
+//! forward and backward.
 
 use super::{chunk_len, Real};
 use crate::multiversion;
@@ -68,6 +69,58 @@ multiversion! {
     }
 }
 
+/// √(2/π), GELU-tanh's inner scale.
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+/// GELU-tanh's cubic coefficient.
+const GELU_TANH_C: f64 = 0.044_715;
+/// Quick GELU's sigmoid scale (OpenAI's CLIP).
+const QUICK_GELU_K: f64 = 1.702;
+
+/// tanh(u) = 1 − 2 / (e^{2u} + 1): exact limits ±1 (the exp is clamped), no libm call.
+#[inline(always)]
+fn tanh<T: Real>(u: T) -> T {
+    T::ONE - T::c(2.0) / ((u + u).exp() + T::ONE)
+}
+
+multiversion! {
+    fn gelu_tanh_chunk<T>(x: &[T], y: &mut [T]) {
+        for (y, x) in y.iter_mut().zip(x) {
+            let u = T::c(SQRT_2_OVER_PI) * (*x + T::c(GELU_TANH_C) * *x * *x * *x);
+            *y = T::c(0.5) * *x * (T::ONE + tanh(u));
+        }
+    }
+}
+
+multiversion! {
+    fn gelu_tanh_bwd_chunk<T>(x: &[T], g: &[T], dx: &mut [T]) {
+        for ((d, x), g) in dx.iter_mut().zip(x).zip(g) {
+            let x2 = *x * *x;
+            let u = T::c(SQRT_2_OVER_PI) * (*x + T::c(GELU_TANH_C) * x2 * *x);
+            let t = tanh(u);
+            let du = T::c(SQRT_2_OVER_PI) * (T::ONE + T::c(3.0 * GELU_TANH_C) * x2);
+            let grad = T::c(0.5) * (T::ONE + t) + T::c(0.5) * *x * (T::ONE - t * t) * du;
+            *d = *g * grad;
+        }
+    }
+}
+
+multiversion! {
+    fn quick_gelu_chunk<T>(x: &[T], y: &mut [T]) {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y = *x * sigmoid(T::c(QUICK_GELU_K) * *x);
+        }
+    }
+}
+
+multiversion! {
+    fn quick_gelu_bwd_chunk<T>(x: &[T], g: &[T], dx: &mut [T]) {
+        for ((d, x), g) in dx.iter_mut().zip(x).zip(g) {
+            let s = sigmoid(T::c(QUICK_GELU_K) * *x);
+            *d = *g * s * (T::ONE + T::c(QUICK_GELU_K) * *x * (T::ONE - s));
+        }
+    }
+}
+
 multiversion! {
     fn silu_chunk<T>(x: &[T], y: &mut [T]) {
         for (y, x) in y.iter_mut().zip(x) {
@@ -112,6 +165,23 @@ pub fn gelu<T: Real>(x: &[T]) -> Vec<T> {
 /// dL/dx of GELU given x and dL/dy.
 pub fn gelu_bwd<T: Real>(x: &[T], g: &[T]) -> Vec<T> {
     binary(x, g, gelu_bwd_chunk::<T>)
+}
+/// GELU, tanh form (PyTorch's `gelu(approximate="tanh")`, SigLIP's `gelu_pytorch_tanh`):
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+pub fn gelu_tanh<T: Real>(x: &[T]) -> Vec<T> {
+    unary(x, gelu_tanh_chunk::<T>)
+}
+/// dL/dx of GELU-tanh given x and dL/dy.
+pub fn gelu_tanh_bwd<T: Real>(x: &[T], g: &[T]) -> Vec<T> {
+    binary(x, g, gelu_tanh_bwd_chunk::<T>)
+}
+/// Quick GELU (OpenAI's CLIP): x·σ(1.702·x).
+pub fn quick_gelu<T: Real>(x: &[T]) -> Vec<T> {
+    unary(x, quick_gelu_chunk::<T>)
+}
+/// dL/dx of quick GELU given x and dL/dy.
+pub fn quick_gelu_bwd<T: Real>(x: &[T], g: &[T]) -> Vec<T> {
+    binary(x, g, quick_gelu_bwd_chunk::<T>)
 }
 /// SiLU: x·σ(x).
 pub fn silu<T: Real>(x: &[T]) -> Vec<T> {

@@ -115,6 +115,21 @@ fn silu_matches_reference_and_finite_diff() {
 }
 
 #[test]
+fn gelu_tanh_and_quick_gelu_match_candles_composites_and_finite_diff() {
+    type Op = fn(&Tensor) -> candle_core::Result<Tensor>;
+    let cases: [(&str, Op, Op); 2] = [
+        ("gelu_tanh", ops::gelu_tanh, reference::gelu_tanh),
+        ("quick_gelu", ops::quick_gelu, reference::quick_gelu),
+    ];
+    for (name, ours, theirs) in cases {
+        let x = rand(&[3, 1000], 15, 12.0, DType::F32);
+        check_vs_reference(&|t| ours(&t[0]), &|t| theirs(&t[0]), &[x], TOL, name);
+        let x = rand(&[30], 16, 4.0, DType::F64);
+        check_finite_diff(&|t| ours(&t[0]), &[x], 1e-6, 1e-6, 30, name);
+    }
+}
+
+#[test]
 fn softmax_matches_reference() {
     for (dt, shape) in [
         (DType::F32, vec![4, 4, 65, 65]),
