@@ -2,10 +2,10 @@
 //! deep-compression autoencoder), from a `save_pretrained` folder told by its `config.json`
 //! (`_class_name` `AutoencoderDC`). Continuous latents, as maps or p×p patch tokens.
 
-use crate::family::{Family, OpenOptions, Probe};
+use crate::family::{refuse_set_flags, Family, OpenOptions, Probe};
 use crate::Opened;
 use candle_core::Device;
-use imgseq_core::{Error, Result};
+use imgseq_core::Result;
 use imgseq_kernels::PrecisionRequest;
 use imgseq_vqgan::dcae::{self, tokenizer::DEFAULT_SIZE, DcaeTokenizer};
 
@@ -28,22 +28,19 @@ impl Family for AutoencoderDc {
 
     fn open(&self, p: &Probe, o: &OpenOptions) -> Result<Opened> {
         o.refuse_tower_options(dcae::LABEL)?;
-        let refused = [
-            ("--preset", o.preset.is_some()),
-            ("--sample", o.sample_seed.is_some()),
-            ("--tile", o.tile.is_some()),
-            ("--precision bf16", o.precision == PrecisionRequest::Bf16),
-            ("--bf16-encoder", o.bf16_encoder),
-            ("--raw", o.raw),
-        ];
-        if let Some((flag, _)) = refused.iter().find(|(_, on)| *on) {
-            return Err(Error::invalid(format!(
-                "{}: {flag} does not apply to an {} (a deterministic f32 encoder read from its \
-                 config.json, untiled)",
-                p.source.display(),
-                dcae::LABEL
-            )));
-        }
+        refuse_set_flags(
+            p.source,
+            &format!("an {}", dcae::LABEL),
+            "a deterministic f32 encoder read from its config.json, untiled",
+            &[
+                ("--preset", o.preset.is_some()),
+                ("--sample", o.sample_seed.is_some()),
+                ("--tile", o.tile.is_some()),
+                ("--precision bf16", o.precision == PrecisionRequest::Bf16),
+                ("--bf16-encoder", o.bf16_encoder),
+                ("--raw", o.raw),
+            ],
+        )?;
         let l = dcae::load(p.source, o.config.as_deref(), &Device::Cpu)?;
         let t = DcaeTokenizer::new(l.model, o.size.unwrap_or(DEFAULT_SIZE), o.patch)?;
         let files = vec![l.weights.clone(), l.config];

@@ -77,6 +77,23 @@ impl OpenOptions {
     }
 }
 
+/// Refuses the first of `flags` (name, whether it is set) that is set, in one line:
+/// "`source`: `flag` does not apply to `what` (`why`)".
+pub(crate) fn refuse_set_flags(
+    source: &Path,
+    what: &str,
+    why: &str,
+    flags: &[(&str, bool)],
+) -> Result<()> {
+    match flags.iter().find(|(_, on)| *on) {
+        Some((flag, _)) => Err(imgseq_core::Error::invalid(format!(
+            "{}: {flag} does not apply to {what} ({why})",
+            source.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What a family's loader looks at to say whether it reads a source.
 pub struct Probe<'a> {
     /// The source as given (a file or a folder).
