@@ -277,9 +277,9 @@ pub trait Bf16Model {
         cache: Option<(&CheckCache, &str)>,
     ) -> Result<PrecisionChoice, Self::Error> {
         let support = self.bf16_support();
-        let known = cache.and_then(|(c, k)| c.get(k));
         let mut ran = None;
-        let choice = request.resolve_with(support, || match known {
+        // The cache is read only where the check would run (`auto` on a CPU where bf16 pays).
+        let choice = request.resolve_with(support, || match cache.and_then(|(c, k)| c.get(k)) {
             Some(a) => Ok(Agreement {
                 passed: a.passed,
                 summary: format!("{} (checked on an earlier run)", a.summary),
